@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages attnres needs and builds it into build/.
+# Usage: scripts/setup.sh            (portable build)
+#        ATTNRES_NATIVE=ON scripts/setup.sh   (-march=native, for benchmarks)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev
+  libutf8proc-dev zlib1g-dev libgtest-dev
+  python3 python3-torch python3-numpy)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DATTNRES_NATIVE="${ATTNRES_NATIVE:-OFF}" -DATTNRES_WERROR="${ATTNRES_WERROR:-OFF}" >/dev/null
+cmake --build build -j "$(nproc)"

@@ -1,0 +1,11 @@
+// commands.h — the subcommands of the `attnres` program, one file each in src/cli/.
+// Each takes the arguments after its name and returns the process exit code.
+#pragma once
+
+namespace attnres {
+
+int cmd_train(int argc, char** argv);
+int cmd_eval(int argc, char** argv);
+int cmd_bench(int argc, char** argv);
+
+}  // namespace attnres

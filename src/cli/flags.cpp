@@ -1,0 +1,98 @@
+// flags.cpp — see flags.h.
+#include "cli/flags.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/error.h"
+
+namespace attnres {
+
+Flags::Flags(std::string command, std::string summary, std::vector<FlagSpec> specs)
+    : command_(std::move(command)), summary_(std::move(summary)), specs_(std::move(specs)) {
+  for (const auto& s : specs_) values_[s.name] = s.default_value;
+}
+
+const FlagSpec* Flags::find(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+bool Flags::parse(int argc, char** argv) {
+  for (int i = 0; i < argc; ++i) {
+    std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(help().c_str(), stdout);
+      return false;
+    }
+    if (arg.rfind("--", 0) != 0)
+      fail("attnres ", command_, ": unexpected argument '", arg, "' (see attnres ", command_, " --help)");
+    std::string name = arg.substr(2), value;
+    bool inline_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      inline_value = true;
+    }
+    const FlagSpec* spec = find(name);
+    if (!spec) fail("attnres ", command_, ": unknown flag --", name, " (see attnres ", command_, " --help)");
+    if (spec->default_value == "false" && !inline_value) {
+      value = "true";
+    } else if (!inline_value) {
+      if (i + 1 >= argc) fail("attnres ", command_, ": flag --", name, " needs a value");
+      value = argv[++i];
+    }
+    values_[name] = value;
+    given_[name] = true;
+  }
+  return true;
+}
+
+const std::string& Flags::str(const std::string& name) const {
+  auto it = values_.find(name);
+  ATTNRES_CHECK(it != values_.end(), "flag --", name, " is not declared");
+  return it->second;
+}
+
+int64_t Flags::i64(const std::string& name) const {
+  const std::string& v = str(name);
+  char* end = nullptr;
+  long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) fail("attnres ", command_, ": --", name, " expects an integer, got '", v, "'");
+  return x;
+}
+
+double Flags::f64(const std::string& name) const {
+  const std::string& v = str(name);
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  if (v.empty() || *end) fail("attnres ", command_, ": --", name, " expects a number, got '", v, "'");
+  return x;
+}
+
+bool Flags::on(const std::string& name) const {
+  const std::string& v = str(name);
+  if (v == "true" || v == "1") return true;
+  if (v == "false" || v == "0") return false;
+  fail("attnres ", command_, ": --", name, " expects true or false, got '", v, "'");
+}
+
+std::string Flags::help() const {
+  std::string out = cat("usage: attnres ", command_, " [flags]\n", summary_, "\n\nflags:\n");
+  for (const auto& s : specs_) {
+    std::string lhs = cat("  --", s.name, s.default_value == "false" ? "" : " VALUE");
+    out += cat(lhs, std::string(lhs.size() < 26 ? 26 - lhs.size() : 1, ' '), s.help);
+    if (s.default_value != "false" && !s.default_value.empty()) out += cat(" (default: ", s.default_value, ")");
+    out += "\n";
+  }
+  return out;
+}
+
+std::string Flags::table() const {
+  std::string out;
+  for (const auto& s : specs_) out += cat("  ", s.name, " = ", str(s.name), "\n");
+  return out;
+}
+
+}  // namespace attnres

@@ -1,0 +1,47 @@
+// flags.h — one flag list per subcommand: name, default, help.
+//
+// The same list parses the command line, prints --help, and prints the
+// start-up table, so a flag's name, default and help live in one place.
+// Flags are `--name value` or `--name=value`; switches (default "false") take
+// no value.  Unknown flags and missing values are Errors naming the flag.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace attnres {
+
+struct FlagSpec {
+  std::string name;           // without the leading "--"
+  std::string default_value;  // "false" marks a switch; "" means "no default"
+  std::string help;
+};
+
+class Flags {
+ public:
+  Flags(std::string command, std::string summary, std::vector<FlagSpec> specs);
+
+  // Returns false when --help was given (help already printed to stdout).
+  bool parse(int argc, char** argv);
+
+  const std::string& str(const std::string& name) const;
+  int64_t i64(const std::string& name) const;
+  double f64(const std::string& name) const;
+  bool on(const std::string& name) const;
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
+
+  std::string help() const;
+  // "name = value" lines, for the start-up table of a run.
+  std::string table() const;
+
+ private:
+  std::string command_, summary_;
+  std::vector<FlagSpec> specs_;
+  std::map<std::string, std::string> values_;
+  std::map<std::string, bool> given_;
+  const FlagSpec* find(const std::string& name) const;
+};
+
+}  // namespace attnres

@@ -1,0 +1,53 @@
+// main.cpp — the `attnres` program: dispatches to one subcommand and turns any
+// attnres::Error into one line on stderr and exit status 1.
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)(int, char**);
+  const char* help;
+};
+
+constexpr Command kCommands[] = {
+    {"train", attnres::cmd_train, "train or fine-tune a model on token files"},
+    {"eval", attnres::cmd_eval, "loss and perplexity of a checkpoint over a token file"},
+    {"bench", attnres::cmd_bench, "throughput, MFU and peak memory of full training steps"},
+};
+
+void usage(FILE* out) {
+  std::fputs("usage: attnres COMMAND [flags]   (attnres COMMAND --help for its flags)\n\ncommands:\n", out);
+  for (const auto& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
+      !std::strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    try {
+      return c.run(argc - 2, argv + 2);
+    } catch (const attnres::Error& e) {
+      std::fprintf(stderr, "attnres %s: error: %s\n", c.name, e.what());
+      return 1;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "attnres %s: internal error: %s\n", c.name, e.what());
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "attnres: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

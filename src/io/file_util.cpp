@@ -1,0 +1,78 @@
+// file_util.cpp — see file_util.h.
+#include "io/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "core/error.h"
+
+namespace attnres {
+
+std::string errno_text() { return std::strerror(errno); }
+
+std::string read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", errno_text());
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string why = errno_text();
+      ::close(fd);
+      fail(path, ": read failed: ", why);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+void write_all(int fd, const void* data, size_t n, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(path, ": write failed: ", errno_text());
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void fsync_dir(const std::string& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: some filesystems refuse directory opens
+  ::fsync(fd);
+  ::close(fd);
+}
+
+void write_file_atomic(const std::string& path, std::string_view bytes) {
+  std::string tmp = cat(path, ".tmp.", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, ": cannot write: ", errno_text());
+  try {
+    write_all(fd, bytes.data(), bytes.size(), path);
+    if (::fsync(fd) != 0) fail(path, ": fsync failed: ", errno_text());
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = errno_text();
+    ::unlink(tmp.c_str());
+    fail(path, ": cannot rename into place: ", why);
+  }
+  fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+}  // namespace attnres

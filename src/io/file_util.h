@@ -1,0 +1,22 @@
+// file_util.h — small POSIX file helpers shared by the writers of attnres:
+// whole-file reads and atomic replacement (write temp, fsync, rename, fsync dir).
+// Every failure is an Error that names the path and the OS reason.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace attnres {
+
+std::string read_file(const std::string& path);
+// Writes `bytes` to `path` atomically: `path.tmp.<pid>` is written and fsynced,
+// then renamed over `path`, then the directory is fsynced.
+void write_file_atomic(const std::string& path, std::string_view bytes);
+// Writes all of [data, data+n) to fd; throws Error naming `path` on failure.
+void write_all(int fd, const void* data, size_t n, const std::string& path);
+void fsync_dir(const std::string& dir);
+// "No such file or directory" etc., for the current errno.
+std::string errno_text();
+
+}  // namespace attnres
