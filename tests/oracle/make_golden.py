@@ -1,0 +1,384 @@
+"""Regenerates tests/golden/<case>/ from the oracle, after self-checks.
+
+Usage: /usr/bin/python3 tests/oracle/make_golden.py [--out DIR] [--fp32-report]
+
+Self-checks run first and any failure aborts before a file is written:
+  1. DESIGN.md's hand-written router backward equals autograd;
+  2. learnable_alpha with every alpha = 0 gives baseline's logits exactly in
+     the delta modes (delta, delta + null, delta_block true/reference);
+  3. learnable_alpha with every alpha = 1 gives the "bias" (no gate) logits in
+     every routing mode;
+  4. autograd gradients equal central finite differences (float64) on a few
+     entries of several parameters in two configurations;
+  5. the hand-written AdamW/clip loop equals torch.optim.AdamW +
+     clip_grad_norm_ on one case;
+  6. delta_block "true" and "reference" logits differ.
+Everything is float64 on weights stored as float32; output is deterministic.
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import oracle as O  # noqa: E402
+
+torch.set_num_threads(1)
+F64 = torch.float64
+
+BASE = {
+    "hidden_size": 48, "num_hidden_layers": 6, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 80,
+    "vocab_size": 97, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+    "tie_word_embeddings": False, "max_position_embeddings": 64,
+}
+TRAIN = {
+    "steps": 10, "accum": 2, "batch_size": 2, "seq_len": 11,
+    "lr_max": 3e-3, "lr_min": 3e-4, "warmup": 3, "total_steps": 10,
+    "clip": 1.0, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+}
+
+# name -> overrides of BASE and the attnres defaults
+CASES = {
+    "baseline_tied": {"num_hidden_layers": 3, "tie_word_embeddings": True},
+    "baseline_untied": {"num_hidden_layers": 3},
+    "full": {"attnres_mode": "full"},
+    "block": {"attnres_mode": "block", "attnres_num_blocks": 3},
+    "delta": {"attnres_mode": "delta"},
+    "delta_null": {"attnres_mode": "delta", "attnres_use_null_source": True},
+    "delta_block_true": {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+                         "attnres_block_delta": "true"},
+    "delta_block_reference": {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+                              "attnres_block_delta": "reference"},
+    "delta_block_alpha": {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+                          "attnres_gate_type": "learnable_alpha"},
+    "block_alpha": {"attnres_mode": "block", "attnres_num_blocks": 3,
+                    "attnres_gate_type": "learnable_alpha"},
+    "full_alpha": {"attnres_mode": "full", "attnres_gate_type": "learnable_alpha"},
+}
+
+# Random init of golden weights (not the engine's init; see README.md).
+STD_MATRIX = 0.02 * 5      # every linear matrix and lm_head
+STD_EMBED_UNTIED = 1.0     # embedding when untied: e is not tiny next to the outputs
+STD_EMBED_TIED = 0.1       # embedding when tied: keeps the LM-head softmax unsaturated
+STD_NORM = 0.1             # norm weights 1 + STD_NORM * N(0,1)
+STD_QUERY = 0.25           # pseudo-queries (res_proj)
+STD_NULL = 0.2             # null sources
+ALPHA_MEAN, ALPHA_STD = 0.5, 0.15
+
+
+def make_config(over):
+    c = dict(BASE)
+    c.update(over)
+    return O.full_config(c)
+
+
+def init_weights(cfg, seed):
+    """float32 numpy weights, drawn in param_shapes order from one generator."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in O.param_shapes(cfg):
+        n = torch.randn(shape, generator=g, dtype=F64)
+        if name.endswith("_alpha"):
+            t = ALPHA_MEAN + ALPHA_STD * n
+        elif name.endswith("_null_source"):
+            t = STD_NULL * n
+        elif name.endswith("res_proj.weight"):
+            t = STD_QUERY * n
+        elif name == "model.embed_tokens.weight":
+            t = (STD_EMBED_TIED if cfg["tie_word_embeddings"] else STD_EMBED_UNTIED) * n
+        elif len(shape) == 1:                      # every RMSNorm weight
+            t = 1.0 + STD_NORM * n
+        else:
+            t = STD_MATRIX * n
+        out[name] = t.numpy().astype(np.float32)
+    return out
+
+
+def make_tokens(cfg, seed):
+    g = torch.Generator().manual_seed(seed)
+    shape = (TRAIN["steps"], TRAIN["accum"], TRAIN["batch_size"], TRAIN["seq_len"] + 1)
+    return torch.randint(0, cfg["vocab_size"], shape, generator=g, dtype=torch.int64)
+
+
+def to_params(w, dtype=F64):
+    return {k: torch.tensor(v, dtype=dtype, requires_grad=True) for k, v in w.items()}
+
+
+def case_seed(name):
+    """delta_block_true and delta_block_reference share weights and tokens, so
+    their difference is the block-source arithmetic alone."""
+    if name.startswith("delta_block_") and name != "delta_block_alpha":
+        name = "delta_block"
+    return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def micro_loss_and_grads(P, cfg, seq):
+    names = [n for n, _ in O.param_shapes(cfg)]
+    logits = O.forward(P, cfg, seq[:, :-1])
+    loss = O.loss_of(logits, seq[:, 1:])
+    gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
+    grads = {n: (g if g is not None else torch.zeros_like(P[n])) for n, g in zip(names, gs)}
+    return logits, loss, grads
+
+
+# ---------------------------------------------------------------------------
+# Self-checks
+# ---------------------------------------------------------------------------
+
+def check_router_backward():
+    """DESIGN.md section 2 backward formulas against autograd."""
+    g = torch.Generator().manual_seed(7)
+    N, T, d, eps = 5, 9, 48, 1e-6
+    v = torch.randn(N, T, d, generator=g, dtype=F64, requires_grad=True)
+    w = (0.3 * torch.randn(d, generator=g, dtype=F64)).requires_grad_()
+    gam = (1 + 0.1 * torch.randn(d, generator=g, dtype=F64)).requires_grad_()
+    dR = torch.randn(T, d, generator=g, dtype=F64)
+    R = O.route(list(v), w.view(1, d), gam, eps)
+    R.backward(dR)
+    with torch.no_grad():
+        r = (v.pow(2).mean(-1) + eps).rsqrt()                 # (N,T)
+        q = w * gam
+        a = (r * (v @ q)).softmax(0)                          # (N,T)
+        da = (v * dR).sum(-1)
+        dz = a * (da - (a * da).sum(0, keepdim=True))
+        qv = v @ q
+        dv = a[..., None] * dR + (dz * r)[..., None] * (
+            q - (qv * r * r)[..., None] * v / d)
+        dq = ((dz * r)[..., None] * v).sum((0, 1))
+        assert torch.allclose(dv, v.grad, atol=1e-12, rtol=1e-10), "router dv"
+        assert torch.allclose(dq * gam, w.grad, atol=1e-12, rtol=1e-10), "router dw"
+        assert torch.allclose(dq * w, gam.grad, atol=1e-12, rtol=1e-10), "router dgamma"
+    print("check: router backward formula == autograd")
+
+
+def check_alpha_identities():
+    ids = make_tokens(make_config({}), 99)[0, 0, :, :-1]
+    variants = [
+        ("delta", {"attnres_mode": "delta"}),
+        ("delta+null", {"attnres_mode": "delta", "attnres_use_null_source": True}),
+        ("delta_block/true", {"attnres_mode": "delta_block", "attnres_num_blocks": 3}),
+        ("delta_block/reference", {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+                                   "attnres_block_delta": "reference"}),
+        ("delta_block/reference+null", {"attnres_mode": "delta_block", "attnres_num_blocks": 2,
+                                        "attnres_block_delta": "reference",
+                                        "attnres_use_null_source": True}),
+        ("block", {"attnres_mode": "block", "attnres_num_blocks": 3}),
+        ("full", {"attnres_mode": "full"}),
+    ]
+    for label, over in variants:
+        cfg_a = make_config(dict(over, attnres_gate_type="learnable_alpha"))
+        cfg_b = make_config(over)
+        w = init_weights(cfg_a, 1234)
+        with torch.no_grad():
+            P = to_params(w)
+            base = O.forward(P, make_config({}), ids)
+            bias = O.forward(P, cfg_b, ids)
+            for n in P:
+                if n.endswith("_alpha"):
+                    P[n].fill_(1.0)
+            one = O.forward(P, cfg_a, ids)
+            assert (one - bias).abs().max() < 1e-12, f"alpha=1 != bias in {label}"
+            for n in P:
+                if n.endswith("_alpha"):
+                    P[n].fill_(0.0)
+            zero = O.forward(P, cfg_a, ids)
+        dz = float((zero - base).abs().max())
+        if over["attnres_mode"].startswith("delta"):
+            assert dz < 1e-12, f"alpha=0 != baseline in {label}: {dz}"
+            print(f"check: {label}: alpha=0 == baseline, alpha=1 == bias")
+        else:
+            # Replacement modes gate against the partial/latest source, not the
+            # residual stream: alpha=0 is NOT the baseline model (README.md).
+            assert dz > 1e-3, f"{label}: alpha=0 unexpectedly equals baseline"
+            print(f"check: {label}: alpha=1 == bias (alpha=0 differs from baseline by {dz:.3g}, "
+                  "as documented)")
+
+
+def check_finite_differences():
+    probes = [
+        ("delta_block/reference+null+alpha",
+         {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+          "attnres_block_delta": "reference", "attnres_use_null_source": True,
+          "attnres_gate_type": "learnable_alpha"},
+         ["model.embed_tokens.weight", "model.layers.0.attn_null_source",
+          "model.layers.4.attn_res_proj.weight", "model.layers.3.mlp_res_norm.weight",
+          "model.layers.2.attn_res_alpha", "model.layers.5.mlp_res_alpha",
+          "model.layers.1.self_attn.q_norm.weight", "model.layers.4.self_attn.k_proj.weight",
+          "lm_head.weight"]),
+        ("block+alpha",
+         {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_gate_type": "learnable_alpha"},
+         ["model.final_res_proj.weight", "model.final_res_norm.weight",
+          "model.layers.2.attn_res_alpha", "model.layers.1.mlp_res_proj.weight",
+          "model.layers.5.mlp.down_proj.weight", "model.norm.weight"]),
+    ]
+    g = torch.Generator().manual_seed(5)
+    for label, over, names in probes:
+        cfg = make_config(over)
+        P = to_params(init_weights(cfg, 4321))
+        seq = make_tokens(cfg, 77)[0, 0]
+        _, _, grads = micro_loss_and_grads(P, cfg, seq)
+        worst = 0.0
+        for n in names:
+            flat = P[n].detach().view(-1)
+            for _ in range(3):
+                j = int(torch.randint(0, flat.numel(), (1,), generator=g))
+                if n == "model.embed_tokens.weight":   # pick a row that is used
+                    j = int(seq[0, 3]) * cfg["hidden_size"] + j % cfg["hidden_size"]
+                h = 1e-5
+                vals = []
+                for sgn in (1, -1):
+                    with torch.no_grad():
+                        old = float(flat[j])
+                        flat[j] = old + sgn * h
+                        vals.append(float(O.loss_of(O.forward(P, cfg, seq[:, :-1]), seq[:, 1:])))
+                        flat[j] = old
+                fd = (vals[0] - vals[1]) / (2 * h)
+                ag = float(grads[n].reshape(-1)[j])
+                err = abs(fd - ag)
+                assert err <= 1e-8 + 1e-5 * abs(ag), f"FD {label} {n}[{j}]: fd {fd} autograd {ag}"
+                worst = max(worst, err)
+        print(f"check: {label}: finite differences == autograd (worst abs err {worst:.2e})")
+
+
+def check_optimizer():
+    cfg = make_config(CASES["delta_block_alpha"])
+    w = init_weights(cfg, 11)
+    tokens = make_tokens(cfg, 12)
+    P = to_params(w)
+    mine = O.train(P, cfg, tokens, TRAIN)["losses"]
+    Q = to_params(w)
+    names = [n for n, _ in O.param_shapes(cfg)]
+    groups = [{"params": [Q[n] for n in names if O.is_decayed(n)], "weight_decay": TRAIN["weight_decay"]},
+              {"params": [Q[n] for n in names if not O.is_decayed(n)], "weight_decay": 0.0}]
+    opt = torch.optim.AdamW(groups, lr=TRAIN["lr_max"], betas=(TRAIN["beta1"], TRAIN["beta2"]),
+                            eps=TRAIN["eps"])
+    theirs = []
+    for s in range(TRAIN["steps"]):
+        opt.zero_grad()
+        tot = 0.0
+        for k in range(TRAIN["accum"]):
+            seq = tokens[s, k]
+            loss = O.loss_of(O.forward(Q, cfg, seq[:, :-1]), seq[:, 1:]) / TRAIN["accum"]
+            loss.backward()
+            tot += loss.item()
+        torch.nn.utils.clip_grad_norm_([Q[n] for n in names], TRAIN["clip"])
+        for grp in opt.param_groups:
+            grp["lr"] = O.lr_at(s, TRAIN)
+        opt.step()
+        theirs.append(tot)
+    diff = max(abs(a - b) for a, b in zip(mine, theirs))
+    assert diff < 1e-10, f"optimizer loop differs from torch.optim.AdamW: {diff}"
+    print(f"check: training loop == torch.optim.AdamW + clip_grad_norm_ (max diff {diff:.1e})")
+
+
+# ---------------------------------------------------------------------------
+# Golden cases
+# ---------------------------------------------------------------------------
+
+def run_case(name, dtype=F64):
+    cfg = make_config(CASES[name])
+    seed = case_seed(name)
+    w = init_weights(cfg, seed)
+    tokens = make_tokens(cfg, seed + 1)
+    P = to_params(w, dtype)
+    probe = []
+    logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0])
+    with torch.no_grad():
+        O.forward(P, cfg, tokens[0, 0, :, :-1], probe=probe)
+    rec = O.train(P, cfg, tokens, TRAIN)
+    with torch.no_grad():   # step 0's batch after the last update
+        final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1]), tokens[0, k, :, 1:]))
+                    for k in range(TRAIN["accum"])) / TRAIN["accum"]
+    return dict(cfg=cfg, weights=w, tokens=tokens, logits=logits.detach(), loss=loss.detach(),
+                grads=grads, rec=rec, final=final, probe=probe)
+
+
+def hf_config(cfg):
+    c = dict(cfg)
+    routed = cfg["attnres_mode"] != "baseline"
+    c.update({
+        "architectures": ["Qwen3AttnResForCausalLM" if routed else "Qwen3ForCausalLM"],
+        "model_type": "qwen3_attnres" if routed else "qwen3",
+        "hidden_act": "silu", "attention_bias": False, "initializer_range": 0.02,
+        "torch_dtype": "float32",
+    })
+    return c
+
+
+def f32(t):
+    return np.array(t.detach().to(torch.float32).numpy(), order="C")
+
+
+def write_case(root, name, r):
+    d = os.path.join(root, name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        f.write(json.dumps(hf_config(r["cfg"]), indent=2, sort_keys=True) + "\n")
+    tr = dict(TRAIN)
+    tr["decayed_params"] = [n for n, _ in O.param_shapes(r["cfg"]) if O.is_decayed(n)]
+    with open(os.path.join(d, "train.json"), "w") as f:
+        f.write(json.dumps(tr, indent=2, sort_keys=True) + "\n")
+    O.write_safetensors(os.path.join(d, "model.safetensors"), r["weights"], {"format": "pt"})
+    g = {
+        "tokens": r["tokens"].numpy().astype(np.int32),
+        "logits": f32(r["logits"]),
+        "loss": f32(r["loss"].reshape(1)),
+        "train_losses": np.array(r["rec"]["losses"], dtype=np.float32),
+        "train_lrs": np.array(r["rec"]["lrs"], dtype=np.float32),
+        "train_grad_norms": np.array(r["rec"]["grad_norms"], dtype=np.float32),
+        "final_loss": np.array([r["final"]], dtype=np.float32),
+    }
+    for n, t in r["grads"].items():
+        g["grad." + n] = f32(t)
+    O.write_safetensors(os.path.join(d, "golden.safetensors"), g,
+                        {"generator": "tests/oracle/make_golden.py", "case": name})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--out", default=os.path.normpath(os.path.join(here, "..", "golden")))
+    ap.add_argument("--fp32-report", action="store_true",
+                    help="also rerun each case in float32 and print the deviations")
+    args = ap.parse_args()
+
+    check_router_backward()
+    check_alpha_identities()
+    check_finite_differences()
+    check_optimizer()
+
+    results = {name: run_case(name) for name in CASES}
+    rt, rr = results["delta_block_true"], results["delta_block_reference"]
+    assert all(np.array_equal(rt["weights"][n], rr["weights"][n]) for n in rt["weights"])
+    assert torch.equal(rt["tokens"], rr["tokens"])
+    dl = float((rt["logits"] - rr["logits"]).abs().max())
+    assert dl > 1e-3, f"delta_block true/reference logits do not differ ({dl})"
+    print(f"check: delta_block true vs reference logits differ on equal weights (max {dl:.3g})")
+
+    for name, r in results.items():
+        write_case(args.out, name, r)
+        amax = [float(a.max(0).values.mean()) for a in r["probe"]]
+        extra = f" | mean max-alpha {min(amax):.2f}..{max(amax):.2f}" if amax else ""
+        print(f"{name:24s} loss {float(r['loss']):.5f} | train {r['rec']['losses'][0]:.4f} -> "
+              f"{r['rec']['losses'][-1]:.4f} final {r['final']:.4f}{extra}")
+        if args.fp32_report:
+            s = run_case(name, torch.float32)
+            dlog = float((s["logits"].double() - r["logits"]).abs().max())
+            gabs, gworst = max((float((s["grads"][n].double() - g).abs().max()), n)
+                               for n, g in r["grads"].items())
+            gmax = max(float(g.abs().max()) for g in r["grads"].values())
+            dtr = max(abs(a - b) for a, b in zip(s["rec"]["losses"], r["rec"]["losses"]))
+            print(f"    fp32 vs fp64: logits {dlog:.1e} | grad abs {gabs:.1e} ({gworst}; "
+                  f"largest |grad| {gmax:.2g}) | train_losses {dtr:.1e} | "
+                  f"final {abs(s['final'] - r['final']):.1e}")
+
+
+if __name__ == "__main__":
+    main()

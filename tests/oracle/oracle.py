@@ -1,0 +1,440 @@
+"""Independent PyTorch oracle for attnres: Qwen3 with depth routing.
+
+What it is: a plain, float64, autograd-based implementation of the model in
+/work/shared/DESIGN.md (sections 1 and 2), written from that document and from
+the facts recorded in tests/oracle/README.md. It exists to produce golden
+files (see make_golden.py) that the C++ engine is tested against.
+
+What it is not: fast, memory-efficient, or a copy of the reference code. It
+uses no `transformers` and no `safetensors` package; a small safetensors
+reader/writer lives here.
+
+Dimension letters: B batch, T tokens, d hidden_size, H query heads,
+KV key/value heads, D head_dim, F intermediate_size, V vocab_size,
+L num_hidden_layers, N number of routing sources.
+"""
+
+import json
+import math
+import struct
+
+import numpy as np
+import torch
+
+# ---------------------------------------------------------------------------
+# safetensors: 8-byte little-endian header length, JSON header, raw data.
+# ---------------------------------------------------------------------------
+
+_ST_DTYPES = {
+    "F64": np.float64, "F32": np.float32, "F16": np.float16,
+    "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8,
+    "U8": np.uint8, "BOOL": np.bool_,
+}
+_NP_TO_ST = {np.dtype(v).str: k for k, v in _ST_DTYPES.items()}
+
+
+def read_safetensors(path):
+    """Returns (dict name -> numpy array, metadata dict). BF16 -> float32."""
+    with open(path, "rb") as f:
+        blob = f.read()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + n].decode("utf-8"))
+    data = memoryview(blob)[8 + n:]
+    meta = header.pop("__metadata__", {}) or {}
+    out = {}
+    for name, info in header.items():
+        b, e = info["data_offsets"]
+        shape = tuple(info["shape"])
+        if info["dtype"] == "BF16":
+            u16 = np.frombuffer(data[b:e], dtype="<u2").astype(np.uint32)
+            arr = (u16 << 16).view(np.float32)
+        else:
+            dt = np.dtype(_ST_DTYPES[info["dtype"]]).newbyteorder("<")
+            arr = np.frombuffer(data[b:e], dtype=dt)
+        out[name] = np.array(arr.reshape(shape))
+    return out, meta
+
+
+def write_safetensors(path, tensors, metadata=None):
+    """Writes tensors (name -> numpy array) sorted by name, header padded with
+    spaces to a multiple of 8 bytes. Byte-for-byte deterministic."""
+    header = {}
+    chunks = []
+    off = 0
+    for name in sorted(tensors):
+        arr = np.array(tensors[name], order="C")  # keeps 0-dim shapes (ascontiguousarray would not)
+        arr = arr.astype(arr.dtype.newbyteorder("<"), copy=False)
+        st = _NP_TO_ST[arr.dtype.str]
+        raw = arr.tobytes()
+        header[name] = {"dtype": st, "shape": list(arr.shape),
+                        "data_offsets": [off, off + len(raw)]}
+        chunks.append(raw)
+        off += len(raw)
+    if metadata:
+        header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    hb = json.dumps(header, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hb)))
+        f.write(hb)
+        for c in chunks:
+            f.write(c)
+
+
+# ---------------------------------------------------------------------------
+# Config
+# ---------------------------------------------------------------------------
+
+ATTNRES_DEFAULTS = {
+    "attnres_mode": "baseline",
+    "attnres_num_blocks": 8,            # reference default
+    "attnres_block_delta": "true",      # DESIGN default; "reference" = released code
+    "attnres_use_null_source": False,
+    "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha"
+    "attnres_query_init": "zero",       # init only: "zero" (DESIGN) | "normal"
+}
+
+MODES = ("baseline", "full", "block", "delta", "delta_block")
+
+
+def full_config(cfg):
+    c = dict(ATTNRES_DEFAULTS)
+    c.update(cfg)
+    assert c["attnres_mode"] in MODES, c["attnres_mode"]
+    assert c["attnres_block_delta"] in ("true", "reference")
+    assert c["attnres_gate_type"] in ("bias", "learnable_alpha")
+    assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
+    return c
+
+
+def layers_per_block(cfg):
+    """B = ceil(L / num_blocks), at least 1."""
+    L, nb = cfg["num_hidden_layers"], cfg["attnres_num_blocks"]
+    return max(1, (L + nb - 1) // nb)
+
+
+def param_shapes(cfg):
+    """Canonical ordered list of (name, shape) of every trainable tensor."""
+    cfg = full_config(cfg)
+    d, H, KV, D = (cfg["hidden_size"], cfg["num_attention_heads"],
+                   cfg["num_key_value_heads"], cfg["head_dim"])
+    F, V, L = cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
+    mode = cfg["attnres_mode"]
+    out = [("model.embed_tokens.weight", (V, d))]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        out += [
+            (p + "input_layernorm.weight", (d,)),
+            (p + "self_attn.q_proj.weight", (H * D, d)),
+            (p + "self_attn.k_proj.weight", (KV * D, d)),
+            (p + "self_attn.v_proj.weight", (KV * D, d)),
+            (p + "self_attn.o_proj.weight", (d, H * D)),
+            (p + "self_attn.q_norm.weight", (D,)),
+            (p + "self_attn.k_norm.weight", (D,)),
+            (p + "post_attention_layernorm.weight", (d,)),
+            (p + "mlp.gate_proj.weight", (F, d)),
+            (p + "mlp.up_proj.weight", (F, d)),
+            (p + "mlp.down_proj.weight", (d, F)),
+        ]
+        if mode != "baseline":
+            for s in ("attn", "mlp"):
+                out += [(p + f"{s}_res_proj.weight", (1, d)),
+                        (p + f"{s}_res_norm.weight", (d,))]
+            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block"):
+                out += [(p + "attn_null_source", (d,)), (p + "mlp_null_source", (d,))]
+            if cfg["attnres_gate_type"] == "learnable_alpha":
+                # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
+                out += [(p + "attn_res_alpha", ()), (p + "mlp_res_alpha", ())]
+    if mode in ("full", "block"):
+        out += [("model.final_res_proj.weight", (1, d)),
+                ("model.final_res_norm.weight", (d,))]
+    out.append(("model.norm.weight", (d,)))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, d)))
+    return out
+
+
+_DECAYED_SUFFIXES = ("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight",
+                     "gate_proj.weight", "up_proj.weight", "down_proj.weight")
+
+
+def is_decayed(name):
+    """Weight decay: embedding, LM head and the seven projection matrices only."""
+    if name in ("model.embed_tokens.weight", "lm_head.weight"):
+        return True
+    in_sublayer = ".self_attn." in name or ".mlp." in name
+    return in_sublayer and name.endswith(_DECAYED_SUFFIXES)
+
+
+# ---------------------------------------------------------------------------
+# Model pieces (inputs float64 tensors; params a dict name -> tensor)
+# ---------------------------------------------------------------------------
+
+def rmsnorm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w
+
+
+def rope_cos_sin(T, D, theta, dtype):
+    j = torch.arange(0, D, 2, dtype=dtype)
+    inv_freq = 1.0 / (theta ** (j / D))                       # (D/2,)
+    ang = torch.arange(T, dtype=dtype)[:, None] * inv_freq[None, :]  # (T, D/2)
+    emb = torch.cat([ang, ang], dim=-1)                       # (T, D)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+
+
+def attention(P, pre, u, cfg, cos, sin):
+    """u (B,T,d) -> o_proj output (B,T,d)."""
+    Bsz, T, _ = u.shape
+    H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
+    eps = cfg["rms_norm_eps"]
+    q = (u @ P[pre + "q_proj.weight"].T).view(Bsz, T, H, D)
+    k = (u @ P[pre + "k_proj.weight"].T).view(Bsz, T, KV, D)
+    v = (u @ P[pre + "v_proj.weight"].T).view(Bsz, T, KV, D)
+    q = rmsnorm(q, P[pre + "q_norm.weight"], eps)
+    k = rmsnorm(k, P[pre + "k_norm.weight"], eps)
+    c, s = cos[None, :, None, :], sin[None, :, None, :]
+    q = q * c + rotate_half(q) * s
+    k = k * c + rotate_half(k) * s
+    q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B,heads,T,D)
+    rep = H // KV
+    k = k.repeat_interleave(rep, dim=1)   # query head h uses kv head h // rep
+    v = v.repeat_interleave(rep, dim=1)
+    att = (q @ k.transpose(-1, -2)) / math.sqrt(D)           # (B,H,T,T)
+    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+    att = att.masked_fill(mask, float("-inf")).softmax(-1)
+    y = (att @ v).transpose(1, 2).reshape(Bsz, T, H * D)
+    return y @ P[pre + "o_proj.weight"].T
+
+
+def mlp(P, pre, u):
+    g = u @ P[pre + "gate_proj.weight"].T
+    up = u @ P[pre + "up_proj.weight"].T
+    return (torch.nn.functional.silu(g) * up) @ P[pre + "down_proj.weight"].T
+
+
+def route(sources, proj_w, norm_w, eps, probe=None):
+    """Softmax over sources of w . RMSNorm_gamma(v_i); returns sum_i alpha_i v_i.
+    sources: list of (B,T,d); proj_w (1,d); norm_w (d,)."""
+    Vs = torch.stack(sources, dim=0)                          # (N,B,T,d)
+    z = rmsnorm(Vs, norm_w, eps) @ proj_w.reshape(-1)         # (N,B,T)
+    a = z.softmax(dim=0)
+    if probe is not None:
+        probe.append(a.detach())
+    return (a.unsqueeze(-1) * Vs).sum(0)
+
+
+def forward(P, cfg, ids, probe=None):
+    """P: dict name -> float tensor; ids: (B,T) int64. Returns logits (B,T,V).
+    probe: optional list that receives every router's alpha (N,B,T)."""
+    cfg = full_config(cfg)
+    mode = cfg["attnres_mode"]
+    L, eps = cfg["num_hidden_layers"], cfg["rms_norm_eps"]
+    E = P["model.embed_tokens.weight"]
+    Bsz, T = ids.shape
+    cos, sin = rope_cos_sin(T, cfg["head_dim"], float(cfg["rope_theta"]), E.dtype)
+    nb = layers_per_block(cfg)
+    alpha_gate = cfg["attnres_gate_type"] == "learnable_alpha"
+    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block")
+
+    def lp(i):
+        return f"model.layers.{i}."
+
+    def attn_of(i, h):
+        return attention(P, lp(i) + "self_attn.", rmsnorm(h, P[lp(i) + "input_layernorm.weight"], eps),
+                         cfg, cos, sin)
+
+    def mlp_of(i, h):
+        return mlp(P, lp(i) + "mlp.", rmsnorm(h, P[lp(i) + "post_attention_layernorm.weight"], eps))
+
+    def routed(i, s, srcs):
+        return route(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"],
+                     eps, probe)
+
+    def gate(i, s, x, h):
+        """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); bias: h."""
+        if not alpha_gate:
+            return h
+        g = P[lp(i) + f"{s}_res_alpha"]
+        return (1 - g) * x + g * h
+
+    def additive(i, s, x, srcs):
+        """Delta modes: x + route(null? + srcs); x alone when there is no source."""
+        if use_null:
+            srcs = [P[lp(i) + f"{s}_null_source"].expand_as(x)] + srcs
+        h = x + routed(i, s, srcs) if srcs else x
+        return gate(i, s, x, h)
+
+    e = E[ids]                                                # (B,T,d)
+
+    if mode == "baseline":
+        x = e
+        for i in range(L):
+            x = x + attn_of(i, x)
+            x = x + mlp_of(i, x)
+        h = x
+
+    elif mode == "full":
+        srcs, last = [], e            # sources so far, and the latest one
+        for i in range(L):
+            u = gate(i, "attn", last, routed(i, "attn", srcs + [last]))
+            a = attn_of(i, u)
+            srcs, last = srcs + [last], a
+            u = gate(i, "mlp", last, routed(i, "mlp", srcs + [last]))
+            m = mlp_of(i, u)
+            srcs, last = srcs + [last], m
+        h = route(srcs + [last], P["model.final_res_proj.weight"],
+                  P["model.final_res_norm.weight"], eps, probe)
+
+    elif mode == "block":
+        blocks, partial = [], e
+        for i in range(L):
+            u = gate(i, "attn", partial, routed(i, "attn", blocks + [partial]))
+            if i % nb == 0:
+                blocks, partial = blocks + [partial], torch.zeros_like(partial)
+            partial = partial + attn_of(i, u)
+            u = gate(i, "mlp", partial, routed(i, "mlp", blocks + [partial]))
+            partial = partial + mlp_of(i, u)
+        h = route(blocks + [partial], P["model.final_res_proj.weight"],
+                  P["model.final_res_norm.weight"], eps, probe)
+
+    elif mode == "delta":
+        srcs, x = [], e
+        for i in range(L):
+            a = attn_of(i, additive(i, "attn", x, srcs))
+            if not srcs:
+                srcs = [x]
+            x = x + a
+            srcs = srcs + [a]
+            m = mlp_of(i, additive(i, "mlp", x, srcs))
+            x = x + m
+            srcs = srcs + [m]
+        h = x
+
+    elif mode == "delta_block":
+        srcs, x = [], e
+        x_boundary = torch.zeros_like(e)   # stream at the previous block start
+        for i in range(L):
+            a = attn_of(i, additive(i, "attn", x, srcs))
+            if i % nb == 0:
+                if cfg["attnres_block_delta"] == "true":
+                    src = x if i == 0 else x - x_boundary
+                    x_boundary = x
+                else:  # "reference": x_now - last source
+                    src = x if not srcs else x - srcs[-1]
+                srcs = srcs + [src]
+            x = x + a
+            m = mlp_of(i, additive(i, "mlp", x, srcs))
+            x = x + m
+        h = x
+
+    h = rmsnorm(h, P["model.norm.weight"], eps)
+    W = E if cfg["tie_word_embeddings"] else P["lm_head.weight"]
+    return h @ W.T
+
+
+def loss_of(logits, targets):
+    """Mean cross-entropy over all B*T targets."""
+    V = logits.shape[-1]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+
+# ---------------------------------------------------------------------------
+# Training rules (README.md, "Training")
+# ---------------------------------------------------------------------------
+
+def lr_at(s, tr):
+    if s < tr["warmup"]:
+        return tr["lr_max"] * (s + 1) / tr["warmup"]
+    total = tr["steps"]
+    p = (s - tr["warmup"]) / max(1, total - tr["warmup"])
+    p = min(1.0, max(0.0, p))
+    return tr["lr_min"] + 0.5 * (tr["lr_max"] - tr["lr_min"]) * (1 + math.cos(math.pi * p))
+
+
+def train(P, cfg, tokens, tr, stop=None):
+    """AdamW run on P (dict of leaf tensors, modified in place).
+    tokens: (steps, accum, B, T+1) int64; stop: run only steps [0, stop) of
+    the schedule. Returns dict of per-step records."""
+    names = [n for n, _ in param_shapes(cfg)]
+    m = {n: torch.zeros_like(P[n]) for n in names}
+    v = {n: torch.zeros_like(P[n]) for n in names}
+    b1, b2, eps, wd = tr["beta1"], tr["beta2"], tr["eps"], tr["weight_decay"]
+    losses, lrs, norms = [], [], []
+    for s in range(tr["steps"] if stop is None else stop):
+        grads = {n: torch.zeros_like(P[n]) for n in names}
+        tot = 0.0
+        for k in range(tr["accum"]):
+            seq = tokens[s, k]
+            loss = loss_of(forward(P, cfg, seq[:, :-1]), seq[:, 1:])
+            gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
+            for n, g in zip(names, gs):
+                if g is not None:
+                    grads[n] += g
+            tot += loss.item()
+        for n in names:
+            grads[n] /= tr["accum"]
+        norm = math.sqrt(sum(float((grads[n] ** 2).sum()) for n in names))
+        if tr["clip"] > 0:
+            c = min(1.0, tr["clip"] / (norm + 1e-6))
+            for n in names:
+                grads[n] *= c
+        lr = lr_at(s, tr)
+        t = s + 1
+        with torch.no_grad():
+            for n in names:
+                p, g = P[n], grads[n]
+                if is_decayed(n):
+                    p.mul_(1 - lr * wd)
+                m[n].mul_(b1).add_((1 - b1) * g)
+                v[n].mul_(b2).add_((1 - b2) * g * g)
+                mhat = m[n] / (1 - b1 ** t)
+                vhat = v[n] / (1 - b2 ** t)
+                p.sub_(lr * mhat / (vhat.sqrt() + eps))
+        losses.append(tot / tr["accum"])
+        lrs.append(lr)
+        norms.append(norm)
+    return {"losses": losses, "lrs": lrs, "grad_norms": norms}
+
+
+# ---------------------------------------------------------------------------
+# Command line: compare two safetensors files tensor by tensor (for example a
+# golden file against one the C++ engine wrote in the same format).
+# ---------------------------------------------------------------------------
+
+def _compare(a_path, b_path, atol, rtol):
+    a, _ = read_safetensors(a_path)
+    b, _ = read_safetensors(b_path)
+    bad = 0
+    for name in sorted(set(a) | set(b)):
+        if name not in a or name not in b:
+            print(f"MISSING  {name} (only in {'first' if name in a else 'second'})")
+            bad += 1
+            continue
+        x, y = a[name].astype(np.float64), b[name].astype(np.float64)
+        if x.shape != y.shape:
+            print(f"SHAPE    {name} {x.shape} vs {y.shape}")
+            bad += 1
+            continue
+        err = np.abs(x - y)
+        ok = bool(np.all(err <= atol + rtol * np.abs(y)))
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'}     {name} max|a-b| {err.max(initial=0):.3e} "
+              f"max|b| {np.abs(y).max(initial=0):.3e}")
+    return bad
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="compare two safetensors files: |a-b| <= atol + rtol*|b|")
+    ap.add_argument("a")
+    ap.add_argument("b")
+    ap.add_argument("--atol", type=float, default=1e-5)
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    ns = ap.parse_args()
+    raise SystemExit(1 if _compare(ns.a, ns.b, ns.atol, ns.rtol) else 0)
