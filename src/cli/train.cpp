@@ -1,0 +1,81 @@
+// train.cpp — `attnres train`: train from scratch, fine-tune, or resume.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "model/presets.h"
+#include "train/trainer.h"
+
+namespace attnres {
+
+int cmd_train(int argc, char** argv) {
+  Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.",
+          {
+              {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json"},
+              {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
+              {"init", "", "model or run directory to fine-tune from (default: random init)"},
+              {"data", "", "training tokens: a .bin token file or a glob of shards (required)"},
+              {"val-data", "", "validation token file"},
+              {"out", "", "output directory for checkpoints and log.jsonl (required)"},
+              {"resume", "", "checkpoint or run directory to continue from, bit-identically"},
+              {"steps", "200", "optimizer steps"},
+              {"batch", "8", "micro-batch size B"},
+              {"seq-len", "256", "sequence length T"},
+              {"accum", "1", "micro-batches per optimizer step"},
+              {"lr", "3e-3", "peak learning rate"},
+              {"lr-min", "3e-4", "final learning rate of the cosine decay"},
+              {"warmup", "20", "linear warmup steps"},
+              {"weight-decay", "0.1", "AdamW weight decay (matrices and embeddings only)"},
+              {"beta1", "0.9", "AdamW beta1"},
+              {"beta2", "0.95", "AdamW beta2"},
+              {"eps", "1e-8", "AdamW epsilon"},
+              {"clip", "1.0", "global gradient-norm clip (0 = off)"},
+              {"seed", "1337", "random seed (init and data)"},
+              {"val-every", "0", "validate every N steps (0 = at the end only)"},
+              {"val-tokens", "0", "validate on the first N tokens (0 = the whole file)"},
+              {"ckpt-every", "0", "checkpoint every N steps (0 = at the end only)"},
+              {"time-budget", "0", "stop (validate, checkpoint) after this many seconds (0 = none)"},
+              {"threads", "0", "threads (0 = all cores)"},
+              {"peak-gflops", "160", "machine peak GFLOP/s used for MFU (SGEMM 2048^3 here)"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  set_threads(static_cast<int>(f.i64("threads")));
+  TrainOptions o;
+  o.model = load_config(f.str("config"));
+  if (!f.str("mode").empty()) o.model.mode = parse_mode(f.str("mode"));
+  o.init_from = f.str("init");
+  o.data = f.str("data");
+  o.val_data = f.str("val-data");
+  o.out_dir = f.str("out");
+  o.resume = f.str("resume");
+  if (o.data.empty()) fail("--data is required (a token file; see attnres train --help)");
+  if (o.out_dir.empty()) fail("--out is required");
+  o.steps = f.i64("steps");
+  o.batch = f.i64("batch");
+  o.seq_len = f.i64("seq-len");
+  o.accum = f.i64("accum");
+  o.lr = f.f64("lr");
+  o.lr_min = f.f64("lr-min");
+  o.warmup = f.i64("warmup");
+  o.adamw.weight_decay = f.f64("weight-decay");
+  o.adamw.beta1 = f.f64("beta1");
+  o.adamw.beta2 = f.f64("beta2");
+  o.adamw.eps = f.f64("eps");
+  o.clip = f.f64("clip");
+  o.seed = static_cast<uint64_t>(f.i64("seed"));
+  o.val_every = f.i64("val-every");
+  o.val_tokens = f.i64("val-tokens");
+  o.ckpt_every = f.i64("ckpt-every");
+  o.time_budget_s = f.f64("time-budget");
+  o.peak_flops = f.f64("peak-gflops") * 1e9;
+  std::printf("attnres train\n%s", f.table().c_str());
+  TrainResult r = train(o);
+  if (r.val_tokens > 0)
+    std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",
+                static_cast<long long>(r.steps_done), r.final_loss, r.val_loss, r.val_ppl);
+  return 0;
+}
+
+}  // namespace attnres

@@ -1,0 +1,131 @@
+// checkpoint.cpp — see checkpoint.h.
+#include "io/checkpoint.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "io/safetensors.h"
+
+namespace attnres {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* base, const std::string& prefix) {
+  for (const auto& s : layout.specs())
+    w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
+}
+
+void read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float* base, const std::string& prefix) {
+  for (const auto& s : layout.specs()) {
+    const std::string name = prefix + s.name;
+    // A 0-dim scalar (the reference's gates) is also accepted as [1].
+    const std::vector<int64_t> one = {1};
+    const bool scalar_as_1 = s.shape.empty() && r.has(name) && r.info(name).shape == one;
+    r.read_float(name, scalar_as_1 ? one : s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
+  }
+}
+
+bool is_dir(const std::string& p) {
+  std::error_code ec;
+  return fs::is_directory(p, ec);
+}
+
+}  // namespace
+
+void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params) {
+  write_file_atomic(dir + "/config.json", c.to_json().dump(2) + "\n");
+  SafeTensorsWriter w;
+  w.set_metadata("format", "pt");
+  add_arena(w, layout, params, "");
+  w.write(dir + "/model.safetensors");
+}
+
+void load_params(const std::string& path, const ParamLayout& layout, float* params) {
+  SafeTensorsReader r(path);
+  read_arena(r, layout, params, "");
+}
+
+std::string resolve_model_dir(const std::string& path) {
+  if (!is_dir(path)) fail(path, ": not a directory");
+  if (fs::exists(path + "/config.json")) return path;
+  if (fs::exists(path + "/latest")) {
+    std::string name = read_file(path + "/latest");
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
+    std::string dir = path + "/" + name;
+    if (!fs::exists(dir + "/config.json")) fail(path, "/latest names ", name, ", which holds no config.json");
+    return dir;
+  }
+  fail(path, ": holds neither config.json nor a 'latest' checkpoint pointer");
+}
+
+std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
+                            const float* params, const float* m, const float* v, const TrainerState& st) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec || !is_dir(out_dir)) fail(out_dir, ": cannot create output directory: ", ec ? ec.message() : "not a directory");
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(st.step));
+  const std::string final_dir = out_dir + "/" + name;
+  const std::string tmp_dir = cat(out_dir, "/.", name, ".tmp.", ::getpid());
+  fs::remove_all(tmp_dir, ec);
+  if (!fs::create_directory(tmp_dir, ec)) fail(tmp_dir, ": cannot create: ", ec.message());
+
+  write_model_files(tmp_dir, c, layout, params);
+  SafeTensorsWriter opt;
+  add_arena(opt, layout, m, "exp_avg.");
+  add_arena(opt, layout, v, "exp_avg_sq.");
+  opt.write(tmp_dir + "/optimizer.safetensors");
+  nlohmann::json j;
+  j["step"] = st.step;
+  j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
+  j["rng"] = st.rng;
+  j["settings"] = st.settings;
+  write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
+  fsync_dir(tmp_dir);
+
+  // Replace an older checkpoint of the same step (a rerun) only after the new one is complete.
+  if (fs::exists(final_dir)) {
+    const std::string old = final_dir + ".old";
+    fs::remove_all(old, ec);
+    fs::rename(final_dir, old, ec);
+    if (ec) fail(final_dir, ": cannot move aside the previous checkpoint: ", ec.message());
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
+    fs::remove_all(old, ec);
+  } else {
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
+  }
+  fsync_dir(out_dir);
+  write_file_atomic(out_dir + "/latest", std::string(name) + "\n");
+  return final_dir;
+}
+
+TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v) {
+  load_params(dir + "/model.safetensors", layout, params);
+  SafeTensorsReader opt(dir + "/optimizer.safetensors");
+  read_arena(opt, layout, m, "exp_avg.");
+  read_arena(opt, layout, v, "exp_avg_sq.");
+  const std::string path = dir + "/trainer_state.json";
+  TrainerState st;
+  try {
+    auto j = nlohmann::json::parse(read_file(path));
+    st.step = j.at("step").get<int64_t>();
+    st.data.shard = j.at("data").at("shard").get<int64_t>();
+    st.data.offset = j.at("data").at("offset").get<int64_t>();
+    st.data.epoch = j.at("data").at("epoch").get<int64_t>();
+    st.rng = j.at("rng").get<std::array<uint64_t, 4>>();
+    st.settings = j.value("settings", nlohmann::json::object());
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed trainer state: ", e.what());
+  }
+  return st;
+}
+
+}  // namespace attnres

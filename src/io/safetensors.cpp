@@ -1,0 +1,212 @@
+// safetensors.cpp — see safetensors.h.
+#include "io/safetensors.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/file_util.h"
+
+namespace attnres {
+
+static_assert(std::endian::native == std::endian::little, "safetensors is little-endian");
+
+namespace {
+
+size_t dtype_size(const std::string& dtype) {
+  if (dtype == "F64" || dtype == "I64" || dtype == "U64") return 8;
+  if (dtype == "F32" || dtype == "I32" || dtype == "U32") return 4;
+  if (dtype == "F16" || dtype == "BF16" || dtype == "I16" || dtype == "U16") return 2;
+  if (dtype == "I8" || dtype == "U8" || dtype == "BOOL" || dtype == "F8_E4M3" || dtype == "F8_E5M2")
+    return 1;
+  return 0;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu, bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      exp = 127 - 15 + 1;
+      while (!(mant & 0x400u)) mant <<= 1, --exp;
+      bits = sign | (exp << 23) | ((mant & 0x3FFu) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (mant << 13);
+  }
+  return std::bit_cast<float>(bits);
+}
+
+}  // namespace
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  return n;
+}
+
+std::string shape_str(std::span<const int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
+  return s + "]";
+}
+
+SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
+  bytes_ = read_file(path);
+  if (bytes_.size() < 8) fail(path, ": not a safetensors file (", bytes_.size(), " bytes)");
+  uint64_t n = 0;
+  std::memcpy(&n, bytes_.data(), 8);
+  if (n > bytes_.size() - 8)
+    fail(path, ": safetensors header length ", n, " runs past the end of the file (", bytes_.size(), " bytes)");
+  data_start_ = 8 + n;
+  const size_t data_bytes = bytes_.size() - data_start_;
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + static_cast<ptrdiff_t>(n));
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, ": malformed safetensors header: ", e.what());
+  }
+  if (!header.is_object()) fail(path, ": safetensors header is not a JSON object");
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      if (v.is_object())
+        for (auto m = v.begin(); m != v.end(); ++m)
+          if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
+    TensorInfo t;
+    try {
+      t.dtype = v.at("dtype").get<std::string>();
+      t.shape = v.at("shape").get<std::vector<int64_t>>();
+      auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
+      if (off.size() != 2) fail(path, ": tensor ", name, ": data_offsets must have two entries");
+      t.begin = off[0];
+      t.end = off[1];
+    } catch (const nlohmann::json::exception& e) {
+      fail(path, ": tensor ", name, ": malformed entry: ", e.what());
+    }
+    const size_t width = dtype_size(t.dtype);
+    if (width == 0) fail(path, ": tensor ", name, ": unknown dtype ", t.dtype);
+    for (int64_t s : t.shape)
+      if (s < 0) fail(path, ": tensor ", name, ": negative dimension in shape ", shape_str(t.shape));
+    if (t.begin > t.end || t.end > data_bytes)
+      fail(path, ": tensor ", name, ": data_offsets [", t.begin, ", ", t.end, "] out of range (data section is ",
+           data_bytes, " bytes)");
+    if (t.end - t.begin != static_cast<size_t>(t.numel()) * width)
+      fail(path, ": tensor ", name, ": ", t.end - t.begin, " bytes do not hold shape ", shape_str(t.shape), " of ",
+           t.dtype);
+    tensors_[name] = t;
+  }
+  // No two tensors may share bytes.
+  std::vector<std::pair<const std::string*, const TensorInfo*>> order;
+  for (const auto& [name, t] : tensors_) order.push_back({&name, &t});
+  std::sort(order.begin(), order.end(), [](auto a, auto b) { return a.second->begin < b.second->begin; });
+  for (size_t i = 1; i < order.size(); ++i)
+    if (order[i].second->begin < order[i - 1].second->end && order[i].second->begin < order[i].second->end)
+      fail(path, ": tensors ", *order[i - 1].first, " and ", *order[i].first, " overlap");
+}
+
+const TensorInfo& SafeTensorsReader::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) fail(path_, ": missing tensor ", name);
+  return it->second;
+}
+
+std::vector<std::string> SafeTensorsReader::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, t] : tensors_) out.push_back(name);
+  return out;
+}
+
+void SafeTensorsReader::convert(const TensorInfo& t, const std::string& name, std::span<float> out) const {
+  const char* src = bytes_.data() + data_start_ + t.begin;
+  const size_t n = out.size();
+  if (t.dtype == "F32") {
+    std::memcpy(out.data(), src, n * 4);
+  } else if (t.dtype == "F64") {
+    for (size_t i = 0; i < n; ++i) {
+      double x;
+      std::memcpy(&x, src + 8 * i, 8);
+      out[i] = static_cast<float>(x);
+    }
+  } else if (t.dtype == "BF16") {
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
+    }
+  } else if (t.dtype == "F16") {
+    for (size_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * i, 2);
+      out[i] = half_to_float(h);
+    }
+  } else {
+    fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected a float type (F32, BF16, F16, F64)");
+  }
+}
+
+void SafeTensorsReader::read_float(const std::string& name, std::span<const int64_t> shape,
+                                   std::span<float> out) const {
+  const TensorInfo& t = info(name);
+  if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
+    fail(path_, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(shape));
+  ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
+  convert(t, name, out);
+}
+
+std::vector<float> SafeTensorsReader::read_float(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  std::vector<float> out(static_cast<size_t>(t.numel()));
+  convert(t, name, out);
+  return out;
+}
+
+std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  if (t.dtype != "I32") fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected I32");
+  std::vector<int32_t> out(static_cast<size_t>(t.numel()));
+  std::memcpy(out.data(), bytes_.data() + data_start_ + t.begin, out.size() * 4);
+  return out;
+}
+
+void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
+  entries_.push_back({name, "F32", std::move(shape),
+                      std::string(reinterpret_cast<const char*>(data.data()), data.size_bytes())});
+}
+
+void SafeTensorsWriter::add_i32(const std::string& name, std::vector<int64_t> shape,
+                                std::span<const int32_t> data) {
+  entries_.push_back({name, "I32", std::move(shape),
+                      std::string(reinterpret_cast<const char*>(data.data()), data.size_bytes())});
+}
+
+std::string SafeTensorsWriter::serialize() const {
+  nlohmann::ordered_json header;
+  if (!metadata_.empty()) header["__metadata__"] = metadata_;
+  size_t offset = 0;
+  for (const auto& e : entries_) {
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
+    offset += e.bytes.size();
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  uint64_t n = h.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  out += h;
+  for (const auto& e : entries_) out += e.bytes;
+  return out;
+}
+
+void SafeTensorsWriter::write(const std::string& path) const { write_file_atomic(path, serialize()); }
+
+}  // namespace attnres

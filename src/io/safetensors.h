@@ -1,0 +1,73 @@
+// safetensors.h — reading and writing the safetensors format.
+//
+// Format: 8-byte little-endian header length N, N bytes of JSON
+// {name: {"dtype", "shape", "data_offsets": [begin, end]}, "__metadata__": {...}},
+// then the data; offsets are relative to the end of the header.
+// The reader validates everything before any tensor is used (header length,
+// JSON, dtypes, shapes against byte ranges, ranges inside the file, no
+// overlaps) and converts F32/F16/BF16/F64 to float on read.  The writer writes
+// F32 (and I32) atomically.  Not a general tensor library.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace attnres {
+
+struct TensorInfo {
+  std::string dtype;  // "F32", "F16", "BF16", "F64", "I32", "I64", ...
+  std::vector<int64_t> shape;
+  size_t begin = 0, end = 0;  // byte range within the data section
+  int64_t numel() const;
+};
+
+std::string shape_str(std::span<const int64_t> shape);
+
+class SafeTensorsReader {
+ public:
+  explicit SafeTensorsReader(const std::string& path);
+  const std::string& path() const { return path_; }
+  bool has(const std::string& name) const { return tensors_.count(name) > 0; }
+  const TensorInfo& info(const std::string& name) const;  // Error if missing
+  std::vector<std::string> names() const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+  // Reads a floating-point tensor into `out`, checking its shape; Errors name
+  // the file, the tensor and what was expected.
+  void read_float(const std::string& name, std::span<const int64_t> shape, std::span<float> out) const;
+  std::vector<float> read_float(const std::string& name) const;
+  std::vector<int32_t> read_i32(const std::string& name) const;
+
+ private:
+  std::string path_;
+  std::string bytes_;  // whole file
+  size_t data_start_ = 0;
+  std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+  void convert(const TensorInfo& t, const std::string& name, std::span<float> out) const;
+};
+
+class SafeTensorsWriter {
+ public:
+  void add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
+  void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
+  void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // The whole file as bytes (header + data).
+  std::string serialize() const;
+  // serialize() written atomically (temp, fsync, rename).
+  void write(const std::string& path) const;
+
+ private:
+  struct Entry {
+    std::string name, dtype;
+    std::vector<int64_t> shape;
+    std::string bytes;
+  };
+  std::vector<Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace attnres

@@ -1,0 +1,145 @@
+// config.cpp — see config.h.
+#include "model/config.h"
+
+#include "core/error.h"
+#include "io/file_util.h"
+
+namespace attnres {
+
+namespace {
+
+constexpr struct {
+  Mode mode;
+  const char* name;
+} kModes[] = {{Mode::kBaseline, "baseline"}, {Mode::kBlock, "block"}, {Mode::kFull, "full"},
+              {Mode::kDelta, "delta"}, {Mode::kDeltaBlock, "delta_block"}};
+
+int64_t need_int(const nlohmann::json& j, const char* key, const std::string& where) {
+  if (!j.contains(key)) fail(where, ": missing required field \"", key, "\"");
+  const auto& v = j[key];
+  if (!v.is_number_integer()) fail(where, ": field \"", key, "\" must be an integer, got ", v.dump());
+  return v.get<int64_t>();
+}
+
+template <class T>
+T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  try {
+    return j[key].get<T>();
+  } catch (const nlohmann::json::exception&) {
+    fail(where, ": field \"", key, "\" has the wrong type: ", j[key].dump());
+  }
+}
+
+}  // namespace
+
+const char* mode_name(Mode m) {
+  for (const auto& e : kModes)
+    if (e.mode == m) return e.name;
+  return "?";
+}
+
+Mode parse_mode(const std::string& s) {
+  for (const auto& e : kModes)
+    if (s == e.name) return e.mode;
+  fail("unknown attnres_mode \"", s, "\" (expected baseline, block, full, delta or delta_block)");
+}
+
+Config Config::from_json(const nlohmann::json& j, const std::string& where) {
+  if (!j.is_object()) fail(where, ": config must be a JSON object");
+  Config c;
+  c.d = need_int(j, "hidden_size", where);
+  c.L = need_int(j, "num_hidden_layers", where);
+  c.H = need_int(j, "num_attention_heads", where);
+  c.KV = j.contains("num_key_value_heads") ? need_int(j, "num_key_value_heads", where) : c.H;
+  c.hd = j.contains("head_dim") && !j["head_dim"].is_null() ? need_int(j, "head_dim", where)
+                                                            : (c.H > 0 ? c.d / c.H : 0);
+  c.F = need_int(j, "intermediate_size", where);
+  c.V = need_int(j, "vocab_size", where);
+  c.rms_norm_eps = opt<double>(j, "rms_norm_eps", 1e-6, where);
+  c.rope_theta = opt<double>(j, "rope_theta", 1e6, where);
+  c.tied = opt<bool>(j, "tie_word_embeddings", true, where);
+  c.max_position_embeddings = opt<int64_t>(j, "max_position_embeddings", 4096, where);
+
+  std::string mode = opt<std::string>(j, "attnres_mode", "baseline", where);
+  try {
+    c.mode = parse_mode(mode);
+  } catch (const Error& e) {
+    fail(where, ": ", e.what());
+  }
+  c.num_blocks = opt<int64_t>(j, "attnres_num_blocks", 8, where);
+  std::string bd = opt<std::string>(j, "attnres_block_delta", "true", where);
+  if (bd == "true") c.block_delta = BlockDelta::kTrue;
+  else if (bd == "reference") c.block_delta = BlockDelta::kReference;
+  else fail(where, ": attnres_block_delta must be \"true\" or \"reference\", got \"", bd, "\"");
+  c.null_source = opt<bool>(j, "attnres_use_null_source", false, where);
+  std::string gate = opt<std::string>(j, "attnres_gate_type", "bias", where);
+  if (gate == "bias") c.gate = Gate::kBias;
+  else if (gate == "learnable_alpha") c.gate = Gate::kLearnableAlpha;
+  else fail(where, ": attnres_gate_type must be \"bias\" or \"learnable_alpha\", got \"", gate, "\"");
+  std::string qi = opt<std::string>(j, "attnres_query_init", "zero", where);
+  if (qi == "zero") c.query_init_normal = false;
+  else if (qi == "normal") c.query_init_normal = true;
+  else fail(where, ": attnres_query_init must be \"zero\" or \"normal\", got \"", qi, "\"");
+  c.validate(where);
+  return c;
+}
+
+void Config::validate(const std::string& where) const {
+  auto positive = [&](int64_t v, const char* name) {
+    if (v <= 0) fail(where, ": ", name, " must be positive, got ", v);
+  };
+  positive(d, "hidden_size");
+  positive(L, "num_hidden_layers");
+  positive(H, "num_attention_heads");
+  positive(KV, "num_key_value_heads");
+  positive(hd, "head_dim");
+  positive(F, "intermediate_size");
+  positive(V, "vocab_size");
+  positive(num_blocks, "attnres_num_blocks");
+  if (H % KV != 0)
+    fail(where, ": num_attention_heads (", H, ") must be a multiple of num_key_value_heads (", KV, ")");
+  if (hd % 2 != 0) fail(where, ": head_dim must be even for RoPE, got ", hd);
+  if (!(rms_norm_eps > 0)) fail(where, ": rms_norm_eps must be positive");
+  if (!(rope_theta > 0)) fail(where, ": rope_theta must be positive");
+}
+
+Config Config::load(const std::string& path) {
+  std::string text = read_file(path);
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path, ": malformed JSON: ", e.what());
+  }
+  return from_json(j, path);
+}
+
+nlohmann::json Config::to_json() const {
+  nlohmann::json j;
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["model_type"] = "qwen3";
+  j["hidden_size"] = d;
+  j["num_hidden_layers"] = L;
+  j["num_attention_heads"] = H;
+  j["num_key_value_heads"] = KV;
+  j["head_dim"] = hd;
+  j["intermediate_size"] = F;
+  j["vocab_size"] = V;
+  j["rms_norm_eps"] = rms_norm_eps;
+  j["rope_theta"] = rope_theta;
+  j["tie_word_embeddings"] = tied;
+  j["max_position_embeddings"] = max_position_embeddings;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["torch_dtype"] = "float32";
+  j["attnres_mode"] = mode_name(mode);
+  j["attnres_num_blocks"] = num_blocks;
+  j["attnres_block_delta"] = block_delta == BlockDelta::kTrue ? "true" : "reference";
+  j["attnres_use_null_source"] = null_source;
+  j["attnres_gate_type"] = gate == Gate::kBias ? "bias" : "learnable_alpha";
+  j["attnres_query_init"] = query_init_normal ? "normal" : "zero";
+  return j;
+}
+
+}  // namespace attnres

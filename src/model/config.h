@@ -1,0 +1,51 @@
+// config.h — the model configuration, read from a Hugging Face style config.json.
+//
+// Field names are those of HF Qwen3 (DESIGN.md §1) plus the attnres_* fields of
+// the reference AttnRes code (§2).  Unknown fields are ignored; a missing
+// required field, a wrong type or an inconsistent value is an Error naming the
+// file and the field.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace attnres {
+
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock };
+enum class BlockDelta { kTrue, kReference };
+enum class Gate { kBias, kLearnableAlpha };
+
+const char* mode_name(Mode m);
+Mode parse_mode(const std::string& s);  // throws Error listing the valid names
+
+struct Config {
+  // Dimension letters used throughout: d = hidden, L = layers, H = query heads,
+  // KV = key/value heads, hd = head_dim, F = intermediate, V = vocab.
+  int64_t d = 0, L = 0, H = 0, KV = 0, hd = 0, F = 0, V = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 1e6;
+  bool tied = true;
+  int64_t max_position_embeddings = 4096;
+
+  // Depth routing (DESIGN.md §2).
+  Mode mode = Mode::kBaseline;
+  int64_t num_blocks = 8;  // attnres_num_blocks
+  BlockDelta block_delta = BlockDelta::kTrue;
+  bool null_source = false;
+  Gate gate = Gate::kBias;
+  bool query_init_normal = false;  // attnres_query_init: "zero" (default) or "normal" = N(0, 0.02)
+
+  int64_t layers_per_block() const { return (L + num_blocks - 1) / num_blocks; }
+  int64_t q_dim() const { return H * hd; }
+  int64_t kv_dim() const { return KV * hd; }
+
+  // `where` names the source in error messages (a path, or "<json>").
+  static Config from_json(const nlohmann::json& j, const std::string& where);
+  static Config load(const std::string& path);
+  nlohmann::json to_json() const;
+  void validate(const std::string& where) const;
+};
+
+}  // namespace attnres

@@ -1,0 +1,101 @@
+// params.cpp — see params.h.
+#include "model/params.h"
+
+#include "core/error.h"
+
+namespace attnres {
+
+namespace {
+
+// The one enumeration: calls fn(spec-without-offset, slot) for every tensor,
+// where slot is the view pointer of `w` that the tensor binds to.
+template <class Fn>
+void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
+  const int64_t d = c.d;
+  auto t = [&](std::string name, std::vector<int64_t> shape, bool decay, Init init, float*& slot) {
+    TensorSpec s;
+    s.name = std::move(name);
+    s.shape = std::move(shape);
+    s.numel = 1;
+    for (int64_t x : s.shape) s.numel *= x;
+    s.decay = decay;
+    s.init = init;
+    fn(s, slot);
+  };
+  const bool routed = c.mode != Mode::kBaseline;
+  const bool delta = c.mode == Mode::kDelta || c.mode == Mode::kDeltaBlock;
+  const bool final_routing = c.mode == Mode::kFull || c.mode == Mode::kBlock;
+  auto router = [&](const std::string& prefix, const std::string& kind, RouterWeights& r, bool with_extras) {
+    t(prefix + kind + "_res_proj.weight", {1, d}, false, Init::kQuery, r.proj);
+    t(prefix + kind + "_res_norm.weight", {d}, false, Init::kOnes, r.norm);
+    if (with_extras && delta && c.null_source) t(prefix + kind + "_null_source", {d}, false, Init::kZeros, r.null_source);
+    if (with_extras && c.gate == Gate::kLearnableAlpha)
+      t(prefix + kind + "_res_alpha", {}, false, Init::kZeros, r.alpha);
+  };
+
+  t("model.embed_tokens.weight", {c.V, d}, true, Init::kNormal, w.embed);
+  w.layers.resize(static_cast<size_t>(c.L));
+  for (int64_t i = 0; i < c.L; ++i) {
+    LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    const std::string p = cat("model.layers.", i, ".");
+    t(p + "input_layernorm.weight", {d}, false, Init::kOnes, l.ln1);
+    t(p + "self_attn.q_proj.weight", {c.q_dim(), d}, true, Init::kNormal, l.wq);
+    t(p + "self_attn.k_proj.weight", {c.kv_dim(), d}, true, Init::kNormal, l.wk);
+    t(p + "self_attn.v_proj.weight", {c.kv_dim(), d}, true, Init::kNormal, l.wv);
+    t(p + "self_attn.o_proj.weight", {d, c.q_dim()}, true, Init::kNormal, l.wo);
+    t(p + "self_attn.q_norm.weight", {c.hd}, false, Init::kOnes, l.q_norm);
+    t(p + "self_attn.k_norm.weight", {c.hd}, false, Init::kOnes, l.k_norm);
+    t(p + "post_attention_layernorm.weight", {d}, false, Init::kOnes, l.ln2);
+    t(p + "mlp.gate_proj.weight", {c.F, d}, true, Init::kNormal, l.wgate);
+    t(p + "mlp.up_proj.weight", {c.F, d}, true, Init::kNormal, l.wup);
+    t(p + "mlp.down_proj.weight", {d, c.F}, true, Init::kNormal, l.wdown);
+    if (routed) {
+      router(p, "attn", l.attn_router, true);
+      router(p, "mlp", l.mlp_router, true);
+    }
+  }
+  t("model.norm.weight", {d}, false, Init::kOnes, w.final_norm);
+  if (final_routing) router("model.", "final", w.final_router, false);
+  if (!c.tied) t("lm_head.weight", {c.V, d}, true, Init::kNormal, w.lm_head);
+}
+
+}  // namespace
+
+ParamLayout::ParamLayout(const Config& c) : cfg_(c) {
+  Weights scratch;
+  visit_tensors(c, scratch, [&](TensorSpec s, float*&) {
+    s.offset = total_;
+    total_ += (s.numel + 15) / 16 * 16;  // 64-byte aligned tensors
+    specs_.push_back(std::move(s));
+  });
+}
+
+const TensorSpec* ParamLayout::find(const std::string& name) const {
+  for (const auto& s : specs_)
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+Weights ParamLayout::bind(float* base) const {
+  Weights w;
+  size_t i = 0;
+  visit_tensors(cfg_, w, [&](const TensorSpec&, float*& slot) { slot = base + specs_[i++].offset; });
+  if (cfg_.tied) w.lm_head = w.embed;
+  return w;
+}
+
+void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
+  for (const auto& s : layout.specs()) {
+    float* p = params + s.offset;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      switch (s.init) {
+        case Init::kNormal: p[i] = static_cast<float>(0.02 * rng.normal()); break;
+        case Init::kOnes: p[i] = 1.0f; break;
+        case Init::kZeros: p[i] = 0.0f; break;
+        case Init::kQuery: p[i] = c.query_init_normal ? static_cast<float>(0.02 * rng.normal()) : 0.0f; break;
+      }
+    }
+  }
+}
+
+}  // namespace attnres

@@ -1,0 +1,82 @@
+// params.h — the parameters of a model: one list of tensors, one arena.
+//
+// `visit_tensors` is the single enumeration of every parameter (name, shape,
+// weight-decay flag, initialisation) in a fixed order; the layout (offsets in
+// the arena), the typed views, init, load/save, the optimizer and the tests
+// all walk it, so there is no second list to keep in sync.
+// Gradients and AdamW moments use the same layout in arenas of their own.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/rng.h"
+#include "model/config.h"
+
+namespace attnres {
+
+enum class Init { kNormal, kOnes, kZeros, kQuery };
+
+struct TensorSpec {
+  std::string name;            // HF / reference safetensors name
+  std::vector<int64_t> shape;  // PyTorch shape; linear weights are [out, in]
+  int64_t offset = 0;          // in floats, within an arena
+  int64_t numel = 0;
+  bool decay = false;  // AdamW weight decay applies
+  Init init = Init::kNormal;
+};
+
+// A router's parameters (DESIGN.md §2); null where the config has none.
+struct RouterWeights {
+  float* proj = nullptr;         // (d)  pseudo-query w  ([1, d] on disk)
+  float* norm = nullptr;         // (d)  RMSNorm weight γ
+  float* null_source = nullptr;  // (d)  learned null source (delta modes)
+  float* alpha = nullptr;        // ()   learnable gate, a 0-dim scalar on disk
+};
+
+struct LayerWeights {
+  float* ln1 = nullptr;     // (d)          input_layernorm
+  float* wq = nullptr;      // (H·hd, d)
+  float* wk = nullptr;      // (KV·hd, d)
+  float* wv = nullptr;      // (KV·hd, d)
+  float* wo = nullptr;      // (d, H·hd)
+  float* q_norm = nullptr;  // (hd)
+  float* k_norm = nullptr;  // (hd)
+  float* ln2 = nullptr;     // (d)          post_attention_layernorm
+  float* wgate = nullptr;   // (F, d)
+  float* wup = nullptr;     // (F, d)
+  float* wdown = nullptr;   // (d, F)
+  RouterWeights attn_router, mlp_router;
+};
+
+// Typed views into one arena (parameters, gradients or moments alike).
+struct Weights {
+  float* embed = nullptr;       // (V, d)
+  float* final_norm = nullptr;  // (d)
+  float* lm_head = nullptr;     // (V, d)  == embed when tied
+  RouterWeights final_router;
+  std::vector<LayerWeights> layers;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const Config& c);
+  const std::vector<TensorSpec>& specs() const { return specs_; }
+  int64_t total() const { return total_; }
+  const TensorSpec* find(const std::string& name) const;
+  Weights bind(float* base) const;  // typed views of an arena with this layout
+
+ private:
+  Config cfg_;
+  std::vector<TensorSpec> specs_;
+  int64_t total_ = 0;
+};
+
+// Initialises parameters: matrices N(0, 0.02), norms 1, null sources and
+// gates 0, pseudo-queries 0 or N(0, 0.02) (attnres_query_init).
+void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng);
+
+}  // namespace attnres

@@ -1,0 +1,51 @@
+// presets.cpp — see presets.h.
+#include "model/presets.h"
+
+#include "core/error.h"
+
+namespace attnres {
+
+namespace {
+
+nlohmann::json qwen3(int64_t d, int64_t L, int64_t H, int64_t KV, int64_t hd, int64_t F, int64_t V) {
+  return {{"hidden_size", d},          {"num_hidden_layers", L}, {"num_attention_heads", H},
+          {"num_key_value_heads", KV}, {"head_dim", hd},         {"intermediate_size", F},
+          {"vocab_size", V},           {"rms_norm_eps", 1e-6},   {"rope_theta", 1e6},
+          {"tie_word_embeddings", true}, {"max_position_embeddings", 4096}};
+}
+
+struct Preset {
+  const char* name;
+  nlohmann::json json;
+};
+
+const std::vector<Preset>& presets() {
+  static const std::vector<Preset> p = {
+      // The default model of the main job: trains in minutes on 2 cores.
+      {"tiny", qwen3(128, 4, 4, 2, 32, 384, 8192)},
+      // DESIGN.md §5: the benchmark configuration.
+      {"bench-small", qwen3(256, 12, 4, 2, 64, 768, 8192)},
+  };
+  return p;
+}
+
+}  // namespace
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> out;
+  for (const auto& p : presets()) out.push_back(p.name);
+  return out;
+}
+
+Config load_config(const std::string& name_or_path) {
+  for (const auto& p : presets())
+    if (name_or_path == p.name) return Config::from_json(p.json, cat("preset ", p.name));
+  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
+    std::string names;
+    for (const auto& n : preset_names()) names += (names.empty() ? "" : ", ") + n;
+    fail("unknown config '", name_or_path, "' (presets: ", names, "; or give a path to a config.json)");
+  }
+  return Config::load(name_or_path);
+}
+
+}  // namespace attnres

@@ -1,0 +1,134 @@
+// attention.cpp — causal grouped-query attention, tiled over query rows so the
+// T×T score matrix is never stored: the forward keeps only the log-sum-exp of
+// each row, and the backward rebuilds P tile by tile (as FlashAttention does,
+// but with SGEMM on tiles instead of a fused register kernel).
+//
+// Layout: q[B,T,H,hd], k,v[B,T,KV,hd], y[B,T,H,hd], lse[B,H,T].
+// Query head h reads KV head h / (H/KV).
+#include <cblas.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/parallel.h"
+#include "ops/ops.h"
+
+namespace attnres {
+
+namespace {
+constexpr int64_t kTile = 64;  // query rows per tile
+}
+
+int64_t attention_scratch_floats(int64_t T) { return 2 * kTile * T; }
+
+void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t T,
+                       int64_t H, int64_t KV, int64_t hd, float* scratch) {
+  const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+#pragma omp parallel
+  {
+    float* S = scratch + omp_get_thread_num() * attention_scratch_floats(T);  // (kTile, T)
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * H; ++bh) {
+      const int64_t b = bh / H, h = bh % H, g = h / group;
+      const float* Q = q + b * T * ldq + h * hd;
+      const float* K = k + b * T * ldk + g * hd;
+      const float* Vv = v + b * T * ldk + g * hd;
+      float* Y = y + b * T * ldq + h * hd;
+      float* L = lse + (b * H + h) * T;
+      for (int64_t t0 = 0; t0 < T; t0 += kTile) {
+        const int64_t t1 = t0 + kTile < T ? t0 + kTile : T, tq = t1 - t0;
+        // S[tq, t1] = scale · Q[t0:t1] · K[0:t1]ᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, t1, hd, scale, Q + t0 * ldq, ldq, K, ldk, 0.0f,
+                    S, T);
+        for (int64_t r = 0; r < tq; ++r) {
+          float* s = S + r * T;
+          const int64_t n = t0 + r + 1;  // keys 0..t (causal)
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t c = 0; c < n; ++c) mx = s[c] > mx ? s[c] : mx;
+          double sum = 0.0;
+          for (int64_t c = 0; c < n; ++c) {
+            s[c] = std::exp(s[c] - mx);
+            sum += s[c];
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t c = 0; c < n; ++c) s[c] *= inv;
+          for (int64_t c = n; c < t1; ++c) s[c] = 0.0f;
+          L[t0 + r] = mx + static_cast<float>(std::log(sum));
+        }
+        // Y[t0:t1] = P[tq, t1] · V[0:t1]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, t1, 1.0f, S, T, Vv, ldk, 0.0f,
+                    Y + t0 * ldq, ldq);
+      }
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
+                        const float* v, const float* y, const float* lse, int64_t B, int64_t T, int64_t H,
+                        int64_t KV, int64_t hd, float* scratch) {
+  const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // One work item per (b, KV head): it owns dK, dV of that head, so the heads
+  // of a group accumulate into them without races.
+#pragma omp parallel
+  {
+    float* P = scratch + omp_get_thread_num() * attention_scratch_floats(T);  // (kTile, T)
+    float* dP = P + kTile * T;                                                // (kTile, T)
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t bg = 0; bg < B * KV; ++bg) {
+      const int64_t b = bg / KV, g = bg % KV;
+      const float* K = k + b * T * ldk + g * hd;
+      const float* Vv = v + b * T * ldk + g * hd;
+      float* dK = dk + b * T * ldk + g * hd;
+      float* dV = dv + b * T * ldk + g * hd;
+      for (int64_t t = 0; t < T; ++t) {
+        std::memset(dK + t * ldk, 0, hd * sizeof(float));
+        std::memset(dV + t * ldk, 0, hd * sizeof(float));
+      }
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        const float* Q = q + b * T * ldq + h * hd;
+        const float* Y = y + b * T * ldq + h * hd;
+        const float* dY = dy + b * T * ldq + h * hd;
+        float* dQ = dq + b * T * ldq + h * hd;
+        const float* L = lse + (b * H + h) * T;
+        for (int64_t t0 = 0; t0 < T; t0 += kTile) {
+          const int64_t t1 = t0 + kTile < T ? t0 + kTile : T, tq = t1 - t0;
+          // Rebuild P = exp(s·QKᵀ − lse) on the causal part.
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, t1, hd, scale, Q + t0 * ldq, ldq, K, ldk,
+                      0.0f, P, T);
+          // dP[tq, t1] = dY[t0:t1] · V[0:t1]ᵀ
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, t1, hd, 1.0f, dY + t0 * ldq, ldq, Vv, ldk,
+                      0.0f, dP, T);
+          for (int64_t r = 0; r < tq; ++r) {
+            const int64_t t = t0 + r, n = t + 1;
+            float* p = P + r * T;
+            float* dp = dP + r * T;
+            const float* yr = Y + t * ldq;
+            const float* dyr = dY + t * ldq;
+            double D = 0.0;  // rowsum(dY∘Y) = Σ_c P_c dP_c
+            for (int64_t j = 0; j < hd; ++j) D += static_cast<double>(dyr[j]) * yr[j];
+            const float Df = static_cast<float>(D), l = L[t];
+            for (int64_t c = 0; c < n; ++c) {
+              p[c] = std::exp(p[c] - l);
+              dp[c] = p[c] * (dp[c] - Df);  // dS
+            }
+            for (int64_t c = n; c < t1; ++c) p[c] = dp[c] = 0.0f;
+          }
+          // dQ[t0:t1] = scale · dS · K[0:t1]
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, t1, scale, dP, T, K, ldk, 0.0f,
+                      dQ + t0 * ldq, ldq);
+          // dK[0:t1] += scale · dSᵀ · Q[t0:t1]
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, tq, scale, dP, T, Q + t0 * ldq, ldq, 1.0f,
+                      dK, ldk);
+          // dV[0:t1] += Pᵀ · dY[t0:t1]
+          cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, t1, hd, tq, 1.0f, P, T, dY + t0 * ldq, ldq, 1.0f,
+                      dV, ldk);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace attnres

@@ -1,0 +1,62 @@
+// lm_head.cpp — LM head and softmax cross-entropy, fused and chunked over rows
+// so the [N, V] logits never exist at once: per chunk of rows the logits are
+// computed, turned into losses and (when training) into dlogits in place, and
+// immediately pushed through the head's backward.
+#include <cblas.h>
+
+#include <cmath>
+
+#include "ops/ops.h"
+
+namespace attnres {
+
+namespace {
+constexpr int64_t kChunk = 256;
+}
+
+int64_t lm_head_chunk_rows() { return kChunk; }
+int64_t lm_head_scratch_floats(int64_t V) { return kChunk * V; }
+
+double lm_head_loss(float* dx, float* dW, const float* x, const float* W, const int32_t* targets, int64_t N,
+                    int64_t C, int64_t V, float scale, float* scratch, float* losses_out) {
+  double total = 0.0;
+  for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
+    const int64_t rows = r0 + kChunk < N ? kChunk : N - r0;
+    float* logits = scratch;  // (rows, V)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x + r0 * C, C, W, C, 0.0f, logits, V);
+#pragma omp parallel for schedule(static) reduction(+ : total)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* z = logits + r * V;
+      const int32_t target = targets[r0 + r];
+      float mx = z[0];
+      for (int64_t j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
+      double sum = 0.0;
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j] - mx));
+      const double lse = mx + std::log(sum);
+      if (target < 0) {
+        if (losses_out) losses_out[r0 + r] = 0.0f;
+        if (dx)
+          for (int64_t j = 0; j < V; ++j) z[j] = 0.0f;
+        continue;
+      }
+      const double loss = lse - z[target];
+      total += loss;
+      if (losses_out) losses_out[r0 + r] = static_cast<float>(loss);
+      if (dx) {
+        // dlogits = scale · (softmax − onehot)
+        for (int64_t j = 0; j < V; ++j) z[j] = scale * static_cast<float>(std::exp(z[j] - lse));
+        z[target] -= scale;
+      }
+    }
+    if (dx) {
+      // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, W, C, 0.0f,
+                  dx + r0 * C, C);
+      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW,
+                  C);
+    }
+  }
+  return total;
+}
+
+}  // namespace attnres

@@ -1,0 +1,70 @@
+// rmsnorm.cpp — RMSNorm forward and backward (also used per head for q/k norm).
+#include <cmath>
+
+#include "core/parallel.h"
+#include "ops/ops.h"
+
+namespace attnres {
+
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                     float eps) {
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; ++i) {
+    const float* x = inp + i * C;
+    float* y = out + i * C;
+    double ss = 0.0;
+    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c]) * x[c];
+    const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
+    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+    if (rstd) rstd[i] = r;
+  }
+}
+
+// y = x·r·w with r = (Σx²/C + eps)^-½.  Let g = dy∘w, x̂ = x·r.
+//   ∂r/∂x = −r³·x/C  ⇒  dx = r·g − r³·x·(g·x)/C = r·(g − x̂·(g·x̂)/C)
+//   dw = Σ_rows dy∘x̂
+// dweight is reduced first, so dinp may alias dout (in-place backward).
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                      const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) {
+  if (dweight) {
+    // Each thread owns a range of columns and walks all rows: deterministic,
+    // no scratch, contiguous reads within a row.
+#pragma omp parallel
+    {
+      const auto [c0, c1] = thread_range(C);
+      if (c1 > c0) {
+        double acc[64];
+        for (int64_t cb = c0; cb < c1; cb += 64) {
+          const int64_t ce = cb + 64 < c1 ? cb + 64 : c1;
+          for (int64_t c = cb; c < ce; ++c) acc[c - cb] = 0.0;
+          for (int64_t i = 0; i < N; ++i) {
+            const float r = rstd[i];
+            const float* x = inp + i * C;
+            const float* dy = dout + i * C;
+            for (int64_t c = cb; c < ce; ++c) acc[c - cb] += static_cast<double>(dy[c]) * x[c] * r;
+          }
+          for (int64_t c = cb; c < ce; ++c) dweight[c] += static_cast<float>(acc[c - cb]);
+        }
+      }
+    }
+  }
+  if (dinp) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; ++i) {
+      const float* x = inp + i * C;
+      const float* dy = dout + i * C;
+      float* dx = dinp + i * C;
+      const float r = rstd[i];
+      double dot = 0.0;  // g · x̂
+      for (int64_t c = 0; c < C; ++c) dot += static_cast<double>(dy[c]) * weight[c] * x[c] * r;
+      const float m = static_cast<float>(dot / static_cast<double>(C));
+      if (accumulate_dinp) {
+        for (int64_t c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - x[c] * r * m);
+      } else {
+        for (int64_t c = 0; c < C; ++c) dx[c] = r * (dy[c] * weight[c] - x[c] * r * m);
+      }
+    }
+  }
+}
+
+}  // namespace attnres

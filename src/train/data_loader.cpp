@@ -1,0 +1,71 @@
+// data_loader.cpp — see data_loader.h.
+#include "train/data_loader.h"
+
+#include <glob.h>
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace attnres {
+
+std::vector<std::string> expand_glob(const std::string& pattern) {
+  glob_t g{};
+  const int rc = ::glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+  std::vector<std::string> out;
+  if (rc == 0)
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  globfree(&g);
+  if (out.empty()) {
+    if (pattern.find_first_of("*?[") == std::string::npos) return {pattern};  // TokenFile names the error
+    fail(pattern, ": no files match");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size)
+    : B_(B), T_(T), window_(static_cast<size_t>(B * T + 1)) {
+  for (const auto& path : expand_glob(pattern)) {
+    TokenFile f(path);
+    f.check_vocab(vocab_size);
+    if (static_cast<int64_t>(f.size()) < B * T + 1)
+      fail(path, ": ", f.size(), " tokens, fewer than one micro-batch needs (B·T+1 = ", B * T + 1, ")");
+    shards_.push_back(std::move(f));
+  }
+}
+
+int64_t DataLoader::total_tokens() const {
+  int64_t n = 0;
+  for (const auto& s : shards_) n += static_cast<int64_t>(s.size());
+  return n;
+}
+
+void DataLoader::set_position(const LoaderPosition& p) {
+  if (p.shard < 0 || p.shard >= static_cast<int64_t>(shards_.size()) || p.offset < 0 ||
+      p.offset + B_ * T_ + 1 > static_cast<int64_t>(shards_[p.shard].size()))
+    fail("data position (shard ", p.shard, ", offset ", p.offset, ") does not fit the training data");
+  pos_ = p;
+}
+
+void DataLoader::next(int32_t* inputs, int32_t* targets) {
+  const int64_t need = B_ * T_ + 1;
+  const TokenFile& f = shards_[pos_.shard];
+  f.read(static_cast<size_t>(pos_.offset), window_);
+  for (int64_t i = 0; i < B_ * T_; ++i) {
+    inputs[i] = window_[i];
+    targets[i] = window_[i + 1];
+  }
+  // Advance by B·T so consecutive micro-batches share one boundary token,
+  // as llm.c does; move to the next shard when the next batch would not fit.
+  pos_.offset += B_ * T_;
+  if (pos_.offset + need > static_cast<int64_t>(f.size())) {
+    pos_.offset = 0;
+    if (++pos_.shard == static_cast<int64_t>(shards_.size())) {
+      pos_.shard = 0;
+      ++pos_.epoch;
+    }
+  }
+}
+
+}  // namespace attnres

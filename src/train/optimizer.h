@@ -1,0 +1,43 @@
+// optimizer.h — AdamW (PyTorch semantics), the learning-rate schedule, and
+// global-norm gradient clipping, over the parameter arena of a ParamLayout.
+#pragma once
+
+#include <cstdint>
+
+#include "core/buffer.h"
+#include "model/params.h"
+
+namespace attnres {
+
+struct AdamWConfig {
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8, weight_decay = 0.1;
+};
+
+// Linear warmup over `warmup` steps to lr_max, then cosine decay to lr_min at
+// step `total`:  lr(s) = lr_max·(s+1)/warmup for s < warmup, else
+// lr_min + ½(lr_max − lr_min)(1 + cos(π·p)), p = (s − warmup)/max(1, total − warmup) ∈ [0, 1].
+double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min);
+
+// sqrt(Σ g²) over the arena, in double, deterministic for a given thread count.
+double global_norm(const float* g, int64_t n);
+// g *= min(1, max_norm / (norm + 1e-6)) when max_norm > 0 (torch clip_grad_norm_).
+void clip_gradients(float* g, int64_t n, double norm, double max_norm);
+
+class AdamW {
+ public:
+  AdamW(const ParamLayout& layout, AdamWConfig cfg);
+  // One update at 1-based step t:  p ← p·(1 − lr·wd) (decayed tensors only);
+  // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
+  // p ← p − lr · (m / (1 − β1ᵗ)) / (sqrt(v / (1 − β2ᵗ)) + eps).
+  void step(float* params, const float* grads, double lr, int64_t t);
+  float* m() { return m_.data(); }
+  float* v() { return v_.data(); }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  const ParamLayout& layout_;
+  AdamWConfig cfg_;
+  Buffer m_, v_;
+};
+
+}  // namespace attnres
