@@ -1,0 +1,245 @@
+// io_test.cpp — safetensors, token files and configs: round trips, and every
+// malformed input named in issue 2 rejected with an Error that names the file
+// and the problem.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "io/safetensors.h"
+#include "io/token_file.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace attnres {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = (fs::temp_directory_path() / ("attnres_test_" + std::to_string(::getpid()) + "_" +
+                                          std::to_string(counter_++)))
+                .string();
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  static inline int counter_ = 0;
+};
+
+// Expects `fn` to throw an Error whose message contains every fragment.
+template <class Fn>
+void expect_error(Fn&& fn, std::initializer_list<std::string> fragments) {
+  try {
+    fn();
+    ADD_FAILURE() << "no error thrown";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& f : fragments) EXPECT_NE(msg.find(f), std::string::npos) << "'" << f << "' not in: " << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << "multi-line message: " << msg;
+  }
+}
+
+// A safetensors file from a header string and a data section.
+std::string raw_safetensors(const std::string& header, size_t data_bytes) {
+  uint64_t n = header.size();
+  std::string out(reinterpret_cast<const char*>(&n), 8);
+  return out + header + std::string(data_bytes, '\0');
+}
+
+TEST(SafeTensors, RoundTripF32AndI32) {
+  TempDir tmp;
+  SafeTensorsWriter w;
+  std::vector<float> a = {1.5f, -2.f, 3.25f, 0.f, 7.f, 8.f};
+  std::vector<int32_t> b = {4, -5};
+  w.add_f32("a", {2, 3}, a);
+  w.add_i32("b", {2}, b);
+  w.add_f32("s", {}, std::vector<float>{42.f});
+  w.write(tmp / "x.safetensors");
+  SafeTensorsReader r(tmp / "x.safetensors");
+  EXPECT_EQ(r.read_float("a"), a);
+  EXPECT_EQ(r.read_i32("b"), b);
+  EXPECT_EQ(r.info("s").shape.size(), 0u);
+  EXPECT_EQ(r.read_float("s")[0], 42.f);
+  const std::vector<int64_t> shape = {2, 3};
+  std::vector<float> out(6);
+  r.read_float("a", shape, out);
+  EXPECT_EQ(out, a);
+}
+
+TEST(SafeTensors, ReadsBf16AndF16) {
+  TempDir tmp;
+  // 1.0, -2.5 in BF16 and F16; 65504 (max half) and a subnormal half.
+  const uint16_t bf16[2] = {0x3F80, 0xC020};
+  const uint16_t f16[3] = {0x3C00, 0x7BFF, 0x0001};
+  std::string header =
+      R"({"b":{"dtype":"BF16","shape":[2],"data_offsets":[0,4]},"h":{"dtype":"F16","shape":[3],"data_offsets":[4,10]}})";
+  std::string file = raw_safetensors(header, 0);
+  file.append(reinterpret_cast<const char*>(bf16), 4);
+  file.append(reinterpret_cast<const char*>(f16), 6);
+  write_file_atomic(tmp / "h.safetensors", file);
+  SafeTensorsReader r(tmp / "h.safetensors");
+  EXPECT_EQ(r.read_float("b"), (std::vector<float>{1.f, -2.5f}));
+  auto h = r.read_float("h");
+  EXPECT_EQ(h[0], 1.f);
+  EXPECT_EQ(h[1], 65504.f);
+  EXPECT_FLOAT_EQ(h[2], std::ldexp(1.f, -24));
+}
+
+TEST(SafeTensors, RejectsMalformedFiles) {
+  TempDir tmp;
+  const std::string p = tmp / "bad.safetensors";
+  // Shorter than the 8-byte length.
+  write_file_atomic(p, "abc");
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "not a safetensors file"});
+  // Header length past the end of the file.
+  {
+    uint64_t n = 1000;
+    write_file_atomic(p, std::string(reinterpret_cast<const char*>(&n), 8) + "{}");
+    expect_error([&] { SafeTensorsReader r(p); }, {p, "header length 1000 runs past the end"});
+  }
+  // Malformed JSON.
+  write_file_atomic(p, raw_safetensors("{not json", 0));
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "malformed safetensors header"});
+  // Offsets out of range.
+  write_file_atomic(p, raw_safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "tensor a", "out of range"});
+  // Byte range does not match the shape.
+  write_file_atomic(p, raw_safetensors(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,16]}})", 16));
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "tensor a", "do not hold shape [3]"});
+  // Overlapping tensors.
+  write_file_atomic(p, raw_safetensors(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                                       R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
+                                       12));
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "overlap"});
+  // Unknown dtype.
+  write_file_atomic(p, raw_safetensors(R"({"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,8]}})", 8));
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "unknown dtype Q4"});
+  // Missing file.
+  expect_error([&] { SafeTensorsReader r(tmp / "nope.safetensors"); }, {"nope.safetensors", "cannot open"});
+}
+
+TEST(SafeTensors, WrongShapeDtypeOrMissingTensorIsAnError) {
+  TempDir tmp;
+  SafeTensorsWriter w;
+  w.add_f32("a", {2, 2}, std::vector<float>(4));
+  w.add_i32("i", {1}, std::vector<int32_t>(1));
+  w.write(tmp / "x.safetensors");
+  SafeTensorsReader r(tmp / "x.safetensors");
+  std::vector<float> out(4);
+  const std::vector<int64_t> wrong = {4};
+  expect_error([&] { r.read_float("a", wrong, out); }, {"x.safetensors", "tensor a has shape [2, 2], expected [4]"});
+  expect_error([&] { r.read_float("i"); }, {"tensor i has dtype I32, expected a float type"});
+  expect_error([&] { r.info("b"); }, {"x.safetensors", "missing tensor b"});
+}
+
+TEST(Checkpoint, LoadParamsChecksEveryTensor) {
+  TempDir tmp;
+  Config c = Config::from_json({{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 4}, {"intermediate_size", 12},
+                                {"vocab_size", 11}},
+                               "test");
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total(), 0.5f), q(layout.total(), 0.f);
+  write_model_files(tmp.path(), c, layout, p.data());
+  load_params(tmp / "model.safetensors", layout, q.data());
+  for (const auto& s : layout.specs())
+    for (int64_t i = 0; i < s.numel; ++i) ASSERT_EQ(q[s.offset + i], 0.5f) << s.name;
+  // Drop one tensor: a clear error naming it.
+  SafeTensorsWriter w;
+  for (const auto& s : layout.specs())
+    if (s.name != "model.layers.0.mlp.up_proj.weight") w.add_f32(s.name, s.shape, {p.data() + s.offset, (size_t)s.numel});
+  w.write(tmp / "missing.safetensors");
+  expect_error([&] { load_params(tmp / "missing.safetensors", layout, q.data()); },
+               {"missing.safetensors", "missing tensor model.layers.0.mlp.up_proj.weight"});
+}
+
+TEST(TokenFile, RoundTripBothVersions) {
+  TempDir tmp;
+  std::vector<uint32_t> small = {1, 2, 65535, 0, 7};
+  write_token_file(tmp / "a.bin", small);
+  TokenFile a(tmp / "a.bin");
+  EXPECT_EQ(a.version(), 1);
+  ASSERT_EQ(a.size(), small.size());
+  for (size_t i = 0; i < small.size(); ++i) EXPECT_EQ(a[i], small[i]);
+  std::vector<uint32_t> big = {70000, 3, 151935};
+  write_token_file(tmp / "b.bin", big);
+  TokenFile b(tmp / "b.bin");
+  EXPECT_EQ(b.version(), 2);
+  for (size_t i = 0; i < big.size(); ++i) EXPECT_EQ(b[i], big[i]);
+  std::vector<int32_t> out(2);
+  b.read(1, out);
+  EXPECT_EQ(out[0], 3);
+  EXPECT_EQ(out[1], 151935);
+}
+
+TEST(TokenFile, RejectsWrongFormat) {
+  TempDir tmp;
+  const std::string p = tmp / "t.bin";
+  write_file_atomic(p, "hello");
+  expect_error([&] { TokenFile f(p); }, {p, "shorter than the 1024-byte header"});
+  std::vector<int32_t> header(256, 0);
+  header[0] = 12345;
+  write_file_atomic(p, std::string(reinterpret_cast<char*>(header.data()), 1024));
+  expect_error([&] { TokenFile f(p); }, {p, "magic 12345"});
+  header[0] = kTokenFileMagic;
+  header[1] = 3;
+  write_file_atomic(p, std::string(reinterpret_cast<char*>(header.data()), 1024));
+  expect_error([&] { TokenFile f(p); }, {p, "unsupported token file version 3"});
+  header[1] = 1;
+  header[2] = 10;  // says 10 tokens, holds 3
+  write_file_atomic(p, std::string(reinterpret_cast<char*>(header.data()), 1024) + std::string(6, '\0'));
+  expect_error([&] { TokenFile f(p); }, {p, "header says 10 tokens"});
+  expect_error([&] { TokenFile f(tmp / "none.bin"); }, {"none.bin", "cannot open"});
+}
+
+TEST(TokenFile, TokenIdsAtOrAboveVocabAreAnError) {
+  TempDir tmp;
+  write_token_file(tmp / "v.bin", std::vector<uint32_t>{1, 2, 97, 3});
+  TokenFile f(tmp / "v.bin");
+  f.check_vocab(98);
+  expect_error([&] { f.check_vocab(97); }, {"v.bin", "token id 97 at position 2", "vocab_size 97"});
+}
+
+TEST(Config, RejectsMissingMalformedAndInconsistent) {
+  TempDir tmp;
+  expect_error([&] { Config::load(tmp / "config.json"); }, {"config.json", "cannot open"});
+  write_file_atomic(tmp / "config.json", "{ \"hidden_size\": 8, ");
+  expect_error([&] { Config::load(tmp / "config.json"); }, {"config.json", "malformed JSON"});
+  nlohmann::json j = {{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                      {"intermediate_size", 12}, {"vocab_size", 11}, {"some_unknown_field", "ignored"}};
+  Config ok = Config::from_json(j, "cfg");
+  EXPECT_EQ(ok.hd, 4);  // head_dim defaults to d / H
+  EXPECT_EQ(ok.KV, 2);
+  auto missing = j;
+  missing.erase("vocab_size");
+  expect_error([&] { Config::from_json(missing, "cfg.json"); }, {"cfg.json", "missing required field \"vocab_size\""});
+  auto wrong_type = j;
+  wrong_type["hidden_size"] = "eight";
+  expect_error([&] { Config::from_json(wrong_type, "cfg.json"); }, {"cfg.json", "\"hidden_size\" must be an integer"});
+  auto gqa = j;
+  gqa["num_key_value_heads"] = 3;
+  expect_error([&] { Config::from_json(gqa, "cfg.json"); }, {"cfg.json", "multiple of num_key_value_heads"});
+  auto mode = j;
+  mode["attnres_mode"] = "sideways";
+  expect_error([&] { Config::from_json(mode, "cfg.json"); }, {"cfg.json", "unknown attnres_mode \"sideways\""});
+  // Round trip through to_json.
+  Config back = Config::from_json(ok.to_json(), "back");
+  EXPECT_EQ(back.to_json(), ok.to_json());
+}
+
+}  // namespace
+}  // namespace attnres

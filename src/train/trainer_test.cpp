@@ -1,0 +1,165 @@
+// trainer_test.cpp — schedule, AdamW, clipping, data windows, and the
+// promise of `--resume`: a resumed run continues bit-identically.
+#include "train/trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "io/token_file.h"
+#include "model/params.h"
+#include "train/data_loader.h"
+#include "train/optimizer.h"
+
+namespace attnres {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string temp_dir(const std::string& tag) {
+  auto p = fs::temp_directory_path() / ("attnres_" + tag + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p.string();
+}
+
+TEST(Schedule, WarmupThenCosine) {
+  EXPECT_DOUBLE_EQ(lr_at(0, 4, 20, 1.0, 0.1), 0.25);
+  EXPECT_DOUBLE_EQ(lr_at(3, 4, 20, 1.0, 0.1), 1.0);
+  EXPECT_DOUBLE_EQ(lr_at(4, 4, 20, 1.0, 0.1), 1.0);                  // p = 0
+  EXPECT_NEAR(lr_at(12, 4, 20, 1.0, 0.1), 0.1 + 0.45 * (1 + std::cos(M_PI * 0.5)), 1e-12);
+  EXPECT_DOUBLE_EQ(lr_at(20, 4, 20, 1.0, 0.1), 0.1);                 // p = 1
+  EXPECT_DOUBLE_EQ(lr_at(50, 4, 20, 1.0, 0.1), 0.1);                 // clamped
+}
+
+TEST(Clip, GlobalNorm) {
+  std::vector<float> g = {3, 4, 0, 0, 0};
+  const double n = global_norm(g.data(), 5);
+  EXPECT_DOUBLE_EQ(n, 5.0);
+  clip_gradients(g.data(), 5, n, 1.0);
+  EXPECT_NEAR(g[0], 0.6, 1e-6);
+  EXPECT_NEAR(g[1], 0.8, 1e-6);
+  std::vector<float> small = {0.1f};
+  clip_gradients(small.data(), 1, 0.1, 1.0);  // below the threshold: untouched
+  EXPECT_EQ(small[0], 0.1f);
+}
+
+TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMatrices) {
+  Config c = Config::from_json({{"hidden_size", 4}, {"num_hidden_layers", 1}, {"num_attention_heads", 1},
+                                {"num_key_value_heads", 1}, {"head_dim", 4}, {"intermediate_size", 4},
+                                {"vocab_size", 5}},
+                               "test");
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total(), 1.0f), g(layout.total(), 0.5f);
+  AdamWConfig ac;
+  AdamW opt(layout, ac);
+  const double lr = 0.01;
+  opt.step(p.data(), g.data(), lr, 1);
+  // t = 1: m̂ = g, v̂ = g², update = lr·g/(|g| + eps).
+  const double upd = lr * 0.5 / (0.5 + ac.eps);
+  for (const auto& s : layout.specs()) {
+    const double want = (s.decay ? 1.0 - lr * ac.weight_decay : 1.0) - upd;
+    EXPECT_NEAR(p[s.offset], want, 1e-6) << s.name;
+    EXPECT_EQ(s.decay, s.name.find("proj") != std::string::npos || s.name.find("embed") != std::string::npos)
+        << s.name;
+  }
+}
+
+TEST(DataLoader, WindowsShareOneBoundaryTokenAndWrap) {
+  const std::string dir = temp_dir("loader");
+  std::vector<uint32_t> toks(23);
+  for (uint32_t i = 0; i < toks.size(); ++i) toks[i] = i;
+  write_token_file(dir + "/a.bin", toks);
+  DataLoader dl(dir + "/a.bin", 2, 5, 100);  // B·T = 10, window 11
+  std::vector<int32_t> in(10), tg(10);
+  dl.next(in.data(), tg.data());
+  EXPECT_EQ(in[0], 0);
+  EXPECT_EQ(in[9], 9);
+  EXPECT_EQ(tg[9], 10);
+  dl.next(in.data(), tg.data());
+  EXPECT_EQ(in[0], 10);
+  EXPECT_EQ(tg[9], 20);
+  EXPECT_EQ(dl.position().epoch, 1);  // 20 + 11 > 23: wrapped
+  dl.next(in.data(), tg.data());
+  EXPECT_EQ(in[0], 0);
+  EXPECT_THROW(DataLoader(dir + "/a.bin", 2, 5, 20), Error);  // ids up to 22 ≥ vocab 20
+  EXPECT_THROW(DataLoader(dir + "/a.bin", 4, 8, 100), Error);  // too short for one batch
+  EXPECT_THROW(DataLoader(dir + "/*.none", 1, 2, 100), Error);
+  fs::remove_all(dir);
+}
+
+std::string slurp(const std::string& p) { return read_file(p); }
+
+TEST(Trainer, ResumeIsBitIdentical) {
+  const std::string dir = temp_dir("resume");
+  std::vector<uint32_t> toks(4000);
+  uint64_t x = 7;
+  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
+  write_token_file(dir + "/train.bin", toks);
+  write_token_file(dir + "/val.bin", std::vector<uint32_t>(toks.begin(), toks.begin() + 300));
+
+  TrainOptions o;
+  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                               {"vocab_size", 64}, {"tie_word_embeddings", false}},
+                              "test");
+  o.data = dir + "/train.bin";
+  o.val_data = dir + "/val.bin";
+  o.steps = 6;
+  o.batch = 2;
+  o.seq_len = 16;
+  o.accum = 2;
+  o.warmup = 2;
+  o.ckpt_every = 3;
+  o.quiet = true;
+  o.out_dir = dir + "/a";
+  TrainResult a = train(o);
+  EXPECT_EQ(a.steps_done, 6);
+  ASSERT_TRUE(fs::exists(dir + "/a/step_00000003/model.safetensors"));
+  EXPECT_EQ(slurp(dir + "/a/latest"), "step_00000006\n");
+
+  o.out_dir = dir + "/b";
+  o.resume = dir + "/a/step_00000003";
+  TrainResult b = train(o);
+  EXPECT_EQ(b.final_loss, a.final_loss);
+  EXPECT_EQ(b.val_loss, a.val_loss);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(slurp(dir + "/a/step_00000006/" + f) == slurp(dir + "/b/step_00000006/" + f)) << f;
+
+  // A resume with different settings is refused, naming the setting.
+  o.lr *= 2;
+  o.out_dir = dir + "/c";
+  try {
+    train(o);
+    ADD_FAILURE() << "resume with another lr was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("setting 'lr'"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Trainer, UnwritableOutputIsAnErrorBeforeTraining) {
+  TrainOptions o;
+  o.model = Config::from_json({{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 1},
+                               {"intermediate_size", 8}, {"vocab_size", 8}},
+                              "test");
+  o.data = "/nonexistent.bin";
+  o.out_dir = "/proc/attnres_out";
+  o.quiet = true;
+  try {
+    train(o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/proc/attnres_out"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attnres
