@@ -47,7 +47,6 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "attnres: unknown command '%s'\n", argv[1]);
-  usage(stderr);
+  std::fprintf(stderr, "attnres: unknown command '%s' (attnres --help lists them)\n", argv[1]);
   return 2;
 }

@@ -1,0 +1,166 @@
+// cli_test.cpp — the `attnres` program end to end: help, JSON outputs, and the
+// bad inputs of issue 2, each answered by one clear line on stderr that names
+// the file and the problem, and a non-zero exit.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "io/token_file.h"
+#include "model/config.h"
+#include "core/rng.h"
+#include "model/params.h"
+
+namespace attnres {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+Result run(const std::string& args) {
+  const std::string err_path = fs::temp_directory_path() / ("attnres_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(ATTNRES_BINARY) + " " + args + " 2>" + err_path;
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, k);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = read_file(err_path);
+  fs::remove(err_path);
+  return r;
+}
+
+// The failure contract: non-zero exit, exactly one line on stderr, containing every fragment.
+void expect_clear_error(const Result& r, std::initializer_list<std::string> fragments) {
+  EXPECT_NE(r.status, 0);
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "'" << f << "' not in: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attnres_cli_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/model");
+    cfg_ = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                              {"vocab_size", 50}},
+                             "test");
+    ParamLayout layout(cfg_);
+    std::vector<float> p(layout.total());
+    Rng rng(3);
+    init_params(layout, cfg_, p.data(), rng);
+    write_model_files(dir_ + "/model", cfg_, layout, p.data());
+    std::vector<uint32_t> toks(200);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 13) % 50);
+    write_token_file(dir_ + "/ok.bin", toks);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string dir_;
+  Config cfg_;
+};
+
+TEST_F(Cli, HelpListsCommandsAndFlags) {
+  Result r = run("--help");
+  EXPECT_EQ(r.status, 0);
+  for (const char* c : {"train", "eval", "bench"}) EXPECT_NE(r.out.find(c), std::string::npos) << c;
+  r = run("train --help");
+  EXPECT_EQ(r.status, 0);
+  EXPECT_NE(r.out.find("--resume"), std::string::npos);
+  expect_clear_error(run("frobnicate"), {"unknown command 'frobnicate'"});
+}
+
+TEST_F(Cli, EvalJson) {
+  Result r = run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 3 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"], 199);  // every token after the first, once
+  EXPECT_GT(j["loss"].get<double>(), 0);
+  EXPECT_NEAR(j["ppl"].get<double>(), std::exp(j["loss"].get<double>()), 1e-9 * j["ppl"].get<double>());
+}
+
+TEST_F(Cli, BenchJson) {
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  Result r = run("bench --config " + dir_ + "/bench.json --batch 1 --seq-len 8 --steps 1 --peak-gflops 100 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  for (const char* k : {"mode", "tok_per_s", "mfu", "peak_rss_bytes"}) EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_GT(j["tok_per_s"].get<double>(), 0);
+  EXPECT_GT(j["peak_rss_bytes"].get<double>(), 1e6);
+}
+
+TEST_F(Cli, MissingOrMalformedConfig) {
+  fs::create_directories(dir_ + "/empty");
+  expect_clear_error(run("eval --model " + dir_ + "/empty --data " + dir_ + "/ok.bin"),
+                     {dir_ + "/empty", "neither config.json"});
+  write_file_atomic(dir_ + "/model/config.json", "{\"hidden_size\": 16,,}");
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {"config.json", "malformed JSON"});
+  write_file_atomic(dir_ + "/model/config.json", "{\"hidden_size\": 16}");
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {"config.json", "missing required field \"num_hidden_layers\""});
+  expect_clear_error(run("train --config " + dir_ + "/nope.json --data x --out y"), {"nope.json", "cannot open"});
+}
+
+TEST_F(Cli, BadSafetensors) {
+  const std::string st = dir_ + "/model/model.safetensors";
+  std::string bytes = read_file(st);
+  write_file_atomic(st, bytes.substr(0, bytes.size() / 2));  // truncated
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {"model.safetensors", "out of range"});
+  write_file_atomic(st, bytes.substr(0, 20));  // header length past the end
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {"model.safetensors", "runs past the end"});
+  // A tensor of the wrong shape: the file was written for another hidden size.
+  Config other = cfg_;
+  other.F = 20;
+  ParamLayout ol(other);
+  std::vector<float> p(ol.total());
+  write_model_files(dir_ + "/model", other, ol, p.data());
+  write_file_atomic(dir_ + "/model/config.json", cfg_.to_json().dump());
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {"model.safetensors", "mlp.gate_proj.weight has shape [20, 16], expected [24, 16]"});
+}
+
+TEST_F(Cli, BadTokenFiles) {
+  write_token_file(dir_ + "/big.bin", std::vector<uint32_t>{1, 2, 3, 50, 4});
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/big.bin"),
+                     {"big.bin", "token id 50 at position 3 is >= vocab_size 50"});
+  write_file_atomic(dir_ + "/text.bin", std::string(2000, 'a'));
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/text.bin"),
+                     {"text.bin", "not a token file"});
+  expect_clear_error(run("train --config " + dir_ + "/model/config.json --data " + dir_ + "/big.bin --out " + dir_ +
+                         "/run"),
+                     {"big.bin", "token id 50"});
+}
+
+TEST_F(Cli, UnwritableOutput) {
+  expect_clear_error(run("train --config " + dir_ + "/model/config.json --data " + dir_ + "/ok.bin --out /proc/x/y"),
+                     {"/proc/x/y", "not writable"});
+}
+
+TEST_F(Cli, BadFlags) {
+  expect_clear_error(run("eval --modle x"), {"unknown flag --modle"});
+  expect_clear_error(run("train --steps many --data a --out b"), {"--steps expects an integer"});
+  expect_clear_error(run("eval --model"), {"--model needs a value"});
+}
+
+}  // namespace
+}  // namespace attnres
