@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Sets everything up (Debian packages, build, test fixtures) and runs the tests.
+# Usage: scripts/test.sh [extra ctest arguments]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ATTNRES_WERROR="${ATTNRES_WERROR:-ON}" scripts/setup.sh
+if [ -x scripts/fetch_tokenizer_fixtures.sh ]; then scripts/fetch_tokenizer_fixtures.sh; fi
+ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
