@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 PACKAGES=(build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev
   libutf8proc-dev zlib1g-dev libgtest-dev
-  python3 python3-torch python3-numpy)
+  python3 python3-torch python3-numpy
+  nodejs python3.11-doc dict-gcide)  # tokenizer fixtures (npm); default corpus text
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -7,5 +7,8 @@ namespace attnres {
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
+int cmd_tokenize(int argc, char** argv);
+int cmd_tokenizer_train(int argc, char** argv);
+int cmd_prepare(int argc, char** argv);
 
 }  // namespace attnres

@@ -1,0 +1,257 @@
+// prepare.cpp — see prepare.h.
+#include "data/prepare.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <iomanip>
+#include <span>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/file_util.h"
+#include "io/token_file.h"
+#include "tokenizer/hash_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace attnres {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string mb(uint64_t bytes) { return cat(std::fixed, std::setprecision(1), double(bytes) / 1e6, " MB"); }
+
+int resolve_threads(int t) { return t > 0 ? t : std::max(1, omp_get_num_procs()); }
+
+// A part cut into pieces of about `bytes` at token-preserving places.
+struct Piece {
+  size_t part;
+  std::string_view text;
+};
+void cut_pieces(const std::vector<DocPart>& parts, size_t bytes,
+                const std::function<size_t(std::string_view, size_t)>& cut, std::vector<Piece>& out) {
+  out.clear();
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string_view t = parts[i].text;
+    size_t b = 0;
+    while (b < t.size()) {
+      const size_t e = b + bytes >= t.size() ? t.size() : b + cut(t.substr(b), bytes);
+      out.push_back({i, t.substr(b, e - b)});
+      b = e;
+    }
+  }
+}
+
+constexpr size_t kPieceBytes = 256 << 10;
+
+// Writes one split as one file or as shards of about shard_tokens.
+class SplitWriter {
+ public:
+  SplitWriter(std::string dir, std::string name, int version, uint64_t shard_tokens)
+      : dir_(std::move(dir)), name_(std::move(name)), version_(version), shard_tokens_(shard_tokens) {}
+  void append(std::span<const uint32_t> ids) {
+    while (!ids.empty()) {
+      if (!w_) open();
+      const size_t n = shard_tokens_ > 0 ? std::min<size_t>(ids.size(), shard_tokens_ - w_->count()) : ids.size();
+      w_->append(ids.first(n));
+      ids = ids.subspan(n);
+      if (shard_tokens_ > 0 && w_->count() >= shard_tokens_) close_shard();
+    }
+  }
+  void close() {
+    if (!w_ && files_.empty()) open();  // an empty split still gets its file
+    close_shard();
+  }
+  const std::vector<std::string>& files() const { return files_; }
+
+ private:
+  std::string dir_, name_;
+  int version_;
+  uint64_t shard_tokens_;
+  std::unique_ptr<TokenFileWriter> w_;
+  std::vector<std::string> files_;
+
+  void open() {
+    char suffix[32];
+    std::snprintf(suffix, sizeof suffix, "_%06zu", files_.size());
+    const std::string path = dir_ + "/" + name_ + (shard_tokens_ > 0 ? suffix : "") + ".bin";
+    w_ = std::make_unique<TokenFileWriter>(path, version_);
+    files_.push_back(path);
+  }
+  void close_shard() {
+    if (w_) w_->close();
+    w_.reset();
+  }
+};
+
+}  // namespace
+
+Progress::Progress(FILE* out, std::string label, uint64_t total_bytes)
+    : out_(out), label_(std::move(label)), total_(total_bytes), tty_(out && isatty(fileno(out))), start_(now_s()) {}
+
+void Progress::update(uint64_t done, const std::string& detail) {
+  if (!out_) return;
+  const double t = now_s();
+  if (t - last_ < (tty_ ? 0.1 : 10.0)) return;
+  last_ = t;
+  const double frac = total_ ? std::min(1.0, double(done) / double(total_)) : 0.0;
+  const double el = t - start_;
+  const double eta = frac > 0.01 ? el * (1 - frac) / frac : 0.0;
+  if (tty_) {
+    const int width = 30, fill = int(frac * width);
+    std::fprintf(out_, "\r%s [%s%s] %3.0f%% %s  %.0fs (eta %.0fs)\033[K", label_.c_str(), std::string(fill, '#').c_str(),
+                 std::string(width - fill, '.').c_str(), 100 * frac, detail.c_str(), el, eta);
+  } else {
+    std::fprintf(out_, "%s: %3.0f%% %s  %.0fs (eta %.0fs)\n", label_.c_str(), 100 * frac, detail.c_str(), el, eta);
+  }
+  std::fflush(out_);
+  shown_ = true;
+}
+
+void Progress::finish(const std::string& detail) {
+  if (!out_) return;
+  if (tty_ && shown_) std::fputs("\r\033[K", out_);
+  std::fprintf(out_, "%s: done in %.1fs, %s\n", label_.c_str(), now_s() - start_, detail.c_str());
+  std::fflush(out_);
+}
+
+bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction) {
+  if (val_fraction <= 0) return false;
+  if (val_fraction >= 1) return true;
+  const uint64_t h = mix64(mix64(seed) ^ (doc * 0x9e3779b97f4a7c15ULL));
+  return double(h >> 11) * 0x1.0p-53 < val_fraction;
+}
+
+PrepareSummary prepare_corpus(const PrepareOptions& opt) {
+  const double t0 = now_s();
+  const Tokenizer tok = Tokenizer::load(opt.tokenizer);
+  const uint32_t eos = tok.eos_id();
+  const int version = tok.vocab_size() <= 65536 ? 1 : 2;
+  const int threads = resolve_threads(opt.threads);
+  if (opt.val_fraction < 0 || opt.val_fraction >= 1) fail("--val-fraction must be in [0, 1), got ", opt.val_fraction);
+
+  CorpusOptions copt = opt.corpus;
+  copt.cut = [&tok](std::string_view t, size_t at) { return tok.cut_point(t, at); };
+  CorpusReader reader(copt);
+  std::error_code ec;
+  std::filesystem::create_directories(opt.out_dir, ec);
+  if (ec) fail(opt.out_dir, ": cannot create directory: ", ec.message());
+
+  SplitWriter writers[2] = {SplitWriter(opt.out_dir, "train", version, opt.shard_tokens),
+                            SplitWriter(opt.out_dir, "val", version, opt.shard_tokens)};
+  std::vector<std::unique_ptr<EncodeState>> states;
+  for (int i = 0; i < threads; ++i) states.push_back(std::make_unique<EncodeState>(tok));
+
+  PrepareSummary sum;
+  Progress progress(opt.log, "prepare", reader.total_file_bytes());
+  std::vector<DocPart> parts;
+  std::vector<Piece> pieces;
+  std::vector<std::vector<uint32_t>> ids;
+  while (true) {
+    parts.clear();
+    if (!reader.next_batch(opt.batch_bytes, parts)) break;
+    cut_pieces(parts, kPieceBytes, copt.cut, pieces);
+    if (ids.size() < pieces.size()) ids.resize(pieces.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      ids[i].clear();
+      tok.encode(pieces[i].text, ids[i], *states[omp_get_thread_num()], /*match_added=*/false);
+    }
+    size_t pi = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const int split = is_val_document(opt.seed, parts[p].doc, opt.val_fraction) ? 1 : 0;
+      if (parts[p].first) {
+        writers[split].append(std::span<const uint32_t>(&eos, 1));
+        ++sum.documents[split];
+        ++sum.tokens[split];
+      }
+      for (; pi < pieces.size() && pieces[pi].part == p; ++pi) {
+        writers[split].append(ids[pi]);
+        sum.tokens[split] += ids[pi].size();
+      }
+    }
+    progress.update(reader.consumed_file_bytes(),
+                    cat(mb(reader.text_bytes()), ", ", reader.documents(), " docs, ",
+                        sum.tokens[0] + sum.tokens[1], " tokens"));
+  }
+  if (sum.documents[0] + sum.documents[1] == 0)
+    fail("the corpus has no documents (", reader.files().size(), " files, all empty?)");
+  if (opt.val_fraction > 0 && sum.documents[1] == 0)
+    fail("no document fell to val (", sum.documents[0], " documents, --val-fraction ", opt.val_fraction,
+         "): raise --val-fraction or split the text into more documents (--doc-split-kb)");
+  for (auto& w : writers) w.close();
+  sum.files[0] = writers[0].files();
+  sum.files[1] = writers[1].files();
+  sum.text_bytes = reader.text_bytes();
+  sum.seconds = now_s() - t0;
+
+  nlohmann::ordered_json manifest = {
+      {"tokenizer", opt.tokenizer},
+      {"vocab_size", tok.vocab_size()},
+      {"eos_id", eos},
+      {"token_file_version", version},
+      {"val_fraction", opt.val_fraction},
+      {"seed", opt.seed},
+      {"inputs", opt.corpus.inputs},
+      {"input_files", reader.files().size()},
+      {"text_bytes", sum.text_bytes},
+      {"train", {{"documents", sum.documents[0]}, {"tokens", sum.tokens[0]}, {"files", sum.files[0]}}},
+      {"val", {{"documents", sum.documents[1]}, {"tokens", sum.tokens[1]}, {"files", sum.files[1]}}},
+      {"seconds", sum.seconds},
+  };
+  write_file_atomic(opt.out_dir + "/prepare.json", manifest.dump(2) + "\n");
+  const uint64_t toks = sum.tokens[0] + sum.tokens[1];
+  progress.finish(cat(reader.files().size(), " files, ", sum.documents[0] + sum.documents[1], " documents (train ",
+                      sum.documents[0], ", val ", sum.documents[1], "), ", toks, " tokens (train ", sum.tokens[0],
+                      ", val ", sum.tokens[1], "), ", mb(sum.text_bytes), " of text, ", std::fixed,
+                      std::setprecision(1), double(sum.text_bytes) / 1e6 / sum.seconds, " MB/s, ",
+                      std::setprecision(2), double(sum.text_bytes) / double(std::max<uint64_t>(toks, 1)),
+                      " bytes/token, ", threads, " threads"));
+  return sum;
+}
+
+BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainerOptions& opt, int threads,
+                                   uint64_t max_bytes, FILE* log) {
+  threads = resolve_threads(threads);
+  CorpusOptions copt = corpus;
+  copt.cut = line_cut;
+  CorpusReader reader(copt);
+  const PreTokenizer pre({opt.pattern}, opt.nfc);
+  std::vector<WordCounter> counters;
+  for (int i = 0; i < threads; ++i) counters.emplace_back(pre);
+  Progress count_progress(log, "tokenizer: counting words",
+                          max_bytes ? std::min<uint64_t>(max_bytes, reader.total_file_bytes())
+                                    : reader.total_file_bytes());
+  std::vector<DocPart> parts;
+  std::vector<Piece> pieces;
+  while (!max_bytes || reader.text_bytes() < max_bytes) {
+    parts.clear();
+    if (!reader.next_batch(4 << 20, parts)) break;
+    cut_pieces(parts, kPieceBytes, copt.cut, pieces);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+    for (size_t i = 0; i < pieces.size(); ++i) counters[omp_get_thread_num()].add(pieces[i].text);
+    count_progress.update(max_bytes ? reader.text_bytes() : reader.consumed_file_bytes(),
+                          cat(mb(reader.text_bytes()), ", ", reader.documents(), " docs"));
+  }
+  for (int i = 1; i < threads; ++i) counters[0].merge_from(counters[i]);
+  if (counters[0].total_words() == 0) fail("tokenizer training corpus is empty");
+  count_progress.finish(cat(mb(reader.text_bytes()), ", ", counters[0].total_words(), " words, ",
+                            counters[0].unique_words(), " distinct"));
+
+  const size_t reserved = 256 + opt.special_tokens.size();
+  Progress merge_progress(log, "tokenizer: merging", opt.vocab_size > reserved ? opt.vocab_size - reserved : 1);
+  BpeModel m = train_bpe(counters[0].counts(), opt, [&](size_t done, size_t wanted) {
+    merge_progress.update(done, cat(done, "/", wanted, " tokens"));
+  });
+  merge_progress.finish(cat(m.merges.size(), " merges, vocabulary ", m.vocab_size()));
+  return m;
+}
+
+}  // namespace attnres

@@ -1,0 +1,71 @@
+// prepare.h — corpus -> token shards (the llm.c .bin format of io/token_file.h).
+//
+// Streams the corpus (corpus.h) in batches of a few MB, encodes the batch's
+// documents in parallel (OpenMP, dynamic schedule over ~256 KB pieces cut at
+// token-preserving places, one EncodeState per thread), and appends the ids in
+// corpus order to train or val: each document goes whole to one split, chosen
+// by a hash of (seed, document index), and is preceded by <|endoftext|>.
+// Special-token text inside documents is encoded as plain text.  Memory stays
+// bounded by the batch size whatever the corpus size.
+//
+// train_tokenizer_on_corpus counts words over the same stream in parallel and
+// trains a byte-level BPE (trainer.h).  Neither prints anything but progress
+// and one closing summary to the given stream.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "data/corpus.h"
+#include "tokenizer/trainer.h"
+
+namespace attnres {
+
+// Prints a progress bar when `out` is a terminal, else a line every ~10 s.
+class Progress {
+ public:
+  Progress(FILE* out, std::string label, uint64_t total_bytes);
+  void update(uint64_t done_bytes, const std::string& detail);
+  void finish(const std::string& detail);
+
+ private:
+  FILE* out_;
+  std::string label_;
+  uint64_t total_;
+  bool tty_;
+  double start_, last_ = -1e9;
+  bool shown_ = false;
+};
+
+struct PrepareOptions {
+  CorpusOptions corpus;
+  std::string tokenizer;       // tokenizer.json
+  std::string out_dir;         // train.bin / val.bin (or train_NNNNNN.bin shards) and prepare.json go here
+  double val_fraction = 0.005;  // share of documents for val
+  uint64_t seed = 1337;
+  int threads = 0;               // 0: all cores
+  size_t batch_bytes = 4 << 20;  // text per batch
+  uint64_t shard_tokens = 0;     // > 0: start a new shard after this many tokens
+  FILE* log = stderr;            // progress and summary; nullptr: silent
+};
+
+struct PrepareSummary {
+  uint64_t documents[2] = {0, 0};  // train, val
+  uint64_t tokens[2] = {0, 0};     // including one <|endoftext|> per document
+  uint64_t text_bytes = 0;         // uncompressed
+  double seconds = 0;
+  std::vector<std::string> files[2];  // the shards written, train and val
+};
+
+PrepareSummary prepare_corpus(const PrepareOptions& opt);
+
+// Word counts over (the first `max_bytes` of, 0: all) the corpus, then BPE training.
+BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainerOptions& opt, int threads,
+                                   uint64_t max_bytes, FILE* log);
+
+// Document `doc` belongs to val: a hash of (seed, doc) below val_fraction.
+bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction);
+
+}  // namespace attnres
