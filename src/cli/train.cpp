@@ -5,6 +5,7 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "core/parallel.h"
+#include "io/checkpoint.h"
 #include "model/presets.h"
 #include "train/trainer.h"
 
@@ -13,7 +14,8 @@ namespace attnres {
 int cmd_train(int argc, char** argv) {
   Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.",
           {
-              {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json"},
+              {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json "
+                                 "(default with --init/--resume: the checkpoint's)"},
               {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
               {"init", "", "model or run directory to fine-tune from (default: random init)"},
               {"data", "", "training tokens: a .bin token file or a glob of shards (required)"},
@@ -43,7 +45,11 @@ int cmd_train(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   set_threads(static_cast<int>(f.i64("threads")));
   TrainOptions o;
-  o.model = load_config(f.str("config"));
+  // The model shape comes from --config, else from the checkpoint being
+  // resumed or fine-tuned.
+  const std::string from = !f.str("resume").empty() ? f.str("resume") : f.str("init");
+  o.model = f.given("config") || from.empty() ? load_config(f.str("config"))
+                                              : Config::load(resolve_model_dir(from) + "/config.json");
   if (!f.str("mode").empty()) o.model.mode = parse_mode(f.str("mode"));
   o.init_from = f.str("init");
   o.data = f.str("data");

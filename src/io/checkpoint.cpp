@@ -21,14 +21,21 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
     w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
 }
 
-void read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float* base, const std::string& prefix) {
+int64_t read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float* base, const std::string& prefix,
+                   bool keep_missing_routing = false) {
+  int64_t kept = 0;
   for (const auto& s : layout.specs()) {
     const std::string name = prefix + s.name;
+    if (keep_missing_routing && !r.has(name) && is_routing_param(s.name)) {
+      ++kept;
+      continue;
+    }
     // A 0-dim scalar (the reference's gates) is also accepted as [1].
     const std::vector<int64_t> one = {1};
     const bool scalar_as_1 = s.shape.empty() && r.has(name) && r.info(name).shape == one;
     r.read_float(name, scalar_as_1 ? one : s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
   }
+  return kept;
 }
 
 bool is_dir(const std::string& p) {
@@ -46,9 +53,15 @@ void write_model_files(const std::string& dir, const Config& c, const ParamLayou
   w.write(dir + "/model.safetensors");
 }
 
-void load_params(const std::string& path, const ParamLayout& layout, float* params) {
+bool is_routing_param(const std::string& name) {
+  for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha"})
+    if (name.find(key) != std::string::npos) return true;
+  return false;
+}
+
+int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bool keep_missing_routing) {
   SafeTensorsReader r(path);
-  read_arena(r, layout, params, "");
+  return read_arena(r, layout, params, "", keep_missing_routing);
 }
 
 std::string resolve_model_dir(const std::string& path) {

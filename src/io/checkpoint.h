@@ -26,8 +26,14 @@ namespace attnres {
 // Writes config.json and model.safetensors into an existing directory.
 void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params);
 // Loads every tensor of `layout` from `path` (a model.safetensors), checking
-// names, shapes and dtypes; BF16/F16/F64 are converted.
-void load_params(const std::string& path, const ParamLayout& layout, float* params);
+// names, shapes and dtypes; BF16/F16/F64 are converted.  With
+// keep_missing_routing, depth-routing tensors absent from the file keep the
+// values already in `params` (their init): this converts a plain Qwen3
+// checkpoint into a routed model for fine-tuning.  Returns how many were kept.
+int64_t load_params(const std::string& path, const ParamLayout& layout, float* params,
+                    bool keep_missing_routing = false);
+// True for the parameters that exist only with depth routing.
+bool is_routing_param(const std::string& name);
 
 // A directory that holds config.json itself, or a run directory whose
 // `latest` names one; Error otherwise.

@@ -167,6 +167,28 @@ TEST(Checkpoint, LoadParamsChecksEveryTensor) {
                {"missing.safetensors", "missing tensor model.layers.0.mlp.up_proj.weight"});
 }
 
+TEST(Checkpoint, PlainQwen3CheckpointConvertsToARoutedLayout) {
+  TempDir tmp;
+  nlohmann::json j = {{"hidden_size", 8}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                      {"num_key_value_heads", 1}, {"head_dim", 4}, {"intermediate_size", 12}, {"vocab_size", 11}};
+  Config plain = Config::from_json(j, "plain");
+  ParamLayout pl(plain);
+  std::vector<float> p(pl.total(), 0.25f);
+  write_model_files(tmp.path(), plain, pl, p.data());
+  j["attnres_mode"] = "delta";
+  j["attnres_gate_type"] = "learnable_alpha";
+  Config routed = Config::from_json(j, "routed");
+  ParamLayout rl(routed);
+  std::vector<float> q(rl.total(), -1.f);
+  // Without the conversion flag a routing tensor is simply missing.
+  expect_error([&] { load_params(tmp / "model.safetensors", rl, q.data()); },
+               {"model.safetensors", "missing tensor model.layers.0.attn_res_proj.weight"});
+  // With it, the 2 layers × 2 routers × (proj, norm, alpha) keep what was there.
+  EXPECT_EQ(load_params(tmp / "model.safetensors", rl, q.data(), true), 12);
+  for (const auto& s : rl.specs())
+    EXPECT_EQ(q[s.offset], is_routing_param(s.name) ? -1.f : 0.25f) << s.name;
+}
+
 TEST(TokenFile, RoundTripBothVersions) {
   TempDir tmp;
   std::vector<uint32_t> small = {1, 2, 65535, 0, 7};
