@@ -6,6 +6,7 @@
 
 #include <cmath>
 
+#include "ops/fast_exp.h"
 #include "ops/ops.h"
 
 namespace attnres {
@@ -29,9 +30,17 @@ double lm_head_loss(float* dx, float* dW, const float* x, const float* W, const 
       float* z = logits + r * V;
       const int32_t target = targets[r0 + r];
       float mx = z[0];
+#pragma omp simd reduction(max : mx)
       for (int64_t j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
+      // Σ exp in float per SIMD lane, lanes and blocks summed in double.
       double sum = 0.0;
-      for (int64_t j = 0; j < V; ++j) sum += std::exp(static_cast<double>(z[j] - mx));
+      for (int64_t j0 = 0; j0 < V; j0 += 256) {
+        const int64_t j1 = j0 + 256 < V ? j0 + 256 : V;
+        float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+        for (int64_t j = j0; j < j1; ++j) part += fast_exp(z[j] - mx);
+        sum += part;
+      }
       const double lse = mx + std::log(sum);
       if (target < 0) {
         if (losses_out) losses_out[r0 + r] = 0.0f;
@@ -44,7 +53,9 @@ double lm_head_loss(float* dx, float* dW, const float* x, const float* W, const 
       if (losses_out) losses_out[r0 + r] = static_cast<float>(loss);
       if (dx) {
         // dlogits = scale · (softmax − onehot)
-        for (int64_t j = 0; j < V; ++j) z[j] = scale * static_cast<float>(std::exp(z[j] - lse));
+        const float lse_f = static_cast<float>(lse);
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) z[j] = scale * fast_exp(z[j] - lse_f);
         z[target] -= scale;
       }
     }

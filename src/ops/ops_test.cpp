@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/parallel.h"
+#include "ops/fast_exp.h"
 #include "testing/check.h"
 
 namespace attnres {
@@ -82,9 +83,10 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
       rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
       return dot(out, G);
     };
-    if (C > 1)  // with C = 1 the output is sign(x)·w: flat in x
+    if (C > 1) {  // with C = 1 the output is sign(x)·w: flat in x
       EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_gradient(x, loss, 1e-3f), kFdAtol, kFdRtol))
           << "C=" << C;
+    }
     EXPECT_TRUE(all_close(to_double(dw.data(), dw.size()), fd_gradient(w, loss), kFdAtol, kFdRtol)) << "C=" << C;
     // In-place (dinp aliases dout) gives the same dinp.
     std::vector<float> inplace = G, dw2(C, 0.f);
@@ -259,6 +261,17 @@ TEST(LmHead, LossAndGradientsMatchReference) {
   auto fd_x = fd_gradient(x, loss);
   EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_x, kFdAtol, kFdRtol));
   EXPECT_TRUE(all_close(to_double(dW.data(), dW.size()), fd_gradient(W, loss), kFdAtol * 10, kFdRtol));
+}
+
+TEST(FastExp, RelativeErrorBelow3e7OverTheRange) {
+  double worst = 0;
+  for (float x = -87.0f; x <= 88.0f; x += 0.00731f) {
+    const double want = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::fabs(fast_exp(x) - want) / want);
+  }
+  EXPECT_LT(worst, 3e-7);
+  EXPECT_EQ(fast_exp(-100.f), 0.f);
+  EXPECT_EQ(fast_exp(0.f), 1.f);
 }
 
 TEST(Elementwise, Add) {
