@@ -19,6 +19,7 @@
 #include "model/config.h"
 #include "core/rng.h"
 #include "model/params.h"
+#include "testing/check.h"
 
 namespace attnres {
 namespace {
@@ -56,8 +57,7 @@ void expect_clear_error(const Result& r, std::initializer_list<std::string> frag
 class Cli : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("attnres_cli_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
+    dir_ = tmp_.path();
     fs::create_directories(dir_ + "/model");
     cfg_ = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
@@ -72,7 +72,7 @@ class Cli : public ::testing::Test {
     for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 13) % 50);
     write_token_file(dir_ + "/ok.bin", toks);
   }
-  void TearDown() override { fs::remove_all(dir_); }
+  testing::TempDir tmp_{"cli"};
   std::string dir_;
   Config cfg_;
 };

@@ -3,8 +3,6 @@
 // and the problem.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -17,28 +15,12 @@
 #include "io/token_file.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "testing/check.h"
 
 namespace attnres {
 namespace {
 
-namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    path_ = (fs::temp_directory_path() / ("attnres_test_" + std::to_string(::getpid()) + "_" +
-                                          std::to_string(counter_++)))
-                .string();
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-  static inline int counter_ = 0;
-};
+using testing::TempDir;
 
 // Expects `fn` to throw an Error whose message contains every fragment.
 template <class Fn>

@@ -17,18 +17,14 @@
 #include "model/params.h"
 #include "train/data_loader.h"
 #include "train/optimizer.h"
+#include "testing/check.h"
 
 namespace attnres {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string temp_dir(const std::string& tag) {
-  auto p = fs::temp_directory_path() / ("attnres_" + tag + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+using testing::TempDir;
 
 TEST(Schedule, WarmupThenCosine) {
   EXPECT_DOUBLE_EQ(lr_at(0, 4, 20, 1.0, 0.1), 0.25);
@@ -73,7 +69,8 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMatrices) {
 }
 
 TEST(DataLoader, WindowsShareOneBoundaryTokenAndWrap) {
-  const std::string dir = temp_dir("loader");
+  TempDir tmp("loader");
+  const std::string dir = tmp.path();
   std::vector<uint32_t> toks(23);
   for (uint32_t i = 0; i < toks.size(); ++i) toks[i] = i;
   write_token_file(dir + "/a.bin", toks);
@@ -92,13 +89,13 @@ TEST(DataLoader, WindowsShareOneBoundaryTokenAndWrap) {
   EXPECT_THROW(DataLoader(dir + "/a.bin", 2, 5, 20), Error);  // ids up to 22 ≥ vocab 20
   EXPECT_THROW(DataLoader(dir + "/a.bin", 4, 8, 100), Error);  // too short for one batch
   EXPECT_THROW(DataLoader(dir + "/*.none", 1, 2, 100), Error);
-  fs::remove_all(dir);
 }
 
 std::string slurp(const std::string& p) { return read_file(p); }
 
 TEST(Trainer, ResumeIsBitIdentical) {
-  const std::string dir = temp_dir("resume");
+  TempDir tmp("resume");
+  const std::string dir = tmp.path();
   std::vector<uint32_t> toks(4000);
   uint64_t x = 7;
   for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
@@ -142,7 +139,6 @@ TEST(Trainer, ResumeIsBitIdentical) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("setting 'lr'"), std::string::npos) << e.what();
   }
-  fs::remove_all(dir);
 }
 
 TEST(Trainer, UnwritableOutputIsAnErrorBeforeTraining) {
