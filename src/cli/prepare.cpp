@@ -1,38 +1,41 @@
 // prepare.cpp — `attnres prepare`: a corpus (text files, directories, JSONL,
 // gzip of either) -> train.bin / val.bin token files, optionally training the
 // byte-level BPE tokenizer first (--vocab-size).  See data/prepare.h.
+#include "data/prepare.h"
+
 #include <cstdio>
 #include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "data/prepare.h"
 #include "io/file_util.h"
 
 namespace attnres {
 
 int cmd_prepare(int argc, char** argv) {
-  Flags flags("prepare",
-              "Encodes a corpus into token files: OUT/train.bin, OUT/val.bin (llm.c format, uint16 when the\n"
-              "vocabulary fits) and OUT/prepare.json.  Each document is preceded by <|endoftext|>; documents\n"
-              "go to val by a seeded hash.  With --vocab-size N, first trains an N-token byte-level BPE on the\n"
-              "corpus and writes it to --tokenizer (default OUT/tokenizer.json).",
-              {
-                  {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"},
-                  {"out", "", "output directory"},
-                  {"tokenizer", "", "tokenizer.json to use (to write, with --vocab-size); default OUT/tokenizer.json"},
-                  {"vocab-size", "0", "train a BPE tokenizer of this many tokens first (0: use --tokenizer)"},
-                  {"train-mb", "0", "train the tokenizer on the first this many MB of text (0: all)"},
-                  {"min-frequency", "2", "tokenizer training: fewest occurrences of a pair to merge it"},
-                  {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"},
-                  {"doc-split-kb", "0", "text files: start a new document at a blank line after this many KB (0: one per file)"},
-                  {"val-fraction", "0.005", "share of documents that go to val"},
-                  {"seed", "1337", "seed of the train/val split"},
-                  {"shard-tokens", "0", "start a new shard (train_000000.bin, ...) after this many tokens (0: one file)"},
-                  {"threads", "0", "encoding threads (0: all cores)"},
-                  {"batch-mb", "4", "text read per batch (memory bound)"},
-              });
+  Flags flags(
+      "prepare",
+      "Encodes a corpus into token files: OUT/train.bin, OUT/val.bin (llm.c format, uint16 when the\n"
+      "vocabulary fits) and OUT/prepare.json.  Each document is preceded by <|endoftext|>; documents\n"
+      "go to val by a seeded hash.  With --vocab-size N, first trains an N-token byte-level BPE on the\n"
+      "corpus and writes it to --tokenizer (default OUT/tokenizer.json).",
+      {
+          {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"},
+          {"out", "", "output directory"},
+          {"tokenizer", "", "tokenizer.json to use (to write, with --vocab-size); default OUT/tokenizer.json"},
+          {"vocab-size", "0", "train a BPE tokenizer of this many tokens first (0: use --tokenizer)"},
+          {"train-mb", "0", "train the tokenizer on the first this many MB of text (0: all)"},
+          {"min-frequency", "2", "tokenizer training: fewest occurrences of a pair to merge it"},
+          {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"},
+          {"doc-split-kb", "0",
+           "text files: start a new document at a blank line after this many KB (0: one per file)"},
+          {"val-fraction", "0.005", "share of documents that go to val"},
+          {"seed", "1337", "seed of the train/val split"},
+          {"shard-tokens", "0", "start a new shard (train_000000.bin, ...) after this many tokens (0: one file)"},
+          {"threads", "0", "encoding threads (0: all cores)"},
+          {"batch-mb", "4", "text read per batch (memory bound)"},
+      });
   if (!flags.parse(argc, argv)) return 0;
   PrepareOptions opt;
   opt.corpus.inputs = split_commas(flags.str("input"));

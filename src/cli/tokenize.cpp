@@ -2,7 +2,6 @@
 // array on stdout; --decode: a JSON array of ids -> the exact bytes; --bench
 // FILE: encode throughput (MB/s) with one thread and with all threads.
 #include <omp.h>
-
 #include <time.h>
 
 #include <chrono>
@@ -118,8 +117,8 @@ int run_bench(const Tokenizer& tok, const std::string& path, int threads, int re
       }
       if (many != one) fail("bench: multi-threaded ids differ from single-threaded ids");
       std::printf("  %s cache, %d threads: %7.2f MB/s  (%.2fx; %.2f s, %.2f CPU-s = %.2f MB/s per busy thread)\n",
-                  cache, threads, mb / bestn.seconds, best1.seconds / bestn.seconds, bestn.seconds,
-                  bestn.cpu_seconds, mb / bestn.cpu_seconds);
+                  cache, threads, mb / bestn.seconds, best1.seconds / bestn.seconds, bestn.seconds, bestn.cpu_seconds,
+                  mb / bestn.cpu_seconds);
     }
   }
   if (threads > 1) std::printf("  multi-threaded ids identical to 1 thread\n");

@@ -46,7 +46,9 @@ bool is_jsonl_name(const std::string& path) {
   return ends_with(p, ".jsonl") || ends_with(p, ".ndjson");
 }
 
-bool printable_ascii(char c) { return c >= 0x21 && c <= 0x7e; }
+bool printable_ascii(char c) {
+  return c >= 0x21 && c <= 0x7e;
+}
 
 }  // namespace
 
@@ -188,7 +190,8 @@ bool CorpusReader::next_part(DocPart& part) {
 
     if (s.jsonl) {
       size_t nl;
-      while ((nl = std::string_view(s.buf).find('\n', s.pos)) == std::string::npos && !s.eof) s.fill(s.avail() + (1 << 20));
+      while ((nl = std::string_view(s.buf).find('\n', s.pos)) == std::string::npos && !s.eof)
+        s.fill(s.avail() + (1 << 20));
       if (s.avail() == 0) {
         open_next();
         if (!src_ && next_file_ >= files_.size()) return false;

@@ -41,8 +41,8 @@ CorpusFormat parse_corpus_format(const std::string& s);
 struct CorpusOptions {
   std::vector<std::string> inputs;
   CorpusFormat format = CorpusFormat::kAuto;
-  size_t split_bytes = 0;        // text files: cut into documents at blank lines after this many bytes (0: never)
-  size_t part_bytes = 1 << 20;   // target size of one part of a long document
+  size_t split_bytes = 0;            // text files: cut into documents at blank lines after this many bytes (0: never)
+  size_t part_bytes = 1 << 20;       // target size of one part of a long document
   size_t max_part_bytes = 64 << 20;  // a part grows to this when `cut` finds no place
   // First position >= at where `text` may be cut, or text.size().
   std::function<size_t(std::string_view, size_t)> cut;

@@ -5,12 +5,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <iomanip>
-#include <span>
-#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "core/error.h"
 #include "io/file_util.h"
@@ -26,9 +26,13 @@ double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-std::string mb(uint64_t bytes) { return cat(std::fixed, std::setprecision(1), double(bytes) / 1e6, " MB"); }
+std::string mb(uint64_t bytes) {
+  return cat(std::fixed, std::setprecision(1), double(bytes) / 1e6, " MB");
+}
 
-int resolve_threads(int t) { return t > 0 ? t : std::max(1, omp_get_num_procs()); }
+int resolve_threads(int t) {
+  return t > 0 ? t : std::max(1, omp_get_num_procs());
+}
 
 // A part cut into pieces of about `bytes` at token-preserving places.
 struct Piece {
@@ -106,8 +110,9 @@ void Progress::update(uint64_t done, const std::string& detail) {
   const double eta = frac > 0.01 ? el * (1 - frac) / frac : 0.0;
   if (tty_) {
     const int width = 30, fill = int(frac * width);
-    std::fprintf(out_, "\r%s [%s%s] %3.0f%% %s  %.0fs (eta %.0fs)\033[K", label_.c_str(), std::string(fill, '#').c_str(),
-                 std::string(width - fill, '.').c_str(), 100 * frac, detail.c_str(), el, eta);
+    std::fprintf(out_, "\r%s [%s%s] %3.0f%% %s  %.0fs (eta %.0fs)\033[K", label_.c_str(),
+                 std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(), 100 * frac, detail.c_str(), el,
+                 eta);
   } else {
     std::fprintf(out_, "%s: %3.0f%% %s  %.0fs (eta %.0fs)\n", label_.c_str(), 100 * frac, detail.c_str(), el, eta);
   }
@@ -177,9 +182,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
         sum.tokens[split] += ids[pi].size();
       }
     }
-    progress.update(reader.consumed_file_bytes(),
-                    cat(mb(reader.text_bytes()), ", ", reader.documents(), " docs, ",
-                        sum.tokens[0] + sum.tokens[1], " tokens"));
+    progress.update(reader.consumed_file_bytes(), cat(mb(reader.text_bytes()), ", ", reader.documents(), " docs, ",
+                                                      sum.tokens[0] + sum.tokens[1], " tokens"));
   }
   if (sum.documents[0] + sum.documents[1] == 0)
     fail("the corpus has no documents (", reader.files().size(), " files, all empty?)");
@@ -208,12 +212,12 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
   };
   write_file_atomic(opt.out_dir + "/prepare.json", manifest.dump(2) + "\n");
   const uint64_t toks = sum.tokens[0] + sum.tokens[1];
-  progress.finish(cat(reader.files().size(), " files, ", sum.documents[0] + sum.documents[1], " documents (train ",
-                      sum.documents[0], ", val ", sum.documents[1], "), ", toks, " tokens (train ", sum.tokens[0],
-                      ", val ", sum.tokens[1], "), ", mb(sum.text_bytes), " of text, ", std::fixed,
-                      std::setprecision(1), double(sum.text_bytes) / 1e6 / sum.seconds, " MB/s, ",
-                      std::setprecision(2), double(sum.text_bytes) / double(std::max<uint64_t>(toks, 1)),
-                      " bytes/token, ", threads, " threads"));
+  progress.finish(cat(
+      reader.files().size(), reader.files().size() == 1 ? " file, " : " files, ", sum.documents[0] + sum.documents[1],
+      " documents (train ", sum.documents[0], ", val ", sum.documents[1], "), ", toks, " tokens (train ", sum.tokens[0],
+      ", val ", sum.tokens[1], "), ", mb(sum.text_bytes), " of text, ", std::fixed, std::setprecision(1),
+      double(sum.text_bytes) / 1e6 / sum.seconds, " MB/s, ", std::setprecision(2),
+      double(sum.text_bytes) / double(std::max<uint64_t>(toks, 1)), " bytes/token, ", threads, " threads"));
   return sum;
 }
 
@@ -226,9 +230,9 @@ BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainer
   const PreTokenizer pre({opt.pattern}, opt.nfc);
   std::vector<WordCounter> counters;
   for (int i = 0; i < threads; ++i) counters.emplace_back(pre);
-  Progress count_progress(log, "tokenizer: counting words",
-                          max_bytes ? std::min<uint64_t>(max_bytes, reader.total_file_bytes())
-                                    : reader.total_file_bytes());
+  Progress count_progress(
+      log, "tokenizer: counting words",
+      max_bytes ? std::min<uint64_t>(max_bytes, reader.total_file_bytes()) : reader.total_file_bytes());
   std::vector<DocPart> parts;
   std::vector<Piece> pieces;
   while (!max_bytes || reader.text_bytes() < max_bytes) {

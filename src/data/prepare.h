@@ -41,8 +41,8 @@ class Progress {
 
 struct PrepareOptions {
   CorpusOptions corpus;
-  std::string tokenizer;       // tokenizer.json
-  std::string out_dir;         // train.bin / val.bin (or train_NNNNNN.bin shards) and prepare.json go here
+  std::string tokenizer;        // tokenizer.json
+  std::string out_dir;          // train.bin / val.bin (or train_NNNNNN.bin shards) and prepare.json go here
   double val_fraction = 0.005;  // share of documents for val
   uint64_t seed = 1337;
   int threads = 0;               // 0: all cores

@@ -27,9 +27,8 @@ namespace fs = std::filesystem;
 struct TempDir {
   fs::path path;
   explicit TempDir(const std::string& kind = "prepare") {
-    path = fs::temp_directory_path() /
-           ("attnres_" + kind + "_" + std::to_string(getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    path = fs::temp_directory_path() / ("attnres_" + kind + "_" + std::to_string(getpid()) + "_" +
+                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(path);
     fs::create_directories(path);
   }
@@ -127,8 +126,8 @@ TEST(Prepare, SameOutputForAnyThreadsAndBatchSizes) {
   a.threads = 1;
   PrepareOptions b = fx.options("b");
   b.threads = 2;
-  b.batch_bytes = 100;          // many tiny batches
-  b.corpus.part_bytes = 300;    // the long file in many parts
+  b.batch_bytes = 100;        // many tiny batches
+  b.corpus.part_bytes = 300;  // the long file in many parts
   prepare_corpus(a);
   prepare_corpus(b);
   for (const char* name : {"train.bin", "val.bin"})
@@ -194,8 +193,8 @@ TEST(PrepareCli, PrepareReportsBadLineAndFails) {
   Fixture fx;
   const std::string bad = fx.dir.file("bad.jsonl", "{\"text\": \"a\"}\nnot json\n");
   std::string out;
-  const int rc = run_cli("prepare --input " + fx.inputs[0] + "," + bad + " --tokenizer " + fx.tokenizer +
-                             " --out " + (fx.dir.path / "o").string(),
+  const int rc = run_cli("prepare --input " + fx.inputs[0] + "," + bad + " --tokenizer " + fx.tokenizer + " --out " +
+                             (fx.dir.path / "o").string(),
                          "", out);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find(bad + ":2: malformed JSON"), std::string::npos) << out;

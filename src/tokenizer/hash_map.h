@@ -114,7 +114,9 @@ class PairMap {
   }
 };
 
-inline uint64_t pair_key(uint32_t a, uint32_t b) { return (uint64_t(a) << 32) | b; }
+inline uint64_t pair_key(uint32_t a, uint32_t b) {
+  return (uint64_t(a) << 32) | b;
+}
 
 // byte string -> V.  Keys are copied into one arena; lookups take a string_view.
 template <class V>

@@ -17,13 +17,13 @@ class Regex {
   explicit Regex(const std::string& pattern) {
     int err = 0;
     PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP,
-                          &err, &offset, nullptr);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
+                          &offset, nullptr);
     if (!code_) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(err, msg, sizeof msg);
-      fail("tokenizer regex does not compile at offset ", offset, ": ", reinterpret_cast<char*>(msg), " in /",
-           pattern, "/");
+      fail("tokenizer regex does not compile at offset ", offset, ": ", reinterpret_cast<char*>(msg), " in /", pattern,
+           "/");
     }
     jit_ = pcre2_jit_compile(code_, PCRE2_JIT_COMPLETE) == 0;
   }
@@ -111,7 +111,7 @@ void PreTokenizer::split_valid(std::string_view text, size_t level, Scratch& s,
     size_t b = 0, e = 0;
     if (!re.match(text, pos, md, b, e)) break;
     if (b > pos) split_valid(text.substr(pos, b - pos), level + 1, s, pieces);  // gap: its own piece
-    if (e == b) {  // empty match: step over one character
+    if (e == b) {                                                               // empty match: step over one character
       const auto* u = reinterpret_cast<const unsigned char*>(text.data());
       size_t len = utf8_char_len(u + e, text.size() - e);
       e += len ? len : 1;

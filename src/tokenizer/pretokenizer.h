@@ -63,7 +63,7 @@ struct PreTokenizer::Scratch {
   Scratch& operator=(const Scratch&) = delete;
   std::vector<void*> match_data;  // pcre2_match_data_8*, one per regex
   std::string normalized;         // NFC output / prefixed text
-  struct Run {  // a valid or invalid UTF-8 stretch of `normalized`
+  struct Run {                    // a valid or invalid UTF-8 stretch of `normalized`
     size_t begin, end;
     bool valid;
   };

@@ -17,7 +17,7 @@ using json = nlohmann::json;
 
 constexpr uint32_t kDead = ~0U;
 constexpr uint64_t kNoMerge = ~0ULL;
-constexpr size_t kNaiveMaxBytes = 64;      // longer pieces use the heap BPE
+constexpr size_t kNaiveMaxBytes = 64;  // longer pieces use the heap BPE
 constexpr size_t kCacheMaxPieceBytes = 256;
 constexpr size_t kCacheMaxEntries = 1 << 20;
 
@@ -46,7 +46,9 @@ std::string byte_level_to_bytes(const std::string& s, const std::string& source)
   return out;
 }
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : ""; }
+std::string type_of(const json& j) {
+  return j.is_object() && j.contains("type") ? j["type"].get<std::string>() : "";
+}
 
 bool normalizer_is_nfc(const json& n, const std::string& source) {
   if (n.is_null()) return false;
@@ -95,7 +97,9 @@ void collect_pretokenizer(const json& p, const std::string& source, std::vector<
 
 EncodeState::EncodeState(const Tokenizer& tok) : scratch_(tok.pre_->make_scratch()), cache_(1 << 14) {}
 
-Tokenizer Tokenizer::load(const std::string& path) { return from_json(read_file(path), path); }
+Tokenizer Tokenizer::load(const std::string& path) {
+  return from_json(read_file(path), path);
+}
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
   json j;

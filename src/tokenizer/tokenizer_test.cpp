@@ -45,8 +45,8 @@ std::string unhex(const std::string& h) {
 
 TEST(TokenizerQwen3, GoldenParity) {
   if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer.json (scripts/fetch_tokenizer_fixtures.sh)";
-  const auto golden = nlohmann::json::parse(read_file(std::string(ATTNRES_SOURCE_DIR) +
-                                                      "/src/tokenizer/testdata/qwen3_golden.json"));
+  const auto golden =
+      nlohmann::json::parse(read_file(std::string(ATTNRES_SOURCE_DIR) + "/src/tokenizer/testdata/qwen3_golden.json"));
   const Tokenizer& tok = qwen3();
   EXPECT_EQ(tok.vocab_size(), 151669u);
   EXPECT_EQ(tok.eos_id(), 151643u);
@@ -146,8 +146,16 @@ std::vector<std::string> reference_bpe(const std::string& word, const BpeModel& 
 }
 
 TEST(TokenizerBpe, NaiveAndHeapPathsMatchDefinition) {
-  const BpeModel m = model_of({{"a", "b"}, {"b", "a"}, {"ab", "ab"}, {"a", "a"}, {"aa", "a"}, {"abab", "a"},
-                               {"b", "b"}, {"bb", "ab"}, {"a", "ba"}, {"ab", "b"}});
+  const BpeModel m = model_of({{"a", "b"},
+                               {"b", "a"},
+                               {"ab", "ab"},
+                               {"a", "a"},
+                               {"aa", "a"},
+                               {"abab", "a"},
+                               {"b", "b"},
+                               {"bb", "ab"},
+                               {"a", "ba"},
+                               {"ab", "b"}});
   const Tokenizer tok = Tokenizer::from_json(to_tokenizer_json(m));
   EncodeState st(tok);
   std::mt19937 rng(1);
@@ -194,9 +202,11 @@ TEST(TokenizerBpe, ArbitraryBytesRoundTripExactly) {
 
 TEST(TokenizerBpe, Nfc) {
   const Tokenizer tok = Tokenizer::from_json(to_tokenizer_json(model_of({}, /*nfc=*/true)));
-  EXPECT_EQ(tok.decode(tok.encode("cafe\xcc\x81")), "caf\xc3\xa9");            // e + U+0301 -> é
-  EXPECT_EQ(tok.decode(tok.encode("\xe2\x84\xa6")), "\xce\xa9");                 // ohm sign -> omega
-  EXPECT_EQ(tok.decode(tok.encode("x\xff" "e\xcc\x81")), "x\xff\xc3\xa9");      // around invalid bytes
+  EXPECT_EQ(tok.decode(tok.encode("cafe\xcc\x81")), "caf\xc3\xa9");  // e + U+0301 -> é
+  EXPECT_EQ(tok.decode(tok.encode("\xe2\x84\xa6")), "\xce\xa9");     // ohm sign -> omega
+  EXPECT_EQ(tok.decode(tok.encode("x\xff"
+                                  "e\xcc\x81")),
+            "x\xff\xc3\xa9");  // around invalid bytes
 }
 
 TEST(TokenizerBpe, DecodeRejectsUnknownIds) {

@@ -13,8 +13,8 @@ namespace attnres {
 
 std::string to_tokenizer_json(const BpeModel& m) {
   using ojson = nlohmann::ordered_json;
-  const ojson byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false},
-                            {"use_regex", false}};
+  const ojson byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
   ojson added = ojson::array();
   for (size_t i = 0; i < m.special_tokens.size(); ++i)
     added.push_back({{"id", m.tokens.size() + i},

@@ -18,7 +18,7 @@ namespace {
 // The definition: recount all pairs each step; merge the most frequent pair
 // (ties: smaller (a, b) ids) everywhere, left to right.
 std::vector<std::pair<uint32_t, uint32_t>> reference_merges(const std::map<std::string, uint64_t>& words,
-                                                             size_t target_tokens, uint64_t min_frequency) {
+                                                            size_t target_tokens, uint64_t min_frequency) {
   std::vector<std::string> tokens;
   std::map<std::string, uint32_t> id;
   for (int b = 0; b < 256; ++b) {

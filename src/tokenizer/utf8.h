@@ -65,13 +65,13 @@ inline size_t utf8_char_len(const unsigned char* s, size_t n) {
   if (c < 0xE0) return (n >= 2 && (s[1] & 0xC0) == 0x80) ? 2 : 0;
   if (c < 0xF0) {
     if (n < 3 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80) return 0;
-    if (c == 0xE0 && s[1] < 0xA0) return 0;  // overlong
+    if (c == 0xE0 && s[1] < 0xA0) return 0;   // overlong
     if (c == 0xED && s[1] >= 0xA0) return 0;  // surrogate
     return 3;
   }
   if (c < 0xF5) {
     if (n < 4 || (s[1] & 0xC0) != 0x80 || (s[2] & 0xC0) != 0x80 || (s[3] & 0xC0) != 0x80) return 0;
-    if (c == 0xF0 && s[1] < 0x90) return 0;  // overlong
+    if (c == 0xF0 && s[1] < 0x90) return 0;   // overlong
     if (c == 0xF4 && s[1] >= 0x90) return 0;  // > U+10FFFF
     return 4;
   }
@@ -81,10 +81,14 @@ inline size_t utf8_char_len(const unsigned char* s, size_t n) {
 // Decodes the (valid) character at s; see utf8_char_len.
 inline uint32_t utf8_decode(const unsigned char* s, size_t len) {
   switch (len) {
-    case 1: return s[0];
-    case 2: return ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu);
-    case 3: return ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
-    default: return ((s[0] & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
+    case 1:
+      return s[0];
+    case 2:
+      return ((s[0] & 0x1Fu) << 6) | (s[1] & 0x3Fu);
+    case 3:
+      return ((s[0] & 0x0Fu) << 12) | ((s[1] & 0x3Fu) << 6) | (s[2] & 0x3Fu);
+    default:
+      return ((s[0] & 0x07u) << 18) | ((s[1] & 0x3Fu) << 12) | ((s[2] & 0x3Fu) << 6) | (s[3] & 0x3Fu);
   }
 }
 
