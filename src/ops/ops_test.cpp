@@ -196,7 +196,12 @@ TEST_P(Attention, BackwardMatchesFiniteDifferences) {
 // T = 70 spans two query tiles (64 rows each); KV = H is plain MHA; odd hd.
 INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                          ::testing::Values(AttnCase{1, 1, 1, 1, 2}, AttnCase{2, 5, 4, 2, 6}, AttnCase{1, 70, 2, 1, 4},
-                                           AttnCase{1, 9, 3, 3, 5}));
+                                           AttnCase{1, 9, 3, 3, 5}),
+                         [](const auto& info) {
+                           const AttnCase& c = info.param;
+                           return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) +
+                                  "_KV" + std::to_string(c.KV) + "_hd" + std::to_string(c.hd);
+                         });
 
 TEST(SwiGlu, ForwardAndBackward) {
   const int64_t n = 53;
