@@ -1,0 +1,320 @@
+// routing_test.cpp — the routing kernel against a double-precision reference
+// (forward) and central finite differences of that reference (backward).
+//
+// Every case checks every entry of every gradient: sources (including a
+// broadcast null source), base, w, γ and the gate.  Loss = Σ_n,c dout·out for a
+// fixed random dout, so a source entry of token n only moves token n's loss
+// and its difference quotient costs one token's forward.  Sizes are odd (d = 37,
+// N = 70: one full 64-token chunk and a partial one).  Gradient buffers start
+// non-zero to check that the kernel accumulates (+=).
+#include "ops/routing.h"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+namespace attnres {
+namespace {
+
+constexpr float kEps = 1e-6f;
+
+struct Case {
+  const char* name;
+  int64_t N, d, S;
+  bool null0;       // source 0 is a broadcast (d) row
+  Combine combine;
+  bool gate;
+  bool alias_base;  // dbase is dsrc[S−1] and base is source S−1 (gated full/block)
+};
+
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+// All inputs in double; the kernel gets float copies of the same values.
+struct Data {
+  Case k;
+  std::vector<std::vector<double>> v;  // (S) × (N·d), or (d) for a broadcast source
+  std::vector<double> w, gamma, base, dout;
+  double g = 1.0;
+
+  explicit Data(const Case& c, uint32_t seed) : k(c) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<double> nd(0.0, 1.0);
+    const int64_t N = c.N, d = c.d;
+    for (int64_t i = 0; i < c.S; ++i) {
+      std::vector<double> x(static_cast<size_t>(i == 0 && c.null0 ? d : N * d));
+      const double scale = 0.5 + 0.3 * static_cast<double>(i % 3);  // sources of different sizes
+      for (auto& e : x) e = scale * nd(rng);
+      v.push_back(std::move(x));
+    }
+    w.resize(d), gamma.resize(d), base.resize(N * d), dout.resize(N * d);
+    for (auto& e : w) e = 0.4 * nd(rng);  // logits of order 1: α far from uniform
+    for (auto& e : gamma) e = 1.0 + 0.2 * nd(rng);
+    for (auto& e : base) e = nd(rng);
+    for (auto& e : dout) e = nd(rng);
+    g = 0.7;
+  }
+  const double* row(int64_t i, int64_t n) const { return k.null0 && i == 0 ? v[0].data() : v[i].data() + n * k.d; }
+  const std::vector<double>& base_of() const { return k.alias_base ? v[k.S - 1] : base; }
+};
+
+// Double-precision router for token n: out (d), alpha (S).
+void ref_token(const Data& D, int64_t n, double* out, double* alpha) {
+  const Case& k = D.k;
+  const int64_t d = k.d, S = k.S;
+  std::vector<double> z(S);
+  double zmax = -INFINITY;
+  for (int64_t i = 0; i < S; ++i) {
+    const double* v = D.row(i, n);
+    double ss = 0, qv = 0;
+    for (int64_t c = 0; c < d; ++c) ss += v[c] * v[c], qv += D.w[c] * D.gamma[c] * v[c];
+    z[i] = qv / std::sqrt(ss / static_cast<double>(d) + kEps);
+    zmax = std::max(zmax, z[i]);
+  }
+  double sum = 0;
+  for (int64_t i = 0; i < S; ++i) sum += (alpha[i] = std::exp(z[i] - zmax));
+  for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
+  const double g = k.gate ? D.g : 1.0;
+  const double a = k.combine == Combine::kAdd ? 1.0 : (k.gate ? 1.0 - g : 0.0);
+  const double* base = D.base_of().data() + n * d;
+  for (int64_t c = 0; c < d; ++c) {
+    double R = 0;
+    for (int64_t i = 0; i < S; ++i) R += alpha[i] * D.row(i, n)[c];
+    out[c] = a * base[c] + g * R;
+  }
+}
+
+double ref_loss_token(const Data& D, int64_t n) {
+  std::vector<double> out(D.k.d), alpha(D.k.S);
+  ref_token(D, n, out.data(), alpha.data());
+  double l = 0;
+  for (int64_t c = 0; c < D.k.d; ++c) l += D.dout[n * D.k.d + c] * out[c];
+  return l;
+}
+
+double ref_loss(const Data& D) {
+  double l = 0;
+  for (int64_t n = 0; n < D.k.N; ++n) l += ref_loss_token(D, n);
+  return l;
+}
+
+// Central difference of `loss` in the entry x (restored afterwards).
+template <class F>
+double fd(double& x, F loss) {
+  const double h = 1e-5, x0 = x;
+  x = x0 + h;
+  const double lp = loss();
+  x = x0 - h;
+  const double lm = loss();
+  x = x0;
+  return (lp - lm) / (2 * h);
+}
+
+std::vector<float> to_float(const std::vector<double>& x) { return {x.begin(), x.end()}; }
+
+// The kernel on D's values.
+struct Kernel {
+  std::vector<std::vector<float>> v, rstd, dsrc;
+  std::vector<float> w, gamma, base, dout, out, alpha, dw, dgamma, dbase;
+  float g = 0, dg = 0;
+  std::vector<RouteSource> src;
+  std::vector<float*> dsrc_ptr;
+  std::vector<double> scratch;
+
+  explicit Kernel(const Data& D) {
+    const Case& k = D.k;
+    const int64_t N = k.N, d = k.d, S = k.S;
+    for (int64_t i = 0; i < S; ++i) {
+      v.push_back(to_float(D.v[i]));
+      const bool bc = k.null0 && i == 0;
+      rstd.emplace_back(bc ? 1 : N);
+      source_rstd(rstd.back().data(), v.back().data(), bc ? 1 : N, d, kEps);
+      dsrc.emplace_back(v.back().size());
+      // Non-zero start: the kernel must add, not assign.
+      for (size_t j = 0; j < dsrc.back().size(); ++j) dsrc.back()[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+    }
+    for (int64_t i = 0; i < S; ++i) src.push_back({v[i].data(), rstd[i].data(), k.null0 && i == 0});
+    for (auto& x : dsrc) dsrc_ptr.push_back(x.data());
+    w = to_float(D.w), gamma = to_float(D.gamma), base = to_float(D.base), dout = to_float(D.dout);
+    g = static_cast<float>(D.g);
+    out.resize(N * d), alpha.resize(N * S);
+    dw.assign(d, 0.5f), dgamma.assign(d, -0.5f), dbase.assign(N * d, 0.125f);
+    dg = 0.375f;
+    scratch.resize(route_scratch_doubles(N, d, S));
+  }
+  const float* base_ptr(const Case& k) const { return k.alias_base ? v[k.S - 1].data() : base.data(); }
+  void forward(const Case& k, RouteStats* st = nullptr) {
+    route_forward(out.data(), alpha.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k),
+                  k.gate ? &g : nullptr, k.combine, k.N, k.d, scratch.data(), st);
+  }
+  void backward(const Case& k) {
+    float* db = k.alias_base ? dsrc[k.S - 1].data() : dbase.data();
+    route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), k.gate ? &dg : nullptr, dout.data(),
+                   alpha.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), k.gate ? &g : nullptr,
+                   k.combine, k.N, k.d, scratch.data());
+  }
+};
+
+const Case kCases[] = {
+    {"one_source_replace", 70, 37, 1, false, Combine::kReplace, false, false},
+    {"two_sources_replace", 70, 37, 2, false, Combine::kReplace, false, false},
+    {"two_sources_replace_gate", 70, 37, 2, false, Combine::kReplace, true, false},
+    {"three_sources_replace_gate_base_is_last", 70, 37, 3, false, Combine::kReplace, true, true},
+    {"many_sources_replace", 70, 37, 25, false, Combine::kReplace, false, false},
+    {"null_only_add", 70, 37, 1, true, Combine::kAdd, false, false},
+    {"null_only_add_gate", 70, 37, 1, true, Combine::kAdd, true, false},
+    {"two_sources_add", 70, 5, 2, false, Combine::kAdd, false, false},
+    {"many_sources_add_null", 70, 37, 9, true, Combine::kAdd, false, false},
+    {"many_sources_add_null_gate", 70, 37, 9, true, Combine::kAdd, true, false},
+};
+
+class Routing : public ::testing::TestWithParam<Case> {};
+
+TEST_P(Routing, ForwardMatchesDoubleReference) {
+  const Case k = GetParam();
+  Data D(k, 7);
+  Kernel K(D);
+  K.forward(k);
+  std::vector<double> out(k.d), alpha(k.S);
+  double worst_out = 0, worst_alpha = 0, alpha_sum_err = 0;
+  for (int64_t n = 0; n < k.N; ++n) {
+    ref_token(D, n, out.data(), alpha.data());
+    double s = 0;
+    for (int64_t c = 0; c < k.d; ++c)
+      worst_out = std::max(worst_out, std::fabs(K.out[n * k.d + c] - out[c]) / (1 + std::fabs(out[c])));
+    for (int64_t i = 0; i < k.S; ++i) {
+      worst_alpha = std::max(worst_alpha, std::fabs(K.alpha[n * k.S + i] - alpha[i]));
+      s += K.alpha[n * k.S + i];
+    }
+    alpha_sum_err = std::max(alpha_sum_err, std::fabs(s - 1));
+  }
+  EXPECT_LT(worst_out, 2e-6);
+  EXPECT_LT(worst_alpha, 1e-6);
+  EXPECT_LT(alpha_sum_err, 1e-6);
+
+  // route_mix rebuilds exactly the same bits from the stored α.
+  std::vector<float> again(k.N * k.d);
+  route_mix(again.data(), K.alpha.data(), K.src.data(), k.S, K.base_ptr(k), k.gate ? &K.g : nullptr, k.combine,
+            k.N, k.d, K.scratch.data());
+  EXPECT_EQ(0, std::memcmp(again.data(), K.out.data(), again.size() * sizeof(float)));
+}
+
+TEST_P(Routing, BackwardMatchesFiniteDifferences) {
+  const Case k = GetParam();
+  Data D(k, 11);
+  Kernel K(D);
+  const Kernel K0(D);  // the buffers' starting values
+  K.forward(k);
+  K.backward(k);
+  const int64_t N = k.N, d = k.d;
+  // |analytic − numeric| ≤ atol + rtol·|numeric|; the kernel is float, the reference double.
+  const double atol = 3e-5, rtol = 3e-4;
+  auto expect_close = [&](const char* what, int64_t i, int64_t j, double got, double want) {
+    EXPECT_LE(std::fabs(got - want), atol + rtol * std::fabs(want))
+        << what << " " << i << "[" << j << "]: kernel " << got << ", finite difference " << want;
+  };
+  // Sources (the aliased last source also receives the base's gradient).
+  for (int64_t i = 0; i < k.S; ++i) {
+    const bool bc = k.null0 && i == 0;
+    for (int64_t e = 0; e < static_cast<int64_t>(D.v[i].size()); ++e) {
+      const int64_t n = e / d;
+      const double want = bc ? fd(D.v[i][e], [&] { return ref_loss(D); })
+                             : fd(D.v[i][e], [&] { return ref_loss_token(D, n); });
+      expect_close("dsrc", i, e, K.dsrc[i][e] - K0.dsrc[i][e], want);
+    }
+  }
+  if (!k.alias_base && (k.combine == Combine::kAdd || k.gate)) {
+    for (int64_t e = 0; e < N * d; ++e)
+      expect_close("dbase", 0, e, K.dbase[e] - K0.dbase[e], fd(D.base[e], [&] { return ref_loss_token(D, e / d); }));
+  }
+  for (int64_t c = 0; c < d; ++c) {
+    expect_close("dw", 0, c, K.dw[c] - K0.dw[c], fd(D.w[c], [&] { return ref_loss(D); }));
+    expect_close("dgamma", 0, c, K.dgamma[c] - K0.dgamma[c], fd(D.gamma[c], [&] { return ref_loss(D); }));
+  }
+  if (k.gate) expect_close("dgate", 0, 0, K.dg - K0.dg, fd(D.g, [&] { return ref_loss(D); }));
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernel, Routing, ::testing::ValuesIn(kCases), [](const auto& info) { return info.param.name; });
+
+// The token-sum reductions go through fixed chunks: the same bits with 1 or 3 threads.
+TEST(RoutingDeterminism, SameBitsForAnyThreadCount) {
+  const Case k{"det", 1000, 37, 6, true, Combine::kAdd, true, false};
+  Data D(k, 3);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  Kernel A(D);
+  A.forward(k);
+  A.backward(k);
+  omp_set_num_threads(3);
+  Kernel B(D);
+  B.forward(k);
+  B.backward(k);
+  omp_set_num_threads(saved);
+  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same(A.out, B.out));
+  EXPECT_TRUE(same(A.alpha, B.alpha));
+  EXPECT_TRUE(same(A.dw, B.dw));
+  EXPECT_TRUE(same(A.dgamma, B.dgamma));
+  EXPECT_TRUE(same(A.dbase, B.dbase));
+  EXPECT_EQ(A.dg, B.dg);
+  for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same(A.dsrc[i], B.dsrc[i])) << "source " << i;
+}
+
+TEST(RoutingStats, MatchReference) {
+  const Case k{"stats", 70, 37, 4, false, Combine::kReplace, false, false};
+  Data D(k, 5);
+  Kernel K(D);
+  RouteStats st;
+  st.weight_sum.assign(k.S, 0.0);
+  K.forward(k, &st);
+  K.forward(k, &st);  // accumulates over calls
+  std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.S);
+  double tmax = 0, ent = 0, cosine = 0;
+  for (int64_t n = 0; n < k.N; ++n) {
+    ref_token(D, n, out.data(), alpha.data());
+    double m = 0, c_sum = 0;
+    for (int64_t i = 0; i < k.S; ++i) {
+      wsum[i] += alpha[i];
+      m = std::max(m, alpha[i]);
+      ent -= alpha[i] * std::log(alpha[i]);
+      for (int64_t j = i + 1; j < k.S; ++j) {
+        double dot = 0, ni = 0, nj = 0;
+        for (int64_t c = 0; c < k.d; ++c) {
+          dot += D.row(i, n)[c] * D.row(j, n)[c];
+          ni += D.row(i, n)[c] * D.row(i, n)[c];
+          nj += D.row(j, n)[c] * D.row(j, n)[c];
+        }
+        c_sum += dot / std::sqrt(ni * nj);
+      }
+    }
+    tmax += m;
+    cosine += c_sum / (k.S * (k.S - 1) / 2);
+  }
+  EXPECT_EQ(st.tokens, 2 * k.N);
+  for (int64_t i = 0; i < k.S; ++i) EXPECT_NEAR(st.weight_sum[i], 2 * wsum[i], 1e-4);
+  EXPECT_NEAR(st.token_max_sum, 2 * tmax, 1e-4);
+  EXPECT_NEAR(st.entropy_sum, 2 * ent, 1e-4);
+  EXPECT_NEAR(st.cosine_sum, 2 * cosine, 1e-4);
+}
+
+TEST(RoutingHelpers, SumSourcesIsTheSequentialStream) {
+  const int64_t N = 3, d = 5;
+  std::vector<float> a(N * d), b(N * d), c(N * d), out(N * d), x(N * d);
+  for (int64_t i = 0; i < N * d; ++i) a[i] = 0.1f * i, b[i] = 1e-3f * i * i, c[i] = 7.0f - i;
+  const float* v[] = {a.data(), b.data(), c.data()};
+  sum_sources(out.data(), v, 3, N, d);
+  for (int64_t i = 0; i < N * d; ++i) {
+    x[i] = a[i];
+    x[i] += b[i];
+    x[i] += c[i];
+  }
+  EXPECT_EQ(0, std::memcmp(out.data(), x.data(), x.size() * sizeof(float)));
+}
+
+}  // namespace
+}  // namespace attnres
