@@ -8,6 +8,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/error.h"
 #include "core/parallel.h"
 #include "ops/fast_exp.h"
 #include "testing/check.h"
@@ -199,8 +200,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
                                            AttnCase{1, 9, 3, 3, 5}),
                          [](const auto& info) {
                            const AttnCase& c = info.param;
-                           return "B" + std::to_string(c.B) + "_T" + std::to_string(c.T) + "_H" + std::to_string(c.H) +
-                                  "_KV" + std::to_string(c.KV) + "_hd" + std::to_string(c.hd);
+                           return cat("B", c.B, "_T", c.T, "_H", c.H, "_KV", c.KV, "_hd", c.hd);
                          });
 
 TEST(SwiGlu, ForwardAndBackward) {
