@@ -188,7 +188,10 @@ void Model::build_routers_() {
       R.g = k % 2 ? &g_.layers[k / 2].mlp_router : &g_.layers[k / 2].attn_router;
       router_of_[k] = static_cast<int>(routers_.size());
     }
-    for (int j : index) R.source_names.push_back(j < 0 ? "null" : names[j]);
+    for (size_t p = 0; p < index.size(); ++p)  // block: the last source is the partial sum, whatever it becomes
+      R.source_names.push_back(index[p] < 0                                      ? "null"
+                               : c.mode == Mode::kBlock && p + 1 == index.size() ? "partial"
+                                                                                 : names[index[p]]);
     R.index = std::move(index);
     routers_.push_back(std::move(R));
   };
