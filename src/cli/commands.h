@@ -10,5 +10,6 @@ int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_tokenizer_train(int argc, char** argv);
 int cmd_prepare(int argc, char** argv);
+int cmd_routing(int argc, char** argv);
 
 }  // namespace attnres

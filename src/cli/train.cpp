@@ -39,6 +39,7 @@ int cmd_train(int argc, char** argv) {
               {"val-tokens", "0", "validate on the first N tokens (0 = the whole file)"},
               {"ckpt-every", "0", "checkpoint every N steps (0 = at the end only)"},
               {"time-budget", "0", "stop (validate, checkpoint) after this many seconds (0 = none)"},
+              {"routing-every", "0", "log routing statistics to log.jsonl every N steps (0 = off)"},
               {"threads", "0", "threads (0 = all cores)"},
               {"peak-gflops", "160", "machine peak GFLOP/s used for MFU (SGEMM 2048^3 here)"},
           });
@@ -75,6 +76,7 @@ int cmd_train(int argc, char** argv) {
   o.val_tokens = f.i64("val-tokens");
   o.ckpt_every = f.i64("ckpt-every");
   o.time_budget_s = f.f64("time-budget");
+  o.routing_every = f.i64("routing-every");
   o.peak_flops = f.f64("peak-gflops") * 1e9;
   std::printf("attnres train\n%s", f.table().c_str());
   TrainResult r = train(o);

@@ -119,6 +119,9 @@ class Model {
   double forward_backward(const int32_t* inputs, const int32_t* targets, bool backward, float grad_scale = 1.0f);
   // Forward only, writing logits (B, T, V).
   void forward_logits(const int32_t* inputs, float* logits);
+  // Forward only, over a micro-batch of B ≤ B() rows of inputs (B, T): for
+  // routing statistics; no logits.
+  void forward_only(const int32_t* inputs, int64_t B) { forward(inputs, B); }
   // Per-token losses (B, T) of the last forward (forward_backward).
   const float* token_losses() const { return token_loss_.data(); }
 

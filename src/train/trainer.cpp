@@ -141,12 +141,26 @@ TrainResult train(const TrainOptions& opt) {
     std::fflush(log);
   };
 
+  // Routing statistics of every routing_every-th step (all its micro-batches),
+  // one JSONL line each; the forward does no statistics work on other steps.
+  RoutingStats routing = model.make_routing_stats();
+  const bool log_routing = opt.routing_every > 0 && !model.routers().empty();
+
   int64_t step = start;
   for (; step < opt.steps; ++step) {
     const double t0 = now_seconds();
     const double lr = lr_at(step, opt.warmup, opt.steps, opt.lr, opt.lr_min);
+    const bool routing_step = log_routing && (step + 1) % opt.routing_every == 0;
+    if (routing_step) {
+      routing.clear();
+      model.attach_routing_stats(&routing);
+    }
     const StepStats st = train_step(
         model, adamw, [&](int32_t* in, int32_t* tg) { loader.next(in, tg); }, opt.accum, lr, step + 1, opt.clip);
+    if (routing_step) {
+      model.attach_routing_stats(nullptr);
+      std::fprintf(log, "%s\n", nlohmann::json({{"step", step + 1}, {"routing", routing.to_json()}}).dump().c_str());
+    }
     const double loss = st.loss, norm = st.grad_norm;
     const double dt = now_seconds() - t0;
     const double tok_s = static_cast<double>(tokens_per_step) / dt;

@@ -31,6 +31,7 @@ struct TrainOptions {
   int64_t ckpt_every = 0;                 // 0: only at the end
   double peak_flops = 160e9;              // for MFU
   double time_budget_s = 0;               // stop early (checkpointing) when exceeded; 0 = none
+  int64_t routing_every = 0;              // log routing statistics of every N-th step to log.jsonl; 0 = off
   bool quiet = false;
 
   // Settings that must match for a bit-identical resume.

@@ -1,0 +1,96 @@
+// routing.cpp — `attnres routing`: the routing statistics of a checkpoint
+// (DESIGN.md §2 "Routing statistics") over the tokens of a file.
+//
+// For every router: the mean weight of each source, max_weight (the largest
+// mean weight), token_max (the mean over tokens of the largest weight),
+// entropy (nats) and the mean pairwise cosine similarity of its sources.
+// The file is read in consecutive windows of T tokens, B windows per
+// forward; only whole windows are used.  This is analysis only: no loss.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "core/parallel.h"
+#include "core/timer.h"
+#include "io/checkpoint.h"
+#include "io/token_file.h"
+#include "model/model.h"
+
+namespace attnres {
+
+int cmd_routing(int argc, char** argv) {
+  Flags f("routing", "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).",
+          {
+              {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
+              {"data", "", "token file (required)"},
+              {"seq-len", "256", "window length T"},
+              {"batch", "8", "windows per forward pass"},
+              {"max-tokens", "65536", "use at most the first N tokens (0 = all)"},
+              {"threads", "0", "threads (0 = all cores)"},
+              {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
+  set_threads(static_cast<int>(f.i64("threads")));
+  const std::string dir = resolve_model_dir(f.str("model"));
+  const Config c = Config::load(dir + "/config.json");
+  if (c.mode == Mode::kBaseline) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
+  const int64_t T = f.i64("seq-len"), B = f.i64("batch"), max_tokens = f.i64("max-tokens");
+  if (T <= 0 || B <= 0) fail("--seq-len and --batch must be positive");
+  const TokenFile data(f.str("data"));
+  data.check_vocab(c.V);
+  int64_t n = static_cast<int64_t>(data.size());
+  if (max_tokens > 0) n = std::min(n, max_tokens);
+  const int64_t windows = n / T;
+  if (windows == 0) fail(f.str("data"), ": ", n, " tokens, fewer than one window of --seq-len ", T);
+
+  Model model(c, B, T);
+  load_params(dir + "/model.safetensors", model.layout(), model.params());
+  RoutingStats stats = model.make_routing_stats();
+  model.attach_routing_stats(&stats);
+  std::vector<int32_t> inputs(static_cast<size_t>(B * T));
+  const double t0 = now_seconds();
+  for (int64_t w0 = 0; w0 < windows; w0 += B) {
+    const int64_t nb = std::min(B, windows - w0);
+    data.read(static_cast<size_t>(w0 * T), {inputs.data(), static_cast<size_t>(nb * T)});
+    model.forward_only(inputs.data(), nb);
+  }
+  model.attach_routing_stats(nullptr);
+  const double seconds = now_seconds() - t0;
+
+  nlohmann::json j = stats.to_json();
+  if (f.on("json")) {
+    j["model"] = dir;
+    j["data"] = f.str("data");
+    j["seq_len"] = T;
+    j["seconds"] = seconds;
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), mode_name(c.mode), f.str("data").c_str(),
+              static_cast<long long>(j["tokens"].get<int64_t>()), static_cast<long long>(T), seconds);
+  std::printf("%-16s %3s %10s %9s %8s %7s  %s\n", "router", "S", "max_weight", "token_max", "entropy", "cosine",
+              "mean weight per source");
+  auto fixed3 = [](double x) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%.3f", x);
+    return std::string(b);
+  };
+  for (size_t r = 0; r < stats.routers.size(); ++r) {
+    std::string weights;
+    for (size_t i = 0; i < stats.sources[r].size(); ++i)
+      weights += (i ? " " : "") + stats.sources[r][i] + "=" + fixed3(j["mean_weight"][r][i].get<double>());
+    const auto& cs = j["cosine"][r];
+    std::printf("%-16s %3zu %10.3f %9.3f %8.3f %7s  %s\n", stats.routers[r].c_str(), stats.sources[r].size(),
+                j["max_weight"][r].get<double>(), j["token_max"][r].get<double>(), j["entropy"][r].get<double>(),
+                cs.is_null() ? "-" : fixed3(cs.get<double>()).c_str(), weights.c_str());
+  }
+  return 0;
+}
+
+}  // namespace attnres
