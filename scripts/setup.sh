@@ -22,6 +22,10 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DATTNRES_NATIVE="${ATTNRES_NATIVE:-OFF}" -DATTNRES_WERROR="${ATTNRES_WERROR:-OFF}" >/dev/null
+# Options given in the environment are passed on; otherwise the build keeps
+# what it was configured with (so the main job and the tests share one build).
+opts=()
+[ -n "${ATTNRES_NATIVE:-}" ] && opts+=(-DATTNRES_NATIVE="$ATTNRES_NATIVE")
+[ -n "${ATTNRES_WERROR:-}" ] && opts+=(-DATTNRES_WERROR="$ATTNRES_WERROR")
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${opts[@]}" >/dev/null
 cmake --build build -j "$(nproc)"
