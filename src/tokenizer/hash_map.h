@@ -1,6 +1,7 @@
-// hash_map.h — the two open-addressing hash tables behind the BPE encoder and
-// trainer: PairMap (uint64 key -> uint64 value, for merge ranks and pair counts)
-// and BytesMap<V> (byte-string key -> V, for the per-word cache and word counts).
+// hash_map.h — the open-addressing hash tables behind the BPE encoder and
+// trainer: PairMap (uint64 key -> uint64 value, for merge ranks and pair counts),
+// BytesMap<V> (byte-string key -> V, for word counts) and PieceCache (byte
+// string -> token ids, the encoder's per-thread cache).
 //
 // Both use linear probing over a power-of-two table kept at most half full, and
 // store keys inline (PairMap) or in one arena string (BytesMap), so a lookup
@@ -188,6 +189,71 @@ class BytesMap {
       size_t i = entries_[e].hash & mask_;
       while (slots_[i] != kNone) i = (i + 1) & mask_;
       slots_[i] = e;
+    }
+  }
+};
+
+// Byte string (< 64 KB) -> token ids (< 64 K of them).  Each entry is one
+// record in one uint32 array — [key size << 16 | id count][ids][key bytes] —
+// and each slot holds the upper 32 hash bits beside the record's offset, so a
+// hit costs two cache lines (slot, record) and a miss usually one.
+class PieceCache {
+ public:
+  PieceCache() { rehash(1 << 14); }
+  size_t size() const { return size_; }
+  void clear() {
+    std::fill(slots_.begin(), slots_.end(), 0);
+    data_.clear();
+    size_ = 0;
+  }
+
+  // The ids of `key` (n of them), or nullptr.
+  const uint32_t* find(std::string_view key, uint64_t h, size_t& n) const {
+    const uint64_t tag = h >> 32 << 32;
+    for (size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const uint64_t s = slots_[i];
+      if (s == 0) return nullptr;
+      if ((s & ~0xffffffffULL) != tag) continue;
+      const uint32_t* rec = data_.data() + (s & 0xffffffffULL) - 1;
+      const uint32_t key_size = rec[0] >> 16, count = rec[0] & 0xffff;
+      if (key_size == key.size() && std::memcmp(rec + 1 + count, key.data(), key_size) == 0) {
+        n = count;
+        return rec + 1;
+      }
+    }
+  }
+
+  // Adds `key` (absent, < 64 KB) with `count` (< 64 K) ids.
+  void insert(std::string_view key, uint64_t h, const uint32_t* ids, size_t count) {
+    if (2 * (size_ + 1) > slots_.size()) rehash(slots_.size() * 2);
+    const size_t off = data_.size();
+    data_.resize(off + 1 + count + (key.size() + 3) / 4);
+    data_[off] = uint32_t(key.size() << 16 | count);
+    std::memcpy(data_.data() + off + 1, ids, count * sizeof(uint32_t));
+    std::memcpy(data_.data() + off + 1 + count, key.data(), key.size());
+    size_t i = h & mask_;
+    while (slots_[i] != 0) i = (i + 1) & mask_;
+    slots_[i] = (h >> 32 << 32) | (off + 1);
+    ++size_;
+  }
+
+ private:
+  std::vector<uint64_t> slots_;
+  std::vector<uint32_t> data_;
+  size_t mask_ = 0, size_ = 0;
+
+  // Re-places every record; the hash is recomputed from the stored key.
+  void rehash(size_t cap) {
+    slots_.assign(cap, 0);
+    mask_ = cap - 1;
+    for (size_t off = 0; off < data_.size();) {
+      const uint32_t key_size = data_[off] >> 16, count = data_[off] & 0xffff;
+      const std::string_view key(reinterpret_cast<const char*>(data_.data() + off + 1 + count), key_size);
+      const uint64_t h = hash_bytes(key);
+      size_t i = h & mask_;
+      while (slots_[i] != 0) i = (i + 1) & mask_;
+      slots_[i] = (h >> 32 << 32) | (off + 1);
+      off += 1 + count + (key_size + 3) / 4;
     }
   }
 };

@@ -95,7 +95,7 @@ void collect_pretokenizer(const json& p, const std::string& source, std::vector<
 
 }  // namespace
 
-EncodeState::EncodeState(const Tokenizer& tok) : scratch_(tok.pre_->make_scratch()), cache_(1 << 14) {}
+EncodeState::EncodeState(const Tokenizer& tok) : scratch_(tok.pre_->make_scratch()) {}
 
 Tokenizer Tokenizer::load(const std::string& path) {
   return from_json(read_file(path), path);
@@ -322,18 +322,15 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<uint32_t>& out,
     return;
   }
   const uint64_t h = hash_bytes(piece);
-  if (const auto* span = st.cache_.find(piece, h)) {
-    out.insert(out.end(), st.cache_ids_.begin() + span->offset, st.cache_ids_.begin() + span->offset + span->size);
+  size_t n = 0;
+  if (const uint32_t* ids = st.cache_.find(piece, h, n)) {
+    out.insert(out.end(), ids, ids + n);
     return;
   }
   bpe(piece, st);
   out.insert(out.end(), st.sym_.begin(), st.sym_.end());
-  if (st.cache_.size() >= kCacheMaxEntries) {
-    st.cache_.clear();
-    st.cache_ids_.clear();
-  }
-  st.cache_.at_or_insert(piece, h) = {uint32_t(st.cache_ids_.size()), uint32_t(st.sym_.size())};
-  st.cache_ids_.insert(st.cache_ids_.end(), st.sym_.begin(), st.sym_.end());
+  if (st.cache_.size() >= kCacheMaxEntries) st.cache_.clear();
+  st.cache_.insert(piece, h, st.sym_.data(), st.sym_.size());
 }
 
 void Tokenizer::encode_text(std::string_view text, std::vector<uint32_t>& out, EncodeState& st) const {

@@ -45,13 +45,9 @@ class EncodeState {
 
  private:
   friend class Tokenizer;
-  struct Span {
-    uint32_t offset, size;
-  };
   std::unique_ptr<PreTokenizer::Scratch> scratch_;
   std::vector<std::string_view> pieces_;
-  BytesMap<Span> cache_;
-  std::vector<uint32_t> cache_ids_;
+  PieceCache cache_;
   std::vector<uint32_t> sym_, next_, prev_;  // BPE work arrays
   std::vector<uint32_t> rank_;
   std::vector<uint64_t> heap_;
