@@ -178,9 +178,11 @@ int cmd_tokenize(int argc, char** argv) {
     return 0;
   }
 
+  // In ~1 MB pieces cut where the ids do not change, so a large input does
+  // not hold all its pre-tokens at once.
   EncodeState st(tok);
   std::vector<uint32_t> ids;
-  tok.encode(input, ids, st, !flags.on("plain"));
+  for (std::string_view chunk : chunks_of(tok, input, 1 << 20)) tok.encode(chunk, ids, st, !flags.on("plain"));
   std::string out = "[";
   out.reserve(ids.size() * 7 + 2);
   for (size_t i = 0; i < ids.size(); ++i) {
