@@ -5,6 +5,7 @@
 #include "tokenizer/tokenizer.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -66,6 +67,19 @@ TEST(TokenizerQwen3, GoldenParity) {
     ++cases;
   }
   EXPECT_GE(cases, 20);
+}
+
+// The committed fixture is what the reference writes today (so an edit to the
+// texts in make_qwen3_golden.mjs cannot go without regenerating the ids).
+TEST(TokenizerQwen3, GoldenFixtureIsCurrent) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer.json";
+  if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node not installed";
+  const std::string dir = std::string(ATTNRES_SOURCE_DIR) + "/src/tokenizer/testdata";
+  const std::string out = std::filesystem::temp_directory_path() / ("qwen3_golden_" + std::to_string(getpid()));
+  ASSERT_EQ(std::system(("node " + dir + "/make_qwen3_golden.mjs > " + out).c_str()), 0);
+  EXPECT_EQ(read_file(out), read_file(dir + "/qwen3_golden.json"))
+      << "regenerate: node src/tokenizer/testdata/make_qwen3_golden.mjs > src/tokenizer/testdata/qwen3_golden.json";
+  std::filesystem::remove(out);
 }
 
 TEST(TokenizerQwen3, SpecialTokensAsText) {
