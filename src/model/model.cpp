@@ -16,7 +16,7 @@
 // The backward walks the same list in reverse, recomputing the cheap
 // elementwise results (ln, qr, kr, silu·up) instead of storing them, and in
 // full / block / delta also the routed sublayer inputs u (route_mix from the
-// stored α).
+// stored logits).
 //
 // The modes differ only in the six small functions below the sublayers
 // (sublayer input / output and their backward, embedding and final input),
@@ -106,9 +106,10 @@ Model::Model(const Config& c, int64_t B, int64_t T)
   int64_t S_max = 1;
   for (auto& r : routers_) {
     const int64_t S = static_cast<int64_t>(r.index.size());
-    take(r.alpha, N * S);
+    take(r.logits, N * S);
     S_max = std::max(S_max, S);
   }
+  if (routed) take(route_scratch_, route_scratch_floats(N, d, S_max));
   int64_t total = 0;
   for (auto& [p, n] : plan) total += n;
   acts_.resize(static_cast<size_t>(total));
@@ -121,10 +122,8 @@ Model::Model(const Config& c, int64_t B, int64_t T)
   rope_tables(rope_cos_, rope_sin_, T, c.hd, c.rope_theta);
 
   // Resolve the routers' sources to the carved buffers.
-  for (auto& s : sources_) {
+  for (auto& s : sources_)
     if (!s.dv) s.dv = dx_;
-    source_v_.push_back(s.v);
-  }
   for (Router& R : routers_) {
     for (int j : R.index) {
       if (j < 0) {  // the router's own learned null source, one row broadcast to every token
@@ -136,7 +135,6 @@ Model::Model(const Config& c, int64_t B, int64_t T)
       }
     }
   }
-  if (routed) route_scratch_.resize(static_cast<size_t>(route_scratch_doubles(N, d, S_max)));
 }
 
 // The sources each router reads, per mode (DESIGN.md §2, tests/oracle/README.md §3).
@@ -378,14 +376,14 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  route_forward(out, R.alpha, R.src.data(), static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, base,
-                R.w->alpha, combine_, cur_B_ * T_, cfg_.d, route_scratch_.data(), stats_ ? &stats_->acc[r] : nullptr);
+  route_forward(out, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, base,
+                R.w->alpha, combine_, cur_B_ * T_, cfg_.d, route_scratch_, stats_ ? &stats_->acc[r] : nullptr);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  route_mix(out, R.alpha, R.src.data(), static_cast<int64_t>(R.src.size()), base, R.w->alpha, combine_,
-            cur_B_ * T_, cfg_.d, route_scratch_.data());
+  route_mix(out, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), base, R.w->alpha, combine_,
+            cur_B_ * T_, cfg_.d, route_scratch_);
 }
 
 // dU_ holds the gradient of the router's output.  The base is the stream x in
@@ -394,9 +392,9 @@ void Model::route_mix_(int r, float* out, const float* base) {
 void Model::route_backward_(int r) {
   const Router& R = routers_[r];
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
-  route_backward(R.dsrc.data(), dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.alpha, R.src.data(),
+  route_backward(R.dsrc.data(), dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src.data(),
                  static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, gate_base_(r), R.w->alpha, combine_,
-                 cur_B_ * T_, cfg_.d, route_scratch_.data());
+                 cur_B_ * T_, cfg_.d, route_scratch_);
 }
 
 const float* Model::gate_base_(int r) const {
@@ -515,7 +513,7 @@ float* Model::sublayer_output_backward_(int64_t k) {
   return nullptr;
 }
 
-// The input u of sublayer k again: stored, or rebuilt from the stored α.
+// The input u of sublayer k again: stored, or rebuilt from the stored logits.
 const float* Model::sublayer_input_recompute_(int64_t k) {
   const int r = router_of_[k];
   switch (cfg_.mode) {
@@ -524,10 +522,15 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
     case Mode::kFull:
     case Mode::kBlock: route_mix_(r, u_, gate_base_(r)); return u_;
     case Mode::kDelta:
-      if (r < 0) return sources_[0].v;
-      // x before sublayer k = e + out_0 + … + out_{k−1}, summed as the forward did.
-      sum_sources(u_, source_v_.data(), k + 1, cur_B_ * T_, cfg_.d);
-      route_mix_(r, u_, u_);
+      if (r < 0) return sources_[0].v;                       // u = e
+      if (k == 0) route_mix_(r, u_, sources_[0].v);          // u = e + g·null
+      else {
+        // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
+        // after the null one, summed in one pass as the forward's stream was.
+        const Router& R = routers_[r];
+        route_mix_stream(u_, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), R.w->alpha,
+                         cur_B_ * T_, cfg_.d, route_scratch_);
+      }
       return u_;
   }
   return nullptr;

@@ -16,15 +16,15 @@
 //   baseline     the input of every sublayer (2L·N·d), as before;
 //   full, delta  every source — e and each sublayer output (2L+1) — and their
 //                gradients (2L+1); sublayer inputs are NOT stored but rebuilt
-//                in the backward from the stored α and the sources (delta's
+//                in the backward from the stored logits and the sources (delta's
 //                stream x rebuilt by summing its sources in the forward's order,
-//                so bit-identically);
+//                in the same pass, so bit-identically);
 //   block        every partial block sum P_k (2L+1: the blocks are the P_k at
 //                block starts, no copies), gradients for the blocks only (the
 //                running partial's gradient is one buffer); inputs rebuilt;
 //   delta_block  the sublayer inputs (2L, as baseline) and the block sources
 //                with their gradients.
-// Plus α (N·S floats per router) and r (N per source).
+// Plus the logits z (N·S floats per router) and r (N per source).
 //
 // Gradient buffers that ACCUMULATE across routers: every source gradient
 // (Source::dv, zeroed at the start of each backward) and, in block mode, the
@@ -79,7 +79,7 @@ struct Router {
   std::vector<int> index;                 // (S) index in Model::sources_, −1 for the null source
   std::vector<RouteSource> src;           // (S) in order; the null source, if any, first
   std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate)
-  float* alpha = nullptr;                 // (N, S) routing weights of the last forward
+  float* logits = nullptr;                // (N, S) routing logits z of the last forward (α = softmax(z))
 };
 
 // Routing statistics per router (DESIGN.md §2), accumulated by every forward
@@ -173,7 +173,6 @@ class Model {
   std::vector<Source> sources_;   // full, delta: e, then output of sublayer k at k+1   (2L+1)
                                   // block: partial sums P_0 = e, P_{k+1} after sublayer k (2L+1)
                                   // delta_block: the block sources, one per block
-  std::vector<const float*> source_v_;  // sources_[j].v, for sum_sources
   std::vector<Router> routers_;   // the routers that run, in forward order
   std::vector<int> router_of_;    // (2L) index in routers_ of sublayer k's router, −1 if none
   int final_router_ = -1;         // index in routers_ (full, block)
@@ -182,7 +181,7 @@ class Model {
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
-  std::vector<double> route_scratch_;  // route_scratch_doubles(N, d, S_max)
+  float* route_scratch_ = nullptr;  // route_scratch_floats(N, d, S_max)
   RoutingStats* stats_ = nullptr;
 
   int64_t cur_B_ = 0;  // micro-batch of the last forward

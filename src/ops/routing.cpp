@@ -17,21 +17,30 @@ namespace {
 constexpr int64_t kChunk = 64;
 
 int64_t num_chunks(int64_t N) { return (N + kChunk - 1) / kChunk; }
+int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every region 64-byte aligned
 
-// Per-chunk scratch, in doubles:  dq (d) | dnull (d) | tmp (d) | dg (1) |
-// stats (S + 3) | qv (S) | da (S), padded to 8.
-struct ChunkLayout {
-  int64_t dq, dnull, tmp, dg, stats, qv, da, stride;
-  ChunkLayout(int64_t d, int64_t S) {
-    dq = 0;
-    dnull = dq + d;
-    tmp = dnull + d;
-    dg = tmp + d;
-    stats = dg + 1;
-    qv = stats + S + 3;
-    da = qv + S;
-    stride = (da + S + 7) / 8 * 8;
+// The scratch, in floats:  q (d doubles) | q (d floats) | per chunk:
+//   dq (d doubles) | dnull (d doubles) | alpha (S doubles) | da (S doubles) |
+//   stats (S + 3 doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
+// Each region is used with one type only.
+struct Scratch {
+  int64_t d, S, chunk_floats;
+  float* base;
+  Scratch(float* p, int64_t d_, int64_t S_) : d(d_), S(S_), base(p) {
+    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * S) + pad16(2 * (S + 3)) + 16 + 2 * pad16(d);
   }
+  static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
+  double* qd() const { return reinterpret_cast<double*>(base); }
+  float* qf() const { return base + pad16(2 * d); }
+  float* chunk(int64_t ch) const { return base + head_floats(d) + ch * chunk_floats; }
+  double* dq(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch)); }
+  double* dnull(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + pad16(2 * d)); }
+  double* alpha(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + 2 * pad16(2 * d)); }
+  double* da(int64_t ch) const { return alpha(ch) + pad16(2 * S) / 2; }
+  double* stats(int64_t ch) const { return da(ch) + pad16(2 * S) / 2; }
+  double* dg(int64_t ch) const { return stats(ch) + pad16(2 * (S + 3)) / 2; }
+  float* tmp(int64_t ch) const { return reinterpret_cast<float*>(dg(ch) + 8); }
+  float* tq(int64_t ch) const { return tmp(ch) + pad16(d); }
 };
 
 inline const float* row(const RouteSource& s, int64_t n, int64_t d) { return s.broadcast ? s.v : s.v + n * d; }
@@ -39,12 +48,12 @@ inline float rstd_at(const RouteSource& s, int64_t n) { return s.broadcast ? s.r
 
 // (a, c) of out = a·base + c·R; see the table in routing.h.
 struct Mix {
-  double a, c;
+  float a, c;
 };
 Mix mix_coefficients(Combine combine, const float* gate) {
-  const double g = gate ? static_cast<double>(*gate) : 1.0;
-  if (combine == Combine::kAdd) return {1.0, g};
-  return {gate ? 1.0 - g : 0.0, g};
+  const float g = gate ? *gate : 1.0f;
+  if (combine == Combine::kAdd) return {1.0f, g};
+  return {gate ? 1.0f - g : 0.0f, g};
 }
 
 void check_sources(const RouteSource* src, int64_t S) {
@@ -52,21 +61,46 @@ void check_sources(const RouteSource* src, int64_t S) {
   for (int64_t i = 1; i < S; ++i) ATTNRES_CHECK(!src[i].broadcast, "only source 0 may be broadcast");
 }
 
-// One token's combination: tmp = Σ_i α_i v_i (double), out = a·base + c·tmp.
+void fold_query(const Scratch& sc, const float* w, const float* gamma) {
+  for (int64_t c = 0; c < sc.d; ++c) {
+    sc.qd()[c] = static_cast<double>(w[c]) * gamma[c];
+    sc.qf()[c] = static_cast<float>(sc.qd()[c]);
+  }
+}
+
+// α = softmax of one token's stored logits (S), in double.  Every user of the
+// stored logits goes through this, so forward, mix and backward agree bit for bit.
+inline void softmax_row(double* alpha, const float* z, int64_t S) {
+  float zmax = z[0];
+  for (int64_t i = 1; i < S; ++i) zmax = z[i] > zmax ? z[i] : zmax;
+  double sum = 0.0;
+  for (int64_t i = 0; i < S; ++i) sum += (alpha[i] = std::exp(static_cast<double>(z[i]) - zmax));
+  for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
+}
+
+// One token's combination: tmp = Σ_i α_i v_i, out = a·base + c·tmp.  The sum
+// over sources is a float axpy per source (S terms per element, SIMD over d).
 // Shared by route_forward and route_mix so both give the same bits.
-inline void mix_row(float* out, double* tmp, const float* alpha_row, const RouteSource* src, int64_t S, int64_t n,
+inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSource* src, int64_t S, int64_t n,
                     const float* base_row, Mix m, int64_t d) {
-  for (int64_t c = 0; c < d; ++c) tmp[c] = 0.0;
-  for (int64_t i = 0; i < S; ++i) {
+  {
+    const float* v = row(src[0], n, d);
+    const float al = static_cast<float>(alpha[0]);
+#pragma omp simd
+    for (int64_t c = 0; c < d; ++c) tmp[c] = al * v[c];
+  }
+  for (int64_t i = 1; i < S; ++i) {
     const float* v = row(src[i], n, d);
-    const double al = alpha_row[i];
+    const float al = static_cast<float>(alpha[i]);
 #pragma omp simd
     for (int64_t c = 0; c < d; ++c) tmp[c] += al * v[c];
   }
-  if (m.a == 0.0) {
-    for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(m.c * tmp[c]);
+  if (m.a == 0.0f) {
+#pragma omp simd
+    for (int64_t c = 0; c < d; ++c) out[c] = m.c * tmp[c];
   } else {
-    for (int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(m.a * base_row[c] + m.c * tmp[c]);
+#pragma omp simd
+    for (int64_t c = 0; c < d; ++c) out[c] = m.a * base_row[c] + m.c * tmp[c];
   }
 }
 
@@ -83,57 +117,51 @@ void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
   }
 }
 
-int64_t route_scratch_doubles(int64_t N, int64_t d, int64_t S) {
-  return d + num_chunks(N) * ChunkLayout(d, S).stride;
+int64_t route_scratch_floats(int64_t N, int64_t d, int64_t S) {
+  return Scratch::head_floats(d) + num_chunks(N) * Scratch(nullptr, d, S).chunk_floats;
 }
 
 // ---- forward ------------------------------------------------------------------
 //
-// Per token:  qv_i = q·v_i,  z_i = r_i·qv_i,  α = softmax(z) (double, stored
-// as float),  out = a·base + c·Σ α_i v_i.  The source rows of one token (S·d
-// floats) stay in cache between the two passes.
-void route_forward(float* out, float* alpha, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                   const float* base, const float* gate, Combine combine, int64_t N, int64_t d, double* scratch,
-                   RouteStats* stats) {
+// Per token:  z_i = r_i·(q·v_i)  (dot in double, stored as float),
+// α = softmax(z),  out = a·base + c·Σ α_i v_i.  The source rows of one token
+// (S·d floats) stay in cache between the two passes.
+void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
+                   const float* gamma, const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
+                   float* scratch, RouteStats* stats) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
-  ATTNRES_CHECK(m.a == 0.0 || base, "this combination needs a base");
+  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
   ATTNRES_CHECK(!stats || static_cast<int64_t>(stats->weight_sum.size()) == S, "stats sized for another router");
-  const ChunkLayout L(d, S);
-  double* q = scratch;
-  for (int64_t c = 0; c < d; ++c) q[c] = static_cast<double>(w[c]) * gamma[c];
-  double* chunks = scratch + d;
+  const Scratch sc(scratch, d, S);
+  fold_query(sc, w, gamma);
+  const double* q = sc.qd();
   const int64_t nc = num_chunks(N);
 
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < nc; ++ch) {
-    double* cs = chunks + ch * L.stride;
-    double* tmp = cs + L.tmp;
-    double* z = cs + L.qv;
-    double* st = cs + L.stats;  // weight_sum (S) | token_max | entropy | cosine
+    float* tmp = sc.tmp(ch);
+    double* alpha = sc.alpha(ch);
+    double* st = sc.stats(ch);  // weight_sum (S) | token_max | entropy | cosine
     if (stats)
       for (int64_t i = 0; i < S + 3; ++i) st[i] = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
-      double zmax = -INFINITY;
+      float* z = logits + n * S;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
         double qv = 0.0;
 #pragma omp simd reduction(+ : qv)
         for (int64_t c = 0; c < d; ++c) qv += q[c] * v[c];
-        z[i] = rstd_at(src[i], n) * qv;
-        zmax = z[i] > zmax ? z[i] : zmax;
+        z[i] = static_cast<float>(rstd_at(src[i], n) * qv);
       }
-      double sum = 0.0;
-      for (int64_t i = 0; i < S; ++i) sum += (z[i] = std::exp(z[i] - zmax));
-      float* al = alpha + n * S;
-      for (int64_t i = 0; i < S; ++i) al[i] = static_cast<float>(z[i] / sum);
-      mix_row(out + n * d, tmp, al, src, S, n, base ? base + n * d : nullptr, m, d);
+      softmax_row(alpha, z, S);
+      mix_row(out + n * d, tmp, alpha, src, S, n, base ? base + n * d : nullptr, m, d);
 
       if (stats) {
         double amax = 0.0, ent = 0.0;
         for (int64_t i = 0; i < S; ++i) {
-          const double a = al[i];
+          const double a = alpha[i];
           st[i] += a;
           amax = a > amax ? a : amax;
           if (a > 0) ent -= a * std::log(a);
@@ -141,8 +169,7 @@ void route_forward(float* out, float* alpha, const RouteSource* src, int64_t S, 
         st[S] += amax;
         st[S + 1] += ent;
         if (S >= 2) {
-          // Gram matrix of this token's sources: norms on the diagonal.
-          double* nrm = z;  // the logits are dead once α is stored
+          double* nrm = sc.da(ch);  // |v_i|, the Gram matrix's diagonal
           for (int64_t i = 0; i < S; ++i) {
             const float* v = row(src[i], n, d);
             double ss = 0.0;
@@ -169,7 +196,7 @@ void route_forward(float* out, float* alpha, const RouteSource* src, int64_t S, 
   }
   if (stats) {
     for (int64_t ch = 0; ch < nc; ++ch) {
-      const double* st = chunks + ch * L.stride + L.stats;
+      const double* st = sc.stats(ch);
       for (int64_t i = 0; i < S; ++i) stats->weight_sum[i] += st[i];
       stats->token_max_sum += st[S];
       stats->entropy_sum += st[S + 1];
@@ -179,21 +206,64 @@ void route_forward(float* out, float* alpha, const RouteSource* src, int64_t S, 
   }
 }
 
-void route_mix(float* out, const float* alpha, const RouteSource* src, int64_t S, const float* base,
-               const float* gate, Combine combine, int64_t N, int64_t d, double* scratch) {
+void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
+               const float* gate, Combine combine, int64_t N, int64_t d, float* scratch) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
-  ATTNRES_CHECK(m.a == 0.0 || base, "this combination needs a base");
-  const ChunkLayout L(d, S);
-  double* chunks = scratch + d;
+  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  const Scratch sc(scratch, d, S);
   const int64_t nc = num_chunks(N);
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < nc; ++ch) {
-    double* tmp = chunks + ch * L.stride + L.tmp;
+    float* tmp = sc.tmp(ch);
+    double* alpha = sc.alpha(ch);
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     // mix_row reads base[c] after the whole tmp is built, so out may alias base.
-    for (int64_t n = ch * kChunk; n < n1; ++n)
-      mix_row(out + n * d, tmp, alpha + n * S, src, S, n, base ? base + n * d : nullptr, m, d);
+    for (int64_t n = ch * kChunk; n < n1; ++n) {
+      softmax_row(alpha, logits + n * S, S);
+      mix_row(out + n * d, tmp, alpha, src, S, n, base ? base + n * d : nullptr, m, d);
+    }
+  }
+}
+
+void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
+                      int64_t N, int64_t d, float* scratch) {
+  check_sources(src, S);
+  const int64_t first = src[0].broadcast ? 1 : 0;
+  ATTNRES_CHECK(first < S, "route_mix_stream: no stream sources");
+  const float c_g = gate ? *gate : 1.0f;
+  const Scratch sc(scratch, d, S);
+  const int64_t nc = num_chunks(N);
+#pragma omp parallel for schedule(static)
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    float* tmp = sc.tmp(ch);
+    float* x = sc.tq(ch);
+    double* alpha = sc.alpha(ch);
+    const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
+    for (int64_t n = ch * kChunk; n < n1; ++n) {
+      softmax_row(alpha, logits + n * S, S);
+      // The same float operations, in the same order, as mix_row (R) and as
+      // the forward's stream (x = v_first, then x += v_i).
+      for (int64_t i = 0; i < S; ++i) {
+        const float* v = row(src[i], n, d);
+        const float al = static_cast<float>(alpha[i]);
+        if (i == 0) {
+#pragma omp simd
+          for (int64_t c = 0; c < d; ++c) tmp[c] = al * v[c];
+        } else {
+#pragma omp simd
+          for (int64_t c = 0; c < d; ++c) tmp[c] += al * v[c];
+        }
+        if (i == first) {
+          for (int64_t c = 0; c < d; ++c) x[c] = v[c];
+        } else if (i > first) {
+          for (int64_t c = 0; c < d; ++c) x[c] += v[c];
+        }
+      }
+      float* o = out + n * d;
+#pragma omp simd
+      for (int64_t c = 0; c < d; ++c) o[c] = 1.0f * x[c] + c_g * tmp[c];
+    }
   }
 }
 
@@ -208,110 +278,103 @@ void route_mix(float* out, const float* alpha, const RouteSource* src, int64_t S
 //   dz_i   = α_i (dα_i − Σ_j α_j dα_j)                             (softmax Jacobian)
 //   ∂z_i/∂v_i = r_i q + (q·v_i) ∂r_i/∂v_i,  ∂r_i/∂v_i = −r_i³ v_i / d
 //   dv_i  += α_i dR + dz_i r_i (q − (q·v_i) r_i² v_i / d)
+//          = α_i c dout + (dz_i r_i) q − (dz_i z_i r_i² / d) v_i     (q·v_i = z_i / r_i)
 //   dq    += Σ_tokens Σ_i dz_i r_i v_i ;   q = w∘γ ⇒ dw += dq∘γ,  dγ += dq∘w
 //
-// Per token: pass 1 computes dα_i and q·v_i (and R when gated), pass 2 the
-// source gradients and this token's share of dq (into its chunk's partial).
+// Per token: pass 1 computes dα_i (double dot; and R when gated), pass 2 the
+// source gradients (float) and this token's share of dq (float over the
+// sources, then double into the chunk's partial).
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
-                    const float* alpha, const RouteSource* src, int64_t S, const float* w, const float* gamma,
+                    const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    double* scratch) {
+                    float* scratch) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
   const bool replace_gate = gate && combine == Combine::kReplace;
   ATTNRES_CHECK(!replace_gate || base, "a gated replacement needs its base in the backward");
-  const ChunkLayout L(d, S);
-  double* q = scratch;
-  for (int64_t c = 0; c < d; ++c) q[c] = static_cast<double>(w[c]) * gamma[c];
-  double* chunks = scratch + d;
+  const Scratch sc(scratch, d, S);
+  fold_query(sc, w, gamma);
+  const float* qf = sc.qf();
   const int64_t nc = num_chunks(N);
   const bool null0 = src[0].broadcast;
   const double inv_d = 1.0 / static_cast<double>(d);
 
 #pragma omp parallel for schedule(static)
   for (int64_t ch = 0; ch < nc; ++ch) {
-    double* cs = chunks + ch * L.stride;
-    double* dq = cs + L.dq;
-    double* dnull = cs + L.dnull;
-    double* tmp = cs + L.tmp;
-    double* qv = cs + L.qv;
-    double* da = cs + L.da;
+    double* dq = sc.dq(ch);
+    double* dnull = sc.dnull(ch);
+    double* alpha = sc.alpha(ch);
+    double* da = sc.da(ch);
+    float* tmp = sc.tmp(ch);
+    float* tq = sc.tq(ch);
     for (int64_t c = 0; c < d; ++c) dq[c] = dnull[c] = 0.0;
     double dg = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       const float* go = dout + n * d;
-      const float* al = alpha + n * S;
-      // Pass 1: dα_i = c·(dout·v_i), q·v_i; R for the gate.
-      if (gate)
-        for (int64_t c = 0; c < d; ++c) tmp[c] = 0.0;
+      const float* z = logits + n * S;
+      softmax_row(alpha, z, S);
+      // Pass 1: dα_i = c·(dout·v_i); R for the gate.
       double s = 0.0;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
-        double dot_g = 0.0, dot_q = 0.0;
-#pragma omp simd reduction(+ : dot_g, dot_q)
-        for (int64_t c = 0; c < d; ++c) {
-          dot_g += static_cast<double>(go[c]) * v[c];
-          dot_q += q[c] * v[c];
-        }
-        da[i] = m.c * dot_g;
-        qv[i] = dot_q;
-        s += al[i] * da[i];
-        if (gate) {
-          const double a_i = al[i];
-#pragma omp simd
-          for (int64_t c = 0; c < d; ++c) tmp[c] += a_i * v[c];
-        }
+        double dot = 0.0;
+#pragma omp simd reduction(+ : dot)
+        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(go[c]) * v[c];
+        da[i] = m.c * dot;
+        s += alpha[i] * da[i];
       }
-      // Pass 2: source gradients and dq.
+      if (gate) mix_row(tmp, tmp, alpha, src, S, n, nullptr, {0.0f, 1.0f}, d);  // tmp = R
+      // Pass 2: source gradients and this token's dq.
+      for (int64_t c = 0; c < d; ++c) tq[c] = 0.0f;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
         const double r = rstd_at(src[i], n);
-        const double dz = al[i] * (da[i] - s);
-        const double ka = m.c * al[i], kq = dz * r, kv = -dz * qv[i] * r * r * r * inv_d;
+        const double dz = alpha[i] * (da[i] - s);
+        const float ka = static_cast<float>(m.c * alpha[i]), kq = static_cast<float>(dz * r),
+                    kv = static_cast<float>(-dz * z[i] * r * r * inv_d);
         if (i == 0 && null0) {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) dnull[c] += ka * go[c] + kq * q[c] + kv * v[c];
+          for (int64_t c = 0; c < d; ++c) dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
         } else {
           float* dv = dsrc[i] + n * d;
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) dv[c] += static_cast<float>(ka * go[c] + kq * q[c] + kv * v[c]);
+          for (int64_t c = 0; c < d; ++c) dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
         }
-        if (dz != 0.0) {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) dq[c] += kq * v[c];
-        }
+        for (int64_t c = 0; c < d; ++c) tq[c] += kq * v[c];
       }
-      if (dbase && m.a != 0.0) {
+      for (int64_t c = 0; c < d; ++c) dq[c] += tq[c];
+      if (dbase && m.a != 0.0f) {
         float* db = dbase + n * d;
-        for (int64_t c = 0; c < d; ++c) db[c] += static_cast<float>(m.a * go[c]);
+#pragma omp simd
+        for (int64_t c = 0; c < d; ++c) db[c] += m.a * go[c];
       }
       if (gate) {
         double t = 0.0;
         if (replace_gate) {
           const float* b = base + n * d;
 #pragma omp simd reduction(+ : t)
-          for (int64_t c = 0; c < d; ++c) t += go[c] * (tmp[c] - b[c]);
+          for (int64_t c = 0; c < d; ++c) t += static_cast<double>(go[c]) * (tmp[c] - b[c]);
         } else {
 #pragma omp simd reduction(+ : t)
-          for (int64_t c = 0; c < d; ++c) t += go[c] * tmp[c];
+          for (int64_t c = 0; c < d; ++c) t += static_cast<double>(go[c]) * tmp[c];
         }
         dg += t;
       }
     }
-    cs[L.dg] = dg;
+    *sc.dg(ch) = dg;
   }
 
   // Deterministic reduction of the chunk partials, in chunk order.
-  double* dq = chunks + L.dq;  // chunk 0's partial becomes the total
-  double* dnull = chunks + L.dnull;
-  double dg = chunks[L.dg];
+  double* dq = sc.dq(0);  // chunk 0's partial becomes the total
+  double* dnull = sc.dnull(0);
+  double dg = *sc.dg(0);
   for (int64_t ch = 1; ch < nc; ++ch) {
-    const double* cs = chunks + ch * L.stride;
-    for (int64_t c = 0; c < d; ++c) dq[c] += cs[L.dq + c];
+    for (int64_t c = 0; c < d; ++c) dq[c] += sc.dq(ch)[c];
     if (null0)
-      for (int64_t c = 0; c < d; ++c) dnull[c] += cs[L.dnull + c];
-    dg += cs[L.dg];
+      for (int64_t c = 0; c < d; ++c) dnull[c] += sc.dnull(ch)[c];
+    dg += *sc.dg(ch);
   }
   for (int64_t c = 0; c < d; ++c) {
     dw[c] += static_cast<float>(dq[c] * gamma[c]);
@@ -320,18 +383,6 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
   if (null0)
     for (int64_t c = 0; c < d; ++c) dsrc[0][c] += static_cast<float>(dnull[c]);
   if (gate) *dgate += static_cast<float>(dg);
-}
-
-void sum_sources(float* out, const float* const* v, int64_t S, int64_t N, int64_t d) {
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* o = out + n * d;
-    std::memcpy(o, v[0] + n * d, static_cast<size_t>(d) * sizeof(float));
-    for (int64_t i = 1; i < S; ++i) {
-      const float* x = v[i] + n * d;
-      for (int64_t c = 0; c < d; ++c) o[c] += x[c];
-    }
-  }
 }
 
 void sub(float* out, const float* a, const float* b, int64_t n) {

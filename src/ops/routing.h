@@ -13,8 +13,9 @@
 //                                           when the source is made (source_rstd)
 //                                           and shared by every router reading it
 //   q   = w∘γ                               (d) folded once per router call
-//   z_i = w·RMSNorm_γ(v_i) = r_i (q·v_i)    logits; normalised keys are never built
-//   α   = softmax_i(z)                      (N, S) kept for the backward
+//   z_i = w·RMSNorm_γ(v_i) = r_i (q·v_i)    logits (N, S), kept for the backward;
+//                                           normalised keys are never built
+//   α   = softmax_i(z)                      recomputed from z where needed (S exps per token)
 //   R   = Σ_i α_i v_i
 //   out = a·base + c·R                      the combination:
 //
@@ -33,7 +34,8 @@
 // routers.  Token-sum reductions (dw, dγ, null source, gate) go through
 // per-chunk partial sums over fixed 64-token chunks, added in chunk order in
 // double, so results do not depend on the thread count or the schedule.
-// Dot products and the weighted sum accumulate in double.
+// Dot products over d accumulate in double; the per-element updates (the
+// weighted sum over sources, source gradients) are float SIMD.
 #pragma once
 
 #include <cstdint>
@@ -62,22 +64,30 @@ struct RouteStats {
 // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
 void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps);
 
-// Scratch (in doubles) for one call with S sources over N tokens.
-int64_t route_scratch_doubles(int64_t N, int64_t d, int64_t S);
+// Scratch for one call with S sources over N tokens, in floats, from a 64-byte
+// aligned allocation (it holds double partial sums too).
+int64_t route_scratch_floats(int64_t N, int64_t d, int64_t S);
 
-// out (N, d) = a·base + c·Σ α_i v_i  (assigned); alpha (N, S) assigned.
+// out (N, d) = a·base + c·Σ α_i v_i  (assigned); logits z (N, S) assigned.
 // base (N, d) may be null for kReplace without gate; gate is a pointer to the
 // scalar g or null.  stats, when non-null, accumulates this call's statistics
 // (weight_sum must have S entries); null costs nothing.
 // out must not alias base or a source.
-void route_forward(float* out, float* alpha, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                   const float* base, const float* gate, Combine combine, int64_t N, int64_t d, double* scratch,
+void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
+                   const float* base, const float* gate, Combine combine, int64_t N, int64_t d, float* scratch,
                    RouteStats* stats = nullptr);
 
-// The combination alone from a stored alpha: recomputes exactly the `out` of
-// route_forward (same arithmetic, bit-identical).  out may alias base.
-void route_mix(float* out, const float* alpha, const RouteSource* src, int64_t S, const float* base,
-               const float* gate, Combine combine, int64_t N, int64_t d, double* scratch);
+// The combination alone from the stored logits: recomputes exactly the `out`
+// of route_forward (same arithmetic, bit-identical).  out may alias base.
+void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
+               const float* gate, Combine combine, int64_t N, int64_t d, float* scratch);
+
+// Delta's sublayer input rebuilt in one pass over the sources:
+// out = x + g·Σ α_i v_i (kAdd), with x = ((v_j + v_j+1) + …) + v_S−1 the sum of
+// the non-broadcast sources in order — the delta stream, bit-identical to the
+// forward's running `x += out` — and the same bits as route_mix with that base.
+void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
+                      int64_t N, int64_t d, float* scratch);
 
 // Given dout (N, d), the gradient of out:
 //   dsrc[i] (N, d) or (d) if broadcast   += ∂/∂v_i        (accumulate)
@@ -86,14 +96,9 @@ void route_mix(float* out, const float* alpha, const RouteSource* src, int64_t S
 //   dgate   ()                           += ∂/∂g          (accumulate; only when gate)
 // base is read only for kReplace with a gate (dg needs R − base).
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
-                    const float* alpha, const RouteSource* src, int64_t S, const float* w, const float* gamma,
+                    const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    double* scratch);
-
-// out (N, d) = ((v_0 + v_1) + v_2) + …  in float, in this order: the residual
-// stream of the delta mode rebuilt from its sources, bit-identical to the
-// forward's running `x += out`.  v: S pointers to (N, d).
-void sum_sources(float* out, const float* const* v, int64_t S, int64_t N, int64_t d);
+                    float* scratch);
 
 // out = a − b over n elements (delta_block's block sources).
 void sub(float* out, const float* a, const float* b, int64_t n);

@@ -9,6 +9,8 @@
 // non-zero to check that the kernel accumulates (+=).
 #include "ops/routing.h"
 
+#include "core/buffer.h"
+
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -61,8 +63,8 @@ struct Data {
   const std::vector<double>& base_of() const { return k.alias_base ? v[k.S - 1] : base; }
 };
 
-// Double-precision router for token n: out (d), alpha (S).
-void ref_token(const Data& D, int64_t n, double* out, double* alpha) {
+// Double-precision router for token n: out (d), alpha (S), and the logits (S) if asked.
+void ref_token(const Data& D, int64_t n, double* out, double* alpha, double* logits = nullptr) {
   const Case& k = D.k;
   const int64_t d = k.d, S = k.S;
   std::vector<double> z(S);
@@ -75,6 +77,7 @@ void ref_token(const Data& D, int64_t n, double* out, double* alpha) {
     zmax = std::max(zmax, z[i]);
   }
   double sum = 0;
+  if (logits) std::copy(z.begin(), z.end(), logits);
   for (int64_t i = 0; i < S; ++i) sum += (alpha[i] = std::exp(z[i] - zmax));
   for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
   const double g = k.gate ? D.g : 1.0;
@@ -118,11 +121,11 @@ std::vector<float> to_float(const std::vector<double>& x) { return {x.begin(), x
 // The kernel on D's values.
 struct Kernel {
   std::vector<std::vector<float>> v, rstd, dsrc;
-  std::vector<float> w, gamma, base, dout, out, alpha, dw, dgamma, dbase;
+  std::vector<float> w, gamma, base, dout, out, logits, dw, dgamma, dbase;
   float g = 0, dg = 0;
   std::vector<RouteSource> src;
   std::vector<float*> dsrc_ptr;
-  std::vector<double> scratch;
+  Buffer scratch;
 
   explicit Kernel(const Data& D) {
     const Case& k = D.k;
@@ -140,20 +143,20 @@ struct Kernel {
     for (auto& x : dsrc) dsrc_ptr.push_back(x.data());
     w = to_float(D.w), gamma = to_float(D.gamma), base = to_float(D.base), dout = to_float(D.dout);
     g = static_cast<float>(D.g);
-    out.resize(N * d), alpha.resize(N * S);
+    out.resize(N * d), logits.resize(N * S);
     dw.assign(d, 0.5f), dgamma.assign(d, -0.5f), dbase.assign(N * d, 0.125f);
     dg = 0.375f;
-    scratch.resize(route_scratch_doubles(N, d, S));
+    scratch.resize(static_cast<size_t>(route_scratch_floats(N, d, S)));
   }
   const float* base_ptr(const Case& k) const { return k.alias_base ? v[k.S - 1].data() : base.data(); }
   void forward(const Case& k, RouteStats* st = nullptr) {
-    route_forward(out.data(), alpha.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k),
+    route_forward(out.data(), logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k),
                   k.gate ? &g : nullptr, k.combine, k.N, k.d, scratch.data(), st);
   }
   void backward(const Case& k) {
     float* db = k.alias_base ? dsrc[k.S - 1].data() : dbase.data();
     route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), k.gate ? &dg : nullptr, dout.data(),
-                   alpha.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), k.gate ? &g : nullptr,
+                   logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), k.gate ? &g : nullptr,
                    k.combine, k.N, k.d, scratch.data());
   }
 };
@@ -178,26 +181,29 @@ TEST_P(Routing, ForwardMatchesDoubleReference) {
   Data D(k, 7);
   Kernel K(D);
   K.forward(k);
-  std::vector<double> out(k.d), alpha(k.S);
-  double worst_out = 0, worst_alpha = 0, alpha_sum_err = 0;
+  std::vector<double> out(k.d), alpha(k.S), z(k.S);
+  double worst_out = 0, worst_z = 0, worst_alpha = 0;
   for (int64_t n = 0; n < k.N; ++n) {
-    ref_token(D, n, out.data(), alpha.data());
-    double s = 0;
+    ref_token(D, n, out.data(), alpha.data(), z.data());
     for (int64_t c = 0; c < k.d; ++c)
       worst_out = std::max(worst_out, std::fabs(K.out[n * k.d + c] - out[c]) / (1 + std::fabs(out[c])));
+    // α from the stored logits, as the kernel's users compute it.
+    const float* zk = K.logits.data() + n * k.S;
+    double zmax = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < k.S; ++i) zmax = std::max(zmax, static_cast<double>(zk[i]));
+    for (int64_t i = 0; i < k.S; ++i) sum += std::exp(zk[i] - zmax);
     for (int64_t i = 0; i < k.S; ++i) {
-      worst_alpha = std::max(worst_alpha, std::fabs(K.alpha[n * k.S + i] - alpha[i]));
-      s += K.alpha[n * k.S + i];
+      worst_z = std::max(worst_z, std::fabs(zk[i] - z[i]) / (1 + std::fabs(z[i])));
+      worst_alpha = std::max(worst_alpha, std::fabs(std::exp(zk[i] - zmax) / sum - alpha[i]));
     }
-    alpha_sum_err = std::max(alpha_sum_err, std::fabs(s - 1));
   }
   EXPECT_LT(worst_out, 2e-6);
+  EXPECT_LT(worst_z, 1e-6);
   EXPECT_LT(worst_alpha, 1e-6);
-  EXPECT_LT(alpha_sum_err, 1e-6);
 
-  // route_mix rebuilds exactly the same bits from the stored α.
+  // route_mix rebuilds exactly the same bits from the stored logits.
   std::vector<float> again(k.N * k.d);
-  route_mix(again.data(), K.alpha.data(), K.src.data(), k.S, K.base_ptr(k), k.gate ? &K.g : nullptr, k.combine,
+  route_mix(again.data(), K.logits.data(), K.src.data(), k.S, K.base_ptr(k), k.gate ? &K.g : nullptr, k.combine,
             k.N, k.d, K.scratch.data());
   EXPECT_EQ(0, std::memcmp(again.data(), K.out.data(), again.size() * sizeof(float)));
 }
@@ -257,7 +263,7 @@ TEST(RoutingDeterminism, SameBitsForAnyThreadCount) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
   };
   EXPECT_TRUE(same(A.out, B.out));
-  EXPECT_TRUE(same(A.alpha, B.alpha));
+  EXPECT_TRUE(same(A.logits, B.logits));
   EXPECT_TRUE(same(A.dw, B.dw));
   EXPECT_TRUE(same(A.dgamma, B.dgamma));
   EXPECT_TRUE(same(A.dbase, B.dbase));
@@ -302,18 +308,21 @@ TEST(RoutingStats, MatchReference) {
   EXPECT_NEAR(st.cosine_sum, 2 * cosine, 1e-4);
 }
 
-TEST(RoutingHelpers, SumSourcesIsTheSequentialStream) {
-  const int64_t N = 3, d = 5;
-  std::vector<float> a(N * d), b(N * d), c(N * d), out(N * d), x(N * d);
-  for (int64_t i = 0; i < N * d; ++i) a[i] = 0.1f * i, b[i] = 1e-3f * i * i, c[i] = 7.0f - i;
-  const float* v[] = {a.data(), b.data(), c.data()};
-  sum_sources(out.data(), v, 3, N, d);
-  for (int64_t i = 0; i < N * d; ++i) {
-    x[i] = a[i];
-    x[i] += b[i];
-    x[i] += c[i];
+// Delta's backward rebuilds u = x + g·R in one pass; it must be the forward's bits.
+TEST(RoutingHelpers, MixStreamIsTheForwardsInput) {
+  for (bool null0 : {false, true}) {
+    const Case k{"stream", 70, 37, 6, null0, Combine::kAdd, true, false};
+    Data D(k, 21);
+    Kernel K(D);
+    std::vector<float> x(k.N * k.d);  // the stream as the forward builds it: x = v_first; x += v_i
+    for (int64_t i = null0 ? 1 : 0; i < k.S; ++i)
+      for (int64_t e = 0; e < k.N * k.d; ++e) x[e] = i == (null0 ? 1 : 0) ? K.v[i][e] : x[e] + K.v[i][e];
+    route_forward(K.out.data(), K.logits.data(), K.src.data(), k.S, K.w.data(), K.gamma.data(), x.data(), &K.g,
+                  Combine::kAdd, k.N, k.d, K.scratch.data());
+    std::vector<float> again(k.N * k.d);
+    route_mix_stream(again.data(), K.logits.data(), K.src.data(), k.S, &K.g, k.N, k.d, K.scratch.data());
+    EXPECT_EQ(0, std::memcmp(again.data(), K.out.data(), again.size() * sizeof(float))) << "null " << null0;
   }
-  EXPECT_EQ(0, std::memcmp(out.data(), x.data(), x.size() * sizeof(float)));
 }
 
 }  // namespace
