@@ -19,7 +19,7 @@ while [ $# -gt 0 ]; do
 done
 START=$(date +%s)
 
-scripts/setup.sh
+scripts/setup.sh --main
 scripts/prepare_default_data.sh
 
 # Size the run to the time left: measure this machine's training speed on the

@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attnres needs and builds it into build/.
-# Usage: scripts/setup.sh            (portable build)
-#        ATTNRES_NATIVE=ON scripts/setup.sh   (-march=native, for benchmarks)
+# Usage: scripts/setup.sh          everything: the program, the tests and their tools
+#        scripts/setup.sh --main   only what the main job needs (no PyTorch, GoogleTest, Node.js;
+#                                  builds the attnres program alone)
+#        ATTNRES_NATIVE=ON scripts/setup.sh   (-march=native, for benchmarks on this machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MAIN_ONLY=""
+[ "${1:-}" = "--main" ] && MAIN_ONLY=1
 
-PACKAGES=(build-essential cmake ninja-build pkg-config
-  libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev
-  libutf8proc-dev zlib1g-dev libgtest-dev
-  python3 python3-torch python3-numpy
-  nodejs python3.11-doc dict-gcide)  # tokenizer fixtures (npm); default corpus text
+BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
+  libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
+  python3 python3.11-doc dict-gcide)            # python3 reads bench JSON; the default corpus text
+TEST_PACKAGES=(libgtest-dev python3-torch python3-numpy
+  nodejs)                                       # the oracle; tokenizer fixtures (npm)
+PACKAGES=("${BUILD_PACKAGES[@]}")
+[ -z "$MAIN_ONLY" ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -27,5 +33,16 @@ fi
 opts=()
 [ -n "${ATTNRES_NATIVE:-}" ] && opts+=(-DATTNRES_NATIVE="$ATTNRES_NATIVE")
 [ -n "${ATTNRES_WERROR:-}" ] && opts+=(-DATTNRES_WERROR="$ATTNRES_WERROR")
+if [ -n "$MAIN_ONLY" ]; then
+  # Tests are configured only where GoogleTest is there already.
+  dpkg-query -W -f='${Status}' libgtest-dev 2>/dev/null | grep -q "install ok installed" \
+    && opts+=(-DATTNRES_TESTS=ON) || opts+=(-DATTNRES_TESTS=OFF)
+else
+  opts+=(-DATTNRES_TESTS=ON)
+fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${opts[@]}" >/dev/null
-cmake --build build -j "$(nproc)"
+if [ -n "$MAIN_ONLY" ]; then
+  cmake --build build -j "$(nproc)" --target attnres
+else
+  cmake --build build -j "$(nproc)"
+fi

@@ -19,6 +19,7 @@ int cmd_train(int argc, char** argv) {
               {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
               {"init", "", "model or run directory to fine-tune from (default: random init)"},
               {"data", "", "training tokens: a .bin token file or a glob of shards (required)"},
+              {"data-order", "random", "random: windows at random offsets; sequential: llm.c order"},
               {"val-data", "", "validation token file"},
               {"out", "", "output directory for checkpoints and log.jsonl (required)"},
               {"resume", "", "checkpoint or run directory to continue from, bit-identically"},
@@ -54,6 +55,7 @@ int cmd_train(int argc, char** argv) {
   if (!f.str("mode").empty()) o.model.mode = parse_mode(f.str("mode"));
   o.init_from = f.str("init");
   o.data = f.str("data");
+  o.data_order = f.str("data-order");
   o.val_data = f.str("val-data");
   o.out_dir = f.str("out");
   o.resume = f.str("resume");

@@ -24,14 +24,30 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   return out;
 }
 
-DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size)
-    : B_(B), T_(T), window_(static_cast<size_t>(B * T + 1)) {
+DataOrder parse_data_order(const std::string& s) {
+  if (s == "random") return DataOrder::kRandom;
+  if (s == "sequential") return DataOrder::kSequential;
+  fail("data order must be 'random' or 'sequential', got '", s, "'");
+}
+
+DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size, DataOrder order,
+                       Rng* rng)
+    : B_(B), T_(T), order_(order), rng_(rng), window_(static_cast<size_t>(B * T + 1)) {
+  ATTNRES_CHECK(order != DataOrder::kRandom || rng != nullptr, "random order needs an Rng");
   for (const auto& path : expand_glob(pattern)) {
     TokenFile f(path);
     f.check_vocab(vocab_size);
-    if (static_cast<int64_t>(f.size()) < B * T + 1)
-      fail(path, ": ", f.size(), " tokens, fewer than one micro-batch needs (B·T+1 = ", B * T + 1, ")");
+    // Sequential reads need one micro-batch per shard; random windows one window.
+    const int64_t need = order == DataOrder::kSequential ? B * T + 1 : T + 1;
+    if (static_cast<int64_t>(f.size()) < need)
+      fail(path, ": ", f.size(), " tokens, fewer than ", order == DataOrder::kSequential ? "one micro-batch" : "one window",
+           " needs (", need, ")");
     shards_.push_back(std::move(f));
+  }
+  int64_t total = 0;
+  for (const auto& f : shards_) {
+    total += static_cast<int64_t>(f.size()) - T;  // starts s with s + T < size
+    starts_.push_back(total);
   }
 }
 
@@ -48,7 +64,21 @@ void DataLoader::set_position(const LoaderPosition& p) {
   pos_ = p;
 }
 
+void DataLoader::next_random(int32_t* inputs, int32_t* targets) {
+  for (int64_t b = 0; b < B_; ++b) {
+    const int64_t g = static_cast<int64_t>(rng_->below(static_cast<uint64_t>(starts_.back())));
+    const size_t shard = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), g) - starts_.begin());
+    const int64_t start = g - (shard ? starts_[shard - 1] : 0);
+    shards_[shard].read(static_cast<size_t>(start), {window_.data(), static_cast<size_t>(T_ + 1)});
+    for (int64_t t = 0; t < T_; ++t) {
+      inputs[b * T_ + t] = window_[t];
+      targets[b * T_ + t] = window_[t + 1];
+    }
+  }
+}
+
 void DataLoader::next(int32_t* inputs, int32_t* targets) {
+  if (order_ == DataOrder::kRandom) return next_random(inputs, targets);
   const int64_t need = B_ * T_ + 1;
   const TokenFile& f = shards_[pos_.shard];
   f.read(static_cast<size_t>(pos_.offset), window_);

@@ -1,16 +1,22 @@
 // data_loader.h — training windows from one token file or a glob of shards.
 //
-// Each micro-batch is B consecutive windows of T+1 tokens (inputs = first T,
-// targets = last T), read sequentially through the shards in sorted order and
-// wrapping to the first shard at the end (a new epoch).  The position is
-// (shard, offset, epoch): three integers a checkpoint stores so a resumed run
-// reads exactly the batches an uninterrupted one would.
+// Two orders:
+//  - kSequential (llm.c): each micro-batch is B consecutive windows of T+1
+//    tokens (inputs = first T, targets = last T) read through the shards in
+//    sorted order, wrapping to the first shard at the end (a new epoch).  The
+//    position (shard, offset, epoch) is what a checkpoint stores.
+//  - kRandom (default of `attnres train`): each of the B windows starts at a
+//    uniformly drawn token of the whole data (shards weighted by size), drawn
+//    from the caller's Rng, whose state the checkpoint stores.  Robust to
+//    corpora whose documents are stored grouped by source.
+// Either way a resumed run reads exactly the batches an uninterrupted one would.
 #pragma once
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "core/rng.h"
 #include "io/token_file.h"
 
 namespace attnres {
@@ -22,10 +28,15 @@ struct LoaderPosition {
 // Expands a path or a glob (`dir/train_*.bin`) into sorted paths; Error if none.
 std::vector<std::string> expand_glob(const std::string& pattern);
 
+enum class DataOrder { kSequential, kRandom };
+DataOrder parse_data_order(const std::string& s);
+
 class DataLoader {
  public:
   // Every shard is mapped and checked (format, ids < vocab_size) up front.
-  DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size);
+  // `rng` (kRandom only) must outlive the loader.
+  DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size,
+             DataOrder order = DataOrder::kSequential, Rng* rng = nullptr);
   // Fills inputs and targets (B·T each).
   void next(int32_t* inputs, int32_t* targets);
   LoaderPosition position() const { return pos_; }
@@ -35,6 +46,10 @@ class DataLoader {
  private:
   std::vector<TokenFile> shards_;
   int64_t B_, T_;
+  DataOrder order_;
+  Rng* rng_;
+  std::vector<int64_t> starts_;  // kRandom: cumulative count of window starts per shard
+  void next_random(int32_t* inputs, int32_t* targets);
   LoaderPosition pos_;
   std::vector<int32_t> window_;
 };

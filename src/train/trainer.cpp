@@ -18,7 +18,7 @@
 namespace attnres {
 
 nlohmann::json TrainOptions::resume_settings() const {
-  return {{"model", model.to_json()}, {"data", data},   {"steps", steps},   {"batch", batch},
+  return {{"model", model.to_json()}, {"data", data},   {"data_order", data_order}, {"steps", steps},   {"batch", batch},
           {"seq_len", seq_len},      {"accum", accum}, {"lr", lr},         {"lr_min", lr_min},
           {"warmup", warmup},        {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
           {"weight_decay", adamw.weight_decay}, {"clip", clip}, {"seed", seed}};
@@ -66,7 +66,8 @@ TrainResult train(const TrainOptions& opt) {
     std::filesystem::remove(probe, ec);
   }
 
-  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V);
+  Rng rng(opt.seed);
+  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &rng);
   std::unique_ptr<TokenFile> val;
   if (!opt.val_data.empty()) {
     val = std::make_unique<TokenFile>(opt.val_data);
@@ -75,7 +76,6 @@ TrainResult train(const TrainOptions& opt) {
 
   Model model(c, opt.batch, opt.seq_len);
   AdamW adamw(model.layout(), opt.adamw);
-  Rng rng(opt.seed);
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);

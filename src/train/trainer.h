@@ -18,6 +18,7 @@ struct TrainOptions {
   Config model;
   std::string init_from;   // model dir to fine-tune from ("" = random init)
   std::string data;        // token file or glob
+  std::string data_order = "random";  // "random" windows or "sequential" (llm.c)
   std::string val_data;    // "" = no validation
   std::string out_dir;     // checkpoints and log.jsonl
   std::string resume;      // checkpoint (or run) dir to continue from

@@ -91,6 +91,35 @@ TEST(DataLoader, WindowsShareOneBoundaryTokenAndWrap) {
   EXPECT_THROW(DataLoader(dir + "/*.none", 1, 2, 100), Error);
 }
 
+TEST(DataLoader, RandomWindowsAreContiguousSlicesAndRepeatable) {
+  TempDir tmp("loader_random");
+  // Two shards of different sizes; token value = its global index, so a
+  // window is contiguous iff consecutive values differ by one.
+  std::vector<uint32_t> a(40), b(15);
+  for (uint32_t i = 0; i < a.size(); ++i) a[i] = i;
+  for (uint32_t i = 0; i < b.size(); ++i) b[i] = 1000 + i;
+  write_token_file(tmp / "s0.bin", a);
+  write_token_file(tmp / "s1.bin", b);
+  Rng r1(5), r2(5);
+  DataLoader d1(tmp / "s*.bin", 3, 6, 2000, DataOrder::kRandom, &r1);
+  DataLoader d2(tmp / "s*.bin", 3, 6, 2000, DataOrder::kRandom, &r2);
+  std::vector<int32_t> in(18), tg(18), in2(18), tg2(18);
+  bool saw_second_shard = false;
+  for (int step = 0; step < 50; ++step) {
+    d1.next(in.data(), tg.data());
+    d2.next(in2.data(), tg2.data());
+    ASSERT_EQ(in, in2);
+    for (int w = 0; w < 3; ++w) {
+      for (int t = 0; t < 6; ++t) ASSERT_EQ(tg[w * 6 + t], in[w * 6 + t] + 1);
+      const int32_t first = in[w * 6];
+      ASSERT_TRUE((first >= 0 && first + 6 <= 39) || (first >= 1000 && first + 6 <= 1014)) << first;
+      saw_second_shard |= first >= 1000;
+    }
+  }
+  EXPECT_TRUE(saw_second_shard);
+  EXPECT_THROW(parse_data_order("shuffled"), Error);
+}
+
 std::string slurp(const std::string& p) { return read_file(p); }
 
 TEST(Trainer, ResumeIsBitIdentical) {
