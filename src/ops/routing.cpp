@@ -104,6 +104,21 @@ inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSour
   }
 }
 
+// a·b for one row: float SIMD within blocks of 64 elements, the blocks summed
+// in double — near double accuracy at float speed (each SIMD lane adds at
+// most 64/width float products).
+inline double dot_row(const float* a, const float* b, int64_t d) {
+  double acc = 0.0;
+  for (int64_t c0 = 0; c0 < d; c0 += 64) {
+    const int64_t c1 = c0 + 64 < d ? c0 + 64 : d;
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t c = c0; c < c1; ++c) s += a[c] * b[c];
+    acc += s;
+  }
+  return acc;
+}
+
 }  // namespace
 
 void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
@@ -123,7 +138,7 @@ int64_t route_scratch_floats(int64_t N, int64_t d, int64_t S) {
 
 // ---- forward ------------------------------------------------------------------
 //
-// Per token:  z_i = r_i·(q·v_i)  (dot in double, stored as float),
+// Per token:  z_i = r_i·(q·v_i)  (dot_row, stored as float),
 // α = softmax(z),  out = a·base + c·Σ α_i v_i.  The source rows of one token
 // (S·d floats) stay in cache between the two passes.
 void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
@@ -135,7 +150,7 @@ void route_forward(float* out, float* logits, const RouteSource* src, int64_t S,
   ATTNRES_CHECK(!stats || static_cast<int64_t>(stats->weight_sum.size()) == S, "stats sized for another router");
   const Scratch sc(scratch, d, S);
   fold_query(sc, w, gamma);
-  const double* q = sc.qd();
+  const float* q = sc.qf();
   const int64_t nc = num_chunks(N);
 
 #pragma omp parallel for schedule(static)
@@ -150,10 +165,7 @@ void route_forward(float* out, float* logits, const RouteSource* src, int64_t S,
       float* z = logits + n * S;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
-        double qv = 0.0;
-#pragma omp simd reduction(+ : qv)
-        for (int64_t c = 0; c < d; ++c) qv += q[c] * v[c];
-        z[i] = static_cast<float>(rstd_at(src[i], n) * qv);
+        z[i] = static_cast<float>(rstd_at(src[i], n) * dot_row(q, v, d));
       }
       softmax_row(alpha, z, S);
       mix_row(out + n * d, tmp, alpha, src, S, n, base ? base + n * d : nullptr, m, d);
@@ -281,7 +293,7 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
 //          = α_i c dout + (dz_i r_i) q − (dz_i z_i r_i² / d) v_i     (q·v_i = z_i / r_i)
 //   dq    += Σ_tokens Σ_i dz_i r_i v_i ;   q = w∘γ ⇒ dw += dq∘γ,  dγ += dq∘w
 //
-// Per token: pass 1 computes dα_i (double dot; and R when gated), pass 2 the
+// Per token: pass 1 computes dα_i (dot_row; and R when gated), pass 2 the
 // source gradients (float) and this token's share of dq (float over the
 // sources, then double into the chunk's partial).
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
@@ -318,10 +330,7 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
       double s = 0.0;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
-        double dot = 0.0;
-#pragma omp simd reduction(+ : dot)
-        for (int64_t c = 0; c < d; ++c) dot += static_cast<double>(go[c]) * v[c];
-        da[i] = m.c * dot;
+        da[i] = m.c * dot_row(go, v, d);
         s += alpha[i] * da[i];
       }
       if (gate) mix_row(tmp, tmp, alpha, src, S, n, nullptr, {0.0f, 1.0f}, d);  // tmp = R

@@ -34,8 +34,9 @@
 // routers.  Token-sum reductions (dw, dγ, null source, gate) go through
 // per-chunk partial sums over fixed 64-token chunks, added in chunk order in
 // double, so results do not depend on the thread count or the schedule.
-// Dot products over d accumulate in double; the per-element updates (the
-// weighted sum over sources, source gradients) are float SIMD.
+// Dot products over d are float SIMD within blocks of 64 elements, summed in
+// double; token sums are double; the per-element updates (the weighted sum
+// over sources, source gradients) are float SIMD.
 #pragma once
 
 #include <cstdint>
