@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -257,6 +258,8 @@ TEST(Routing, EveryModeTrainsOnText) {
       if (s == 0) first = loss;
       if (s >= steps - 5) last += loss / 5;
     }
+    std::printf("  %-12s loss %.3f -> %.3f (mean of the last 5 of %lld steps)\n", mode, first, last,
+                static_cast<long long>(steps));
     EXPECT_NEAR(first, std::log(256.0), 0.2) << mode;
     EXPECT_LT(last, first - 1.5) << mode << ": loss " << first << " -> " << last;
   }
