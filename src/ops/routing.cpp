@@ -344,14 +344,18 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
                     kv = static_cast<float>(-dz * z[i] * r * r * inv_d);
         if (i == 0 && null0) {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+          for (int64_t c = 0; c < d; ++c) {
+            dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+            tq[c] += kq * v[c];
+          }
         } else {
           float* dv = dsrc[i] + n * d;
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+          for (int64_t c = 0; c < d; ++c) {
+            dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+            tq[c] += kq * v[c];
+          }
         }
-#pragma omp simd
-        for (int64_t c = 0; c < d; ++c) tq[c] += kq * v[c];
       }
       for (int64_t c = 0; c < d; ++c) dq[c] += tq[c];
       if (dbase && m.a != 0.0f) {
