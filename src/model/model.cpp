@@ -18,8 +18,8 @@
 // full / block / delta also the routed sublayer inputs u (route_mix from the
 // stored logits).
 //
-// The modes differ only in the six small functions below the sublayers
-// (sublayer input / output and their backward, embedding and final input),
+// The modes differ only in the small functions below the sublayers
+// (embedding, sublayer input / output, final input, and their backward),
 // each a switch over the mode; the sources each router reads are fixed once
 // in build_routers_().
 #include "model/model.h"

@@ -10,8 +10,9 @@
 //
 // Depth routing (DESIGN.md §2).  Each mode is a choice of sources, of how a
 // router's result is combined (replacement or additive), of block resets and
-// of a final router; the per-mode choices are four small functions in
-// model.cpp (sublayer input / output, forward and backward).  What each mode
+// of a final router; the per-mode choices live in a few small functions of
+// model.cpp (embedding, sublayer input and output, final input, and their
+// backward mirrors), each a switch over the mode.  What each mode
 // keeps for the backward (bench-small: N·d floats = 4 MiB):
 //   baseline     the input of every sublayer (2L·N·d), as before;
 //   full, delta  every source — e and each sublayer output (2L+1) — and their
