@@ -388,13 +388,29 @@ void Model::route_mix_(int r, float* out, const float* base) {
 
 // dU_ holds the gradient of the router's output.  The base is the stream x in
 // the delta modes (its gradient dx_), and the router's last source in a gated
-// replacement (its gradient that source's).
+// replacement (its gradient that source's).  In full / block / delta the same
+// pass over the rows also rebuilds into u_ the input of the sublayer before
+// this router's (the backward's next), saving a pass over the sources.
 void Model::route_backward_(int r) {
   const Router& R = routers_[r];
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
+  RouteRebuild rb;
+  const int64_t j = R.k - 1;  // the sublayer whose input comes next
+  const int rj = j >= 0 ? router_of_[j] : -1;
+  const bool rebuilds = cfg_.mode == Mode::kFull || cfg_.mode == Mode::kBlock || cfg_.mode == Mode::kDelta;
+  if (rebuilds && rj >= 0) {
+    const Router& P = routers_[rj];
+    rb = {u_, P.logits, P.src.data(), static_cast<int64_t>(P.src.size()), gate_base_(rj), P.w->alpha, combine_,
+          false};
+    if (cfg_.mode == Mode::kDelta) {  // u = x + g·R: x the stream (e alone before the first output)
+      if (j == 0) rb.base = sources_[0].v;
+      else rb.stream = true;
+    }
+  }
   route_backward(R.dsrc.data(), dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src.data(),
                  static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, gate_base_(r), R.w->alpha, combine_,
-                 cur_B_ * T_, cfg_.d, route_scratch_);
+                 cur_B_ * T_, cfg_.d, route_scratch_, rb.out ? &rb : nullptr);
+  rebuilt_ = rb.out ? j : -1;
 }
 
 const float* Model::gate_base_(int r) const {
@@ -516,6 +532,7 @@ float* Model::sublayer_output_backward_(int64_t k) {
 // The input u of sublayer k again: stored, or rebuilt from the stored logits.
 const float* Model::sublayer_input_recompute_(int64_t k) {
   const int r = router_of_[k];
+  if (rebuilt_ == k) return u_;  // done by the previous router backward
   switch (cfg_.mode) {
     case Mode::kBaseline:
     case Mode::kDeltaBlock: return stored_input_(k);
@@ -632,6 +649,7 @@ void Model::backward(const int32_t* inputs) {
   // the running partial-sum gradient dx_): start them at zero.
   for (const Source& s : sources_) std::memset(s.dv, 0, static_cast<size_t>(N * d) * sizeof(float));
   if (c.mode == Mode::kBlock) std::memset(dx_, 0, static_cast<size_t>(N * d) * sizeof(float));
+  rebuilt_ = -1;
   // dln_ holds d(xf) from the fused head.  Through the final norm into the
   // stream (dx_), or into the final router's output (dU_):
   rmsnorm_backward(final_router_ >= 0 ? dU_ : dx_, g_.final_norm, dln_, x_final_, w_.final_norm, rstd_f_, N, d);

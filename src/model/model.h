@@ -184,6 +184,7 @@ class Model {
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
   float* route_scratch_ = nullptr;  // route_scratch_floats(N, d, S_max)
   RoutingStats* stats_ = nullptr;
+  int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
 
   int64_t cur_B_ = 0;  // micro-batch of the last forward
   void forward(const int32_t* inputs, int64_t B);

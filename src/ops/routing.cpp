@@ -243,7 +243,7 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
   check_sources(src, S);
   const int64_t first = src[0].broadcast ? 1 : 0;
   ATTNRES_CHECK(first < S, "route_mix_stream: no stream sources");
-  const float c_g = gate ? *gate : 1.0f;
+  const Mix m = mix_coefficients(Combine::kAdd, gate);
   const Scratch sc(scratch, d, S);
   const int64_t nc = num_chunks(N);
 #pragma omp parallel for schedule(static)
@@ -253,28 +253,16 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
     double* alpha = sc.alpha(ch);
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
-      softmax_row(alpha, logits + n * S, S);
-      // The same float operations, in the same order, as mix_row (R) and as
-      // the forward's stream (x = v_first, then x += v_i).
-      for (int64_t i = 0; i < S; ++i) {
-        const float* v = row(src[i], n, d);
-        const float al = static_cast<float>(alpha[i]);
-        if (i == 0) {
+      // The stream as the forward built it (x = v_first, then x += v_i), then
+      // exactly the forward's combination; the rows are in cache the second time.
+      std::memcpy(x, src[first].v + n * d, static_cast<size_t>(d) * sizeof(float));
+      for (int64_t i = first + 1; i < S; ++i) {
+        const float* v = src[i].v + n * d;
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) tmp[c] = al * v[c];
-        } else {
-#pragma omp simd
-          for (int64_t c = 0; c < d; ++c) tmp[c] += al * v[c];
-        }
-        if (i == first) {
-          for (int64_t c = 0; c < d; ++c) x[c] = v[c];
-        } else if (i > first) {
-          for (int64_t c = 0; c < d; ++c) x[c] += v[c];
-        }
+        for (int64_t c = 0; c < d; ++c) x[c] += v[c];
       }
-      float* o = out + n * d;
-#pragma omp simd
-      for (int64_t c = 0; c < d; ++c) o[c] = 1.0f * x[c] + c_g * tmp[c];
+      softmax_row(alpha, logits + n * S, S);
+      mix_row(out + n * d, tmp, alpha, src, S, n, x, m, d);
     }
   }
 }
@@ -299,8 +287,19 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
                     const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    float* scratch) {
+                    float* scratch, const RouteRebuild* rebuild) {
   check_sources(src, S);
+  Mix m2{0.0f, 1.0f};
+  int64_t first2 = 0;
+  if (rebuild) {
+    check_sources(rebuild->src, rebuild->S);
+    ATTNRES_CHECK(rebuild->S <= S, "a rebuilt router may not have more sources than this one");
+    m2 = mix_coefficients(rebuild->combine, rebuild->gate);
+    first2 = rebuild->src[0].broadcast ? 1 : 0;
+    ATTNRES_CHECK(rebuild->stream ? first2 < rebuild->S && rebuild->combine == Combine::kAdd
+                                  : m2.a == 0.0f || rebuild->base,
+                  "rebuild: bad base");
+  }
   const Mix m = mix_coefficients(combine, gate);
   const bool replace_gate = gate && combine == Combine::kReplace;
   ATTNRES_CHECK(!replace_gate || base, "a gated replacement needs its base in the backward");
@@ -374,6 +373,24 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
           for (int64_t c = 0; c < d; ++c) t += static_cast<double>(go[c]) * tmp[c];
         }
         dg += t;
+      }
+      // The next input to rebuild, from this token's rows (mostly in cache);
+      // tq and da are free again.
+      if (rebuild) {
+        const RouteRebuild& rb = *rebuild;
+        double* alpha2 = da;
+        const float* base2 = rb.base ? rb.base + n * d : nullptr;
+        if (rb.stream) {  // x = v_first, then x += v_i: the forward's stream
+          std::memcpy(tq, rb.src[first2].v + n * d, static_cast<size_t>(d) * sizeof(float));
+          for (int64_t i = first2 + 1; i < rb.S; ++i) {
+            const float* v = rb.src[i].v + n * d;
+#pragma omp simd
+            for (int64_t c = 0; c < d; ++c) tq[c] += v[c];
+          }
+          base2 = tq;
+        }
+        softmax_row(alpha2, rb.logits + n * rb.S, rb.S);
+        mix_row(rb.out + n * d, tmp, alpha2, rb.src, rb.S, n, base2, m2, d);
       }
     }
     *sc.dg(ch) = dg;

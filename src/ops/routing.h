@@ -90,6 +90,22 @@ void route_mix(float* out, const float* logits, const RouteSource* src, int64_t 
 void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
                       int64_t N, int64_t d, float* scratch);
 
+// Optionally, route_backward also rebuilds another router's output in the
+// same pass over the token rows: the backward walks the sublayers in reverse,
+// and the input of sublayer k−1 (which the backward needs next) is made by a
+// router whose sources are mostly this one's, already in cache.  Same bits as
+// route_mix (stream = false) or route_mix_stream (stream = true).
+struct RouteRebuild {
+  float* out = nullptr;              // (N, d); must not alias anything route_backward reads
+  const float* logits = nullptr;     // (N, S) that router's stored logits
+  const RouteSource* src = nullptr;  // (S) its sources; S ≤ the backward's S
+  int64_t S = 0;
+  const float* base = nullptr;       // as route_mix (unused when stream)
+  const float* gate = nullptr;
+  Combine combine = Combine::kReplace;
+  bool stream = false;               // kAdd, base = Σ of the non-broadcast sources (route_mix_stream)
+};
+
 // Given dout (N, d), the gradient of out:
 //   dsrc[i] (N, d) or (d) if broadcast   += ∂/∂v_i        (accumulate)
 //   dbase   (N, d)                       += a·dout        (accumulate; may be null; may alias dsrc[S−1])
@@ -99,7 +115,7 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
                     const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    float* scratch);
+                    float* scratch, const RouteRebuild* rebuild = nullptr);
 
 // out = a − b over n elements (delta_block's block sources).
 void sub(float* out, const float* a, const float* b, int64_t n);

@@ -325,5 +325,36 @@ TEST(RoutingHelpers, MixStreamIsTheForwardsInput) {
   }
 }
 
+// route_backward's optional rebuild of the next input: the same gradients,
+// and the same bits as route_mix / route_mix_stream.
+TEST(RoutingHelpers, BackwardRebuildsTheNextInput) {
+  for (bool stream : {false, true}) {
+    const Case k{"rebuild", 70, 37, 6, stream, stream ? Combine::kAdd : Combine::kReplace, true, false};
+    Data D(k, 23);
+    Kernel A(D), B(D);
+    A.forward(k);
+    B.forward(k);
+    // The "previous" router: the first S−1 sources, its own logits.
+    const int64_t S2 = k.S - 1;
+    Kernel P(D);
+    route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, P.w.data(), P.gamma.data(), P.base.data(), &P.g,
+                  k.combine, k.N, k.d, P.scratch.data());
+    std::vector<float> want(k.N * k.d), got(k.N * k.d);
+    if (stream) route_mix_stream(want.data(), P.logits.data(), P.src.data(), S2, &P.g, k.N, k.d, P.scratch.data());
+    else route_mix(want.data(), P.logits.data(), P.src.data(), S2, P.base.data(), &P.g, k.combine, k.N, k.d, P.scratch.data());
+    RouteRebuild rb{got.data(), P.logits.data(), P.src.data(), S2, stream ? nullptr : P.base.data(), &P.g, k.combine,
+                    stream};
+    A.backward(k);
+    route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), &B.dg, B.dout.data(),
+                   B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), &B.g, k.combine, k.N,
+                   k.d, B.scratch.data(), &rb);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "stream " << stream;
+    EXPECT_EQ(0, std::memcmp(A.dw.data(), B.dw.data(), A.dw.size() * sizeof(float)));
+    EXPECT_EQ(A.dg, B.dg);
+    for (int64_t i = 0; i < k.S; ++i)
+      EXPECT_EQ(0, std::memcmp(A.dsrc[i].data(), B.dsrc[i].data(), A.dsrc[i].size() * sizeof(float))) << i;
+  }
+}
+
 }  // namespace
 }  // namespace attnres
