@@ -26,7 +26,7 @@ scripts/prepare_default_data.sh
 # tiny config first, keep a margin for validation and saving.
 B=16; T=256
 ELAPSED=$(( $(date +%s) - START ))
-TRAIN_S=$(( MINUTES * 60 - ELAPSED - 60 ))
+TRAIN_S=$(( MINUTES * 60 - ELAPSED - 90 ))  # margin: final validation and checkpoint
 if [ "$TRAIN_S" -lt 60 ]; then TRAIN_S=60; fi
 TOK_S=$(build/attnres bench --config tiny --mode "$MODE" --batch $B --seq-len $T --steps 2 --peak-gflops 1 --json \
         | python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["tok_per_s"]))')
@@ -39,5 +39,5 @@ rm -rf "$RUN"
 build/attnres train --config tiny --mode "$MODE" \
   --data data/default/train.bin --val-data data/default/val.bin --val-tokens 500000 \
   --out "$RUN" --steps "$STEPS" --batch $B --seq-len $T --lr 3e-3 --lr-min 3e-4 --warmup $((STEPS / 20 + 1)) \
-  --val-every $((STEPS / 4 + 1)) --time-budget "$TRAIN_S"
+  --val-every $((STEPS / 3 + 1)) --time-budget "$TRAIN_S"
 echo "main_job: done in $(( $(date +%s) - START )) s; checkpoint and log.jsonl in $RUN"
