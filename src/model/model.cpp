@@ -124,6 +124,16 @@ Model::Model(const Config& c, int64_t B, int64_t T)
   // Resolve the routers' sources to the carved buffers.
   for (auto& s : sources_)
     if (!s.dv) s.dv = dx_;
+  // The backward's first router: the final one, else the last MLP's.  It
+  // assigns the gradients of the sources it reads; the rest are zeroed.
+  first_backward_router_ = final_router_ >= 0 ? final_router_ : (routed ? router_of_[K - 1] : -1);
+  for (const Source& s : sources_) {
+    bool covered = false;
+    if (first_backward_router_ >= 0)
+      for (int j : routers_[first_backward_router_].index) covered |= j >= 0 && sources_[j].dv == s.dv;
+    if (!covered && std::find(zeroed_dv_.begin(), zeroed_dv_.end(), s.dv) == zeroed_dv_.end())
+      zeroed_dv_.push_back(s.dv);
+  }
   for (Router& R : routers_) {
     for (int j : R.index) {
       if (j < 0) {  // the router's own learned null source, one row broadcast to every token
@@ -391,7 +401,7 @@ void Model::route_mix_(int r, float* out, const float* base) {
 // replacement (its gradient that source's).  In full / block / delta the same
 // pass over the rows also rebuilds into u_ the input of the sublayer before
 // this router's (the backward's next), saving a pass over the sources.
-void Model::route_backward_(int r) {
+void Model::route_backward_(int r, bool first) {
   const Router& R = routers_[r];
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
   RouteRebuild rb;
@@ -409,7 +419,7 @@ void Model::route_backward_(int r) {
   }
   route_backward(R.dsrc.data(), dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src.data(),
                  static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, gate_base_(r), R.w->alpha, combine_,
-                 cur_B_ * T_, cfg_.d, route_scratch_, rb.out ? &rb : nullptr);
+                 cur_B_ * T_, cfg_.d, route_scratch_, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
   rebuilt_ = rb.out ? j : -1;
 }
 
@@ -560,7 +570,7 @@ void Model::sublayer_input_backward_(int64_t k) {
   switch (cfg_.mode) {
     case Mode::kBaseline: return;  // the sublayer accumulated into dx_ itself
     case Mode::kFull:
-    case Mode::kBlock: route_backward_(r); return;
+    case Mode::kBlock: route_backward_(r); return;  // the final router ran first
     case Mode::kDeltaBlock:
       if (k % 2 == 0 && block_start_(k / 2)) {
         // Block source b was made from the x this sublayer read:
@@ -579,13 +589,13 @@ void Model::sublayer_input_backward_(int64_t k) {
       [[fallthrough]];
     case Mode::kDelta:  // u = x + g·R: dx += dU (inside route_backward_)
       if (r < 0) add_inplace(dx_, dU_, N * d);
-      else route_backward_(r);
+      else route_backward_(r, r == first_backward_router_);
       return;
   }
 }
 
 void Model::final_input_backward_() {
-  if (final_router_ >= 0) route_backward_(final_router_);
+  if (final_router_ >= 0) route_backward_(final_router_, /*first=*/true);
 }
 
 // The gradient of e into the embedding table.
@@ -645,10 +655,9 @@ void Model::backward(const int32_t* inputs) {
   const Config& c = cfg_;
   const int64_t N = cur_B_ * T_, d = c.d;
   const bool routed = c.mode != Mode::kBaseline;
-  // Source gradients accumulate over the routers reading them (block: so does
-  // the running partial-sum gradient dx_): start them at zero.
-  for (const Source& s : sources_) std::memset(s.dv, 0, static_cast<size_t>(N * d) * sizeof(float));
-  if (c.mode == Mode::kBlock) std::memset(dx_, 0, static_cast<size_t>(N * d) * sizeof(float));
+  // Source gradients accumulate over the routers reading them; the first
+  // router assigns those it reads, the others start at zero.
+  for (float* dv : zeroed_dv_) std::memset(dv, 0, static_cast<size_t>(N * d) * sizeof(float));
   rebuilt_ = -1;
   // dln_ holds d(xf) from the fused head.  Through the final norm into the
   // stream (dx_), or into the final router's output (dU_):

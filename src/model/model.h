@@ -28,9 +28,10 @@
 // Plus the logits z (N·S floats per router) and r (N per source).
 //
 // Gradient buffers that ACCUMULATE across routers: every source gradient
-// (Source::dv, zeroed at the start of each backward) and, in block mode, the
-// running partial-sum gradient dx_ — both receive += from every router that
-// reads the source.
+// (Source::dv) and, in block mode, the running partial-sum gradient dx_ —
+// both receive += from every router that reads the source, except from the
+// first router the backward runs (the final router, or the last MLP's), which
+// reads every source and assigns (=); the few it does not read are zeroed.
 #pragma once
 
 #include <cstdint>
@@ -185,6 +186,8 @@ class Model {
   float* route_scratch_ = nullptr;  // route_scratch_floats(N, d, S_max)
   RoutingStats* stats_ = nullptr;
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
+  int first_backward_router_ = -1;  // the first router the backward runs; it assigns its sources' gradients
+  std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
   int64_t cur_B_ = 0;  // micro-batch of the last forward
   void forward(const int32_t* inputs, int64_t B);
@@ -211,7 +214,7 @@ class Model {
   bool block_start_(int64_t l) const { return l % cfg_.layers_per_block() == 0; }
   void route_(int r, float* out, const float* base);
   void route_mix_(int r, float* out, const float* base);
-  void route_backward_(int r);
+  void route_backward_(int r, bool first = false);
   const float* gate_base_(int r) const;  // kReplace with gate: the router's last source
 };
 

@@ -287,7 +287,7 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
                     const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    float* scratch, const RouteRebuild* rebuild) {
+                    float* scratch, const RouteRebuild* rebuild, bool accumulate_src) {
   check_sources(src, S);
   Mix m2{0.0f, 1.0f};
   int64_t first2 = 0;
@@ -347,11 +347,18 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
             dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
             tq[c] += kq * v[c];
           }
-        } else {
+        } else if (accumulate_src) {
           float* dv = dsrc[i] + n * d;
 #pragma omp simd
           for (int64_t c = 0; c < d; ++c) {
             dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+            tq[c] += kq * v[c];
+          }
+        } else {
+          float* dv = dsrc[i] + n * d;
+#pragma omp simd
+          for (int64_t c = 0; c < d; ++c) {
+            dv[c] = ka * go[c] + kq * qf[c] + kv * v[c];
             tq[c] += kq * v[c];
           }
         }

@@ -107,7 +107,9 @@ struct RouteRebuild {
 };
 
 // Given dout (N, d), the gradient of out:
-//   dsrc[i] (N, d) or (d) if broadcast   += ∂/∂v_i        (accumulate)
+//   dsrc[i] (N, d) or (d) if broadcast   += ∂/∂v_i        (accumulate; with
+//                                        accumulate_src = false the (N, d) ones are
+//                                        assigned: the first router of a backward)
 //   dbase   (N, d)                       += a·dout        (accumulate; may be null; may alias dsrc[S−1])
 //   dw, dgamma (d)                       += ∂/∂w, ∂/∂γ    (accumulate)
 //   dgate   ()                           += ∂/∂g          (accumulate; only when gate)
@@ -115,7 +117,7 @@ struct RouteRebuild {
 void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
                     const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
                     const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    float* scratch, const RouteRebuild* rebuild = nullptr);
+                    float* scratch, const RouteRebuild* rebuild = nullptr, bool accumulate_src = true);
 
 // out = a − b over n elements (delta_block's block sources).
 void sub(float* out, const float* a, const float* b, int64_t n);

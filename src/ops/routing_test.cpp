@@ -356,5 +356,23 @@ TEST(RoutingHelpers, BackwardRebuildsTheNextInput) {
   }
 }
 
+// accumulate_src = false assigns the (N, d) source gradients (the broadcast
+// null source, a parameter gradient, still accumulates).
+TEST(RoutingHelpers, FirstRouterAssigns) {
+  const Case k{"assign", 70, 37, 5, true, Combine::kAdd, true, false};
+  Data D(k, 29);
+  Kernel A(D), B(D);
+  A.forward(k);
+  B.forward(k);
+  for (int64_t i = 1; i < k.S; ++i) std::fill(A.dsrc[i].begin(), A.dsrc[i].end(), 0.0f);  // B keeps its garbage
+  A.backward(k);
+  route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), &B.dg, B.dout.data(),
+                 B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), &B.g, k.combine, k.N,
+                 k.d, B.scratch.data(), nullptr, /*accumulate_src=*/false);
+  for (int64_t i = 0; i < k.S; ++i)
+    EXPECT_EQ(0, std::memcmp(A.dsrc[i].data(), B.dsrc[i].data(), A.dsrc[i].size() * sizeof(float))) << i;
+  EXPECT_EQ(0, std::memcmp(A.dbase.data(), B.dbase.data(), A.dbase.size() * sizeof(float)));
+}
+
 }  // namespace
 }  // namespace attnres
