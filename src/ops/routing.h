@@ -31,7 +31,8 @@
 //
 // Gradient conventions (see route_backward): the gradients of sources, of the
 // base and of the router parameters all ACCUMULATE (+=): a source feeds many
-// routers.  Token-sum reductions (dw, dγ, null source, gate) go through
+// routers (the first router of a backward may assign its sources' instead:
+// accumulate_src = false, like matmul_backward's accumulate_dinp).  Token-sum reductions (dw, dγ, null source, gate) go through
 // per-chunk partial sums over fixed 64-token chunks, added in chunk order in
 // double, so results do not depend on the thread count or the schedule.
 // Dot products over d are float SIMD within blocks of 64 elements, summed in
