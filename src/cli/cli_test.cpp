@@ -106,6 +106,37 @@ TEST_F(Cli, BenchJson) {
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 1e6);
 }
 
+TEST_F(Cli, RoutingStatisticsJson) {
+  // A delta_block model with random pseudo-queries, so the weights are not uniform.
+  Config c = cfg_;
+  c.mode = Mode::kDeltaBlock;
+  c.L = 2;
+  c.num_blocks = 2;
+  c.query_init_normal = true;
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total());
+  Rng rng(4);
+  init_params(layout, c, p.data(), rng);
+  fs::create_directories(dir_ + "/routed");
+  write_model_files(dir_ + "/routed", c, layout, p.data());
+  Result r = run("routing --model " + dir_ + "/routed --data " + dir_ + "/ok.bin --seq-len 16 --batch 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["tokens"], 12 * 16);  // whole windows of the 200-token file
+  ASSERT_GT(j["routers"].size(), 0u);
+  for (size_t k = 0; k < j["routers"].size(); ++k) {
+    double sum = 0;
+    for (double w : j["mean_weight"][k]) sum += w;
+    EXPECT_NEAR(sum, 1.0, 1e-5) << j["routers"][k];
+    EXPECT_LE(j["max_weight"][k].get<double>(), j["token_max"][k].get<double>() + 1e-9);
+  }
+  // The plain table names every router; a baseline model is refused clearly.
+  r = run("routing --model " + dir_ + "/routed --data " + dir_ + "/ok.bin --seq-len 16");
+  EXPECT_NE(r.out.find("layers.1.mlp"), std::string::npos) << r.out;
+  expect_clear_error(run("routing --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
+                     {dir_ + "/model", "no depth routing"});
+}
+
 TEST_F(Cli, MissingOrMalformedConfig) {
   fs::create_directories(dir_ + "/empty");
   expect_clear_error(run("eval --model " + dir_ + "/empty --data " + dir_ + "/ok.bin"),
