@@ -4,6 +4,8 @@
 #include "data/corpus.h"
 
 #include <gtest/gtest.h>
+
+#include "testing/check.h"
 #include <unistd.h>
 #include <zlib.h>
 
@@ -17,24 +19,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh directory under /tmp, removed at the end of the test.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    path = fs::temp_directory_path() / ("attnres_corpus_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path / name;
-    fs::create_directories(p.parent_path());
-    write_file_atomic(p.string(), bytes);
-    return p.string();
-  }
+// A fresh directory under /tmp (testing::TempDir) that also writes gzip files.
+struct TempDir : testing::TempDir {
+  TempDir() : testing::TempDir("corpus") {}
   std::string gz(const std::string& name, const std::string& bytes) const {
-    const std::string p = (path / name).string();
+    const std::string p = *this / name;
     gzFile f = gzopen(p.c_str(), "wb");
     gzwrite(f, bytes.data(), unsigned(bytes.size()));
     gzclose(f);
@@ -80,7 +69,7 @@ TEST(CorpusReader, TextDirectoriesJsonlAndGzip) {
   const std::string jl = d.file("docs.jsonl", "{\"text\": \"one\"}\n\n{\"text\": \"two\\nlines\", \"id\": 7}\r\n");
   const std::string jlgz = d.gz("docs2.jsonl.gz", "{\"text\": \"three\"}\n{\"text\": \"four\"}");
   CorpusOptions opt;
-  opt.inputs = {(d.path / "dir").string(), jl, jlgz};
+  opt.inputs = {d / "dir", jl, jlgz};
   const auto docs = read_all(opt);
   const std::vector<std::string> want = {"first", "second", bin, "gzipped text", "one", "two\nlines", "three", "four"};
   EXPECT_EQ(docs, want);

@@ -5,6 +5,8 @@
 #include "data/prepare.h"
 
 #include <gtest/gtest.h>
+
+#include "testing/check.h"
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -24,22 +26,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& kind = "prepare") {
-    path = fs::temp_directory_path() / ("attnres_" + kind + "_" + std::to_string(getpid()) + "_" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const fs::path p = path / name;
-    fs::create_directories(p.parent_path());
-    write_file_atomic(p.string(), bytes);
-    return p.string();
-  }
-};
+using testing::TempDir;
 
 // A small corpus of varied documents, and a tokenizer trained on it.
 struct Fixture {
@@ -75,7 +62,7 @@ struct Fixture {
     PrepareOptions o;
     o.corpus.inputs = inputs;
     o.tokenizer = tokenizer;
-    o.out_dir = (dir.path / out).string();
+    o.out_dir = dir / out;
     o.val_fraction = 0.2;
     o.seed = 5;
     o.log = nullptr;
@@ -167,7 +154,7 @@ TEST(Prepare, BadInputFailsNamingFileAndLine) {
 // Runs the attnres binary with `args`, feeding `input`; returns exit status, stdout in `out`.
 int run_cli(const std::string& args, const std::string& input, std::string& out) {
   TempDir d("cli");
-  const std::string in = d.file("stdin", input), so = (d.path / "stdout").string();
+  const std::string in = d.file("stdin", input), so = d / "stdout";
   const std::string cmd = std::string(ATTNRES_BINARY) + " " + args + " < " + in + " > " + so + " 2>&1";
   const int rc = std::system(cmd.c_str());
   out = read_file(so);
@@ -194,7 +181,7 @@ TEST(PrepareCli, PrepareReportsBadLineAndFails) {
   const std::string bad = fx.dir.file("bad.jsonl", "{\"text\": \"a\"}\nnot json\n");
   std::string out;
   const int rc = run_cli("prepare --input " + fx.inputs[0] + "," + bad + " --tokenizer " + fx.tokenizer + " --out " +
-                             (fx.dir.path / "o").string(),
+                             fx.dir / "o",
                          "", out);
   EXPECT_EQ(rc, 1);
   EXPECT_NE(out.find(bad + ":2: malformed JSON"), std::string::npos) << out;
@@ -202,7 +189,7 @@ TEST(PrepareCli, PrepareReportsBadLineAndFails) {
 
 TEST(PrepareCli, PrepareTrainsTokenizerAndWritesShards) {
   Fixture fx;
-  const std::string outdir = (fx.dir.path / "cli").string();
+  const std::string outdir = fx.dir / "cli";
   std::string out;
   ASSERT_EQ(run_cli("prepare --input " + fx.inputs[0] + "," + fx.inputs[1] + " --vocab-size 300 --out " + outdir +
                         " --val-fraction 0.2",

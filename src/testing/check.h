@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "io/file_util.h"
 
 namespace attnres::testing {
 
@@ -37,6 +38,13 @@ class TempDir {
   TempDir& operator=(const TempDir&) = delete;
   std::string operator/(const std::string& name) const { return path_ + "/" + name; }
   const std::string& path() const { return path_; }
+  // Writes `bytes` to path()/name (creating parent directories); returns the path.
+  std::string file(const std::string& name, const std::string& bytes) const {
+    const std::filesystem::path p = std::filesystem::path(path_) / name;
+    std::filesystem::create_directories(p.parent_path());
+    write_file_atomic(p.string(), bytes);
+    return p.string();
+  }
 
  private:
   std::string path_;
