@@ -103,18 +103,16 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   fsync_dir(tmp_dir);
 
   // Replace an older checkpoint of the same step (a rerun) only after the new one is complete.
-  if (fs::exists(final_dir)) {
-    const std::string old = final_dir + ".old";
+  const std::string old = final_dir + ".old";
+  const bool replacing = fs::exists(final_dir);
+  if (replacing) {
     fs::remove_all(old, ec);
     fs::rename(final_dir, old, ec);
     if (ec) fail(final_dir, ": cannot move aside the previous checkpoint: ", ec.message());
-    fs::rename(tmp_dir, final_dir, ec);
-    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
-    fs::remove_all(old, ec);
-  } else {
-    fs::rename(tmp_dir, final_dir, ec);
-    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
   }
+  fs::rename(tmp_dir, final_dir, ec);
+  if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
+  if (replacing) fs::remove_all(old, ec);
   fsync_dir(out_dir);
   write_file_atomic(out_dir + "/latest", std::string(name) + "\n");
   return final_dir;

@@ -67,6 +67,10 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
     throw;
   }
   ::close(fd);
+  rename_into_place(tmp, path);
+}
+
+void rename_into_place(const std::string& tmp, const std::string& path) {
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     std::string why = errno_text();
     ::unlink(tmp.c_str());

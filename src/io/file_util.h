@@ -13,6 +13,9 @@ std::string read_file(const std::string& path);
 // Writes `bytes` to `path` atomically: `path.tmp.<pid>` is written and fsynced,
 // then renamed over `path`, then the directory is fsynced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+// Renames the finished temporary file `tmp` over `path` and fsyncs the
+// directory; on failure removes `tmp` and throws an Error naming `path`.
+void rename_into_place(const std::string& tmp, const std::string& path);
 // Writes all of [data, data+n) to fd; throws Error naming `path` on failure.
 void write_all(int fd, const void* data, size_t n, const std::string& path);
 void fsync_dir(const std::string& dir);

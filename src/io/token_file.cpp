@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <filesystem>
 
 #include "core/error.h"
 #include "io/file_util.h"
@@ -126,12 +125,7 @@ void TokenFileWriter::close() {
   if (::fsync(fd_) != 0) fail(path_, ": fsync failed: ", errno_text());
   ::close(fd_);
   fd_ = -1;
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    std::string why = errno_text();
-    ::unlink(tmp_path_.c_str());
-    fail(path_, ": cannot rename into place: ", why);
-  }
-  fsync_dir(std::filesystem::path(path_).parent_path().string());
+  rename_into_place(tmp_path_, path_);
 }
 
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens) {

@@ -89,21 +89,22 @@ TrainResult train(const TrainOptions& opt) {
     loader.set_position(st.data);
     rng.set_state(st.rng);
     if (!opt.quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
-  } else if (!opt.init_from.empty()) {
-    const std::string dir = resolve_model_dir(opt.init_from);
-    Config saved = Config::load(dir + "/config.json");
-    if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
-        saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
-      fail(dir, ": its model shape (config.json) differs from the model being trained");
-    // Routing tensors missing from a plain checkpoint keep their init (zero
-    // queries, unit norms, zero gates): a pretrained model converts in place.
-    model.init(rng);
-    const int64_t kept = load_params(dir + "/model.safetensors", model.layout(), model.params(), true);
-    if (!opt.quiet)
-      std::printf("initialised from %s%s\n", dir.c_str(),
-                  kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str() : "");
   } else {
     model.init(rng);
+    if (!opt.init_from.empty()) {
+      const std::string dir = resolve_model_dir(opt.init_from);
+      Config saved = Config::load(dir + "/config.json");
+      if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
+          saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
+        fail(dir, ": its model shape (config.json) differs from the model being trained");
+      // Routing tensors missing from a plain checkpoint keep their init (zero
+      // queries, unit norms, zero gates): a pretrained model converts in place.
+      const int64_t kept = load_params(dir + "/model.safetensors", model.layout(), model.params(), true);
+      if (!opt.quiet)
+        std::printf("initialised from %s%s\n", dir.c_str(),
+                    kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
+                         : "");
+    }
   }
 
   const std::string log_path = opt.out_dir + "/log.jsonl";
