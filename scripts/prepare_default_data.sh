@@ -24,16 +24,8 @@ if [ "${1:-}" != "--force" ] && [ -f "$OUT/prepare.json" ] && [ -f "$OUT/tokeniz
   exit 0
 fi
 
-missing=()
-for p in python3.11-doc dict-gcide; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "prepare_default_data: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+. scripts/apt_install_missing.sh
+apt_install_missing prepare_default_data python3.11-doc dict-gcide
 [ -d "$PYDOCS" ] && [ -f "$GCIDE" ] || { echo "prepare_default_data: $PYDOCS or $GCIDE missing after install" >&2; exit 1; }
 [ -x "$ATTNRES" ] || { echo "prepare_default_data: $ATTNRES not built (run scripts/setup.sh)" >&2; exit 1; }
 

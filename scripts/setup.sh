@@ -17,16 +17,8 @@ TEST_PACKAGES=(libgtest-dev python3-torch python3-numpy
 PACKAGES=("${BUILD_PACKAGES[@]}")
 [ -z "$MAIN_ONLY" ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 
-missing=()
-for p in "${PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  echo "setup: installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+. scripts/apt_install_missing.sh
+apt_install_missing setup "${PACKAGES[@]}"
 
 # Options given in the environment are passed on; otherwise the build keeps
 # what it was configured with (so the main job and the tests share one build).
@@ -35,8 +27,7 @@ opts=()
 [ -n "${ATTNRES_WERROR:-}" ] && opts+=(-DATTNRES_WERROR="$ATTNRES_WERROR")
 if [ -n "$MAIN_ONLY" ]; then
   # Tests are configured only where GoogleTest is there already.
-  dpkg-query -W -f='${Status}' libgtest-dev 2>/dev/null | grep -q "install ok installed" \
-    && opts+=(-DATTNRES_TESTS=ON) || opts+=(-DATTNRES_TESTS=OFF)
+  is_installed libgtest-dev && opts+=(-DATTNRES_TESTS=ON) || opts+=(-DATTNRES_TESTS=OFF)
 else
   opts+=(-DATTNRES_TESTS=ON)
 fi
