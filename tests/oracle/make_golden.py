@@ -14,6 +14,13 @@ Self-checks run first and any failure aborts before a file is written:
      clip_grad_norm_ on one case;
   6. delta_block "true" and "reference" logits differ.
 Everything is float64 on weights stored as float32; output is deterministic.
+
+Each case also gets greedy continuations (oracle.greedy, no cache) of
+GEN_NEW tokens for len(GEN_PROMPT_LENS) prompts, on the initial weights.
+Prompt j is the first GEN_PROMPT_LENS[j] tokens of row j + 3c of tokens
+viewed as [steps*accum*B, T+1], for the first c = 0, 1, ... whose every step
+has a top-1 minus top-2 logit margin >= GEN_MIN_MARGIN (so a float32 engine
+picks the same tokens); no such c below GEN_MAX_TRIES aborts.
 """
 
 import argparse
@@ -72,6 +79,12 @@ STD_QUERY = 0.25           # pseudo-queries (res_proj)
 STD_NULL = 0.2             # null sources
 ALPHA_MEAN, ALPHA_STD = 0.5, 0.15
 
+# Greedy-generation reference (golden generate.*).
+GEN_PROMPT_LENS = (5, 8, 3)
+GEN_NEW = 12
+GEN_MIN_MARGIN = 1e-3      # logits; float32 deviations are ~1e-6 (README.md)
+GEN_MAX_TRIES = 12         # candidate rows j, j+3, ..., j+33 of the 40
+
 
 def make_config(over):
     c = dict(BASE)
@@ -117,6 +130,27 @@ def case_seed(name):
     if name.startswith("delta_block_") and name != "delta_block_alpha":
         name = "delta_block"
     return zlib.crc32(name.encode()) & 0x7FFFFFFF
+
+
+def greedy_refs(w, cfg, tokens, dtype=F64):
+    """Greedy continuations of the prompts chosen as the module docstring says.
+    Returns a list of (row, prompt, new_ids, margins), one per GEN_PROMPT_LENS."""
+    rows = tokens.reshape(-1, tokens.shape[-1])
+    assert 3 * GEN_MAX_TRIES <= rows.shape[0]
+    P = to_params(w, dtype)
+    out = []
+    for j, n in enumerate(GEN_PROMPT_LENS):
+        for c in range(GEN_MAX_TRIES):
+            row = j + 3 * c
+            prompt = [int(t) for t in rows[row, :n]]
+            ids, margins = O.greedy(P, cfg, prompt, GEN_NEW)
+            if min(margins) >= GEN_MIN_MARGIN:
+                break
+        else:
+            raise AssertionError(f"no prompt {j} (length {n}) in {GEN_MAX_TRIES} candidate rows "
+                                 f"has every greedy margin >= {GEN_MIN_MARGIN}")
+        out.append((row, prompt, ids, margins))
+    return out
 
 
 def micro_loss_and_grads(P, cfg, seq):
@@ -296,8 +330,9 @@ def run_case(name, dtype=F64):
     with torch.no_grad():   # step 0's batch after the last update
         final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1]), tokens[0, k, :, 1:]))
                     for k in range(TRAIN["accum"])) / TRAIN["accum"]
+    gen = greedy_refs(w, cfg, tokens, dtype)   # initial weights, not the trained P
     return dict(cfg=cfg, weights=w, tokens=tokens, logits=logits.detach(), loss=loss.detach(),
-                grads=grads, rec=rec, final=final, probe=probe)
+                grads=grads, rec=rec, final=final, probe=probe, gen=gen)
 
 
 def hf_config(cfg):
@@ -337,6 +372,10 @@ def write_case(root, name, r):
     }
     for n, t in r["grads"].items():
         g["grad." + n] = f32(t)
+    for j, (_, prompt, ids, margins) in enumerate(r["gen"]):
+        g[f"generate.prompt.{j}"] = np.array(prompt, dtype=np.int32)
+        g[f"generate.ids.{j}"] = np.array(ids, dtype=np.int32)
+        g[f"generate.margin.{j}"] = np.array(margins, dtype=np.float32)
     O.write_safetensors(os.path.join(d, "golden.safetensors"), g,
                         {"generator": "tests/oracle/make_golden.py", "case": name})
 
@@ -368,6 +407,8 @@ def main():
         extra = f" | mean max-alpha {min(amax):.2f}..{max(amax):.2f}" if amax else ""
         print(f"{name:24s} loss {float(r['loss']):.5f} | train {r['rec']['losses'][0]:.4f} -> "
               f"{r['rec']['losses'][-1]:.4f} final {r['final']:.4f}{extra}")
+        print(f"{'':24s} generate: prompt rows {[q[0] for q in r['gen']]} | min margin "
+              f"{min(min(q[3]) for q in r['gen']):.4g}")
         if args.fp32_report:
             s = run_case(name, torch.float32)
             dlog = float((s["logits"].double() - r["logits"]).abs().max())
@@ -375,9 +416,11 @@ def main():
                                for n, g in r["grads"].items())
             gmax = max(float(g.abs().max()) for g in r["grads"].values())
             dtr = max(abs(a - b) for a, b in zip(s["rec"]["losses"], r["rec"]["losses"]))
+            same = all(a[:3] == b[:3] for a, b in zip(s["gen"], r["gen"]))
             print(f"    fp32 vs fp64: logits {dlog:.1e} | grad abs {gabs:.1e} ({gworst}; "
                   f"largest |grad| {gmax:.2g}) | train_losses {dtr:.1e} | "
-                  f"final {abs(s['final'] - r['final']):.1e}")
+                  f"final {abs(s['final'] - r['final']):.1e} | generate "
+                  f"{'same' if same else 'DIFFERS'}")
 
 
 if __name__ == "__main__":

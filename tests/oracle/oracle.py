@@ -344,6 +344,26 @@ def loss_of(logits, targets):
     return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
 
 
+def greedy(P, cfg, prompt, n_new):
+    """Greedy decoding by definition: each step runs forward on the whole
+    sequence so far (no cache), appends the argmax of the last position's
+    logits (lowest index on a tie). prompt: list of ints. Returns (new_ids,
+    margins), margins[s] = top-1 minus top-2 logit at step s."""
+    cfg = full_config(cfg)
+    assert len(prompt) >= 1 and len(prompt) + n_new <= cfg["max_position_embeddings"]
+    seq = [int(t) for t in prompt]
+    new_ids, margins = [], []
+    with torch.no_grad():
+        for _ in range(n_new):
+            last = forward(P, cfg, torch.tensor([seq], dtype=torch.int64))[0, -1]
+            top = last.topk(2).values
+            nxt = int(last.argmax())
+            new_ids.append(nxt)
+            margins.append(float(top[0] - top[1]))
+            seq.append(nxt)
+    return new_ids, margins
+
+
 # ---------------------------------------------------------------------------
 # Training rules (README.md, "Training")
 # ---------------------------------------------------------------------------
