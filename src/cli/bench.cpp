@@ -5,11 +5,13 @@
 // own and not the largest of the modes before it.  MFU is measured against the
 // SGEMM rate of this machine, timed here on 2048³ unless --peak-gflops is given.
 #include <cblas.h>
+#include <omp.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,9 +22,11 @@
 #include "cli/flags.h"
 #include "core/buffer.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/context.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "data/corpus.h"
+#include "infer/generate.h"
 #include "model/model.h"
 #include "model/presets.h"
 #include "train/optimizer.h"
@@ -32,7 +36,8 @@ namespace attnres {
 
 namespace {
 
-double measure_sgemm_gflops() {
+double measure_sgemm_gflops(int threads) {
+  omp_set_num_threads(threads);  // OpenBLAS (OpenMP build) runs this many
   const int64_t n = 2048;
   Buffer a(n * n), b(n * n), c(n * n);
   for (int64_t i = 0; i < n * n; ++i) a.data()[i] = b.data()[i] = 1e-3f * static_cast<float>(i % 97);
@@ -48,11 +53,12 @@ double measure_sgemm_gflops() {
   return best;
 }
 
-nlohmann::json bench_mode(Config c, int64_t B, int64_t T, int64_t steps, int64_t warmup, double peak_flops) {
-  Model model(c, B, T);
+nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, int64_t steps, int64_t warmup,
+                          double peak_flops) {
+  Model model(ctx, c, B, T);
   Rng rng(1);
   model.init(rng);
-  AdamW adamw(model.layout(), AdamWConfig{});
+  AdamW adamw(ctx.ops(), model.layout(), AdamWConfig{});
   const int64_t N = B * T;
   // Random tokens, drawn outside the timed region.
   std::vector<int32_t> tokens(static_cast<size_t>(2 * N));
@@ -77,18 +83,15 @@ nlohmann::json bench_mode(Config c, int64_t B, int64_t T, int64_t steps, int64_t
           {"B", B},
           {"T", T},
           {"steps", steps},
-          {"threads", num_threads()},
+          {"threads", ctx.threads()},
           {"loss", loss}};
 }
 
-// Runs one mode in a fresh process (`attnres bench --worker ...` through
-// posix_spawn: a plain fork would inherit a started OpenMP pool, which hangs)
-// and returns the JSON line it prints.
-nlohmann::json bench_in_child(const std::string& mode, const Flags& f, double peak_gflops) {
-  std::vector<std::string> args = {"attnres", "bench", "--worker", "--mode", mode, "--peak-gflops",
-                                   cat(peak_gflops)};
-  for (const char* name : {"config", "batch", "seq-len", "steps", "warmup-steps", "threads"})
-    args.insert(args.end(), {cat("--", name), f.str(name)});
+// Runs `attnres bench ARGS --worker` in a fresh process (posix_spawn: a plain
+// fork would inherit a started OpenMP pool, which hangs), so that its peak RSS
+// is its own, and returns the JSON line it prints.
+nlohmann::json run_worker(std::vector<std::string> args, const std::string& what) {
+  args.insert(args.begin(), {"attnres", "bench", "--worker"});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -114,14 +117,187 @@ nlohmann::json bench_in_child(const std::string& mode, const Flags& f, double pe
   int status = 0;
   ::waitpid(pid, &status, 0);
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
-    fail("benchmark of mode ", mode, " failed (exit status ", status, ")");
+    fail("benchmark of ", what, " failed (exit status ", status, ")");
   return nlohmann::json::parse(text);
+}
+
+// The training benchmark of one mode, in its own process.
+nlohmann::json bench_in_child(const std::string& mode, const Flags& f, double peak_gflops) {
+  std::vector<std::string> args = {"--mode", mode, "--peak-gflops", cat(peak_gflops)};
+  for (const char* name : {"config", "batch", "seq-len", "steps", "warmup-steps", "threads"})
+    args.insert(args.end(), {cat("--", name), f.str(name)});
+  return run_worker(args, cat("mode ", mode));
+}
+
+
+// ---- bench --generate ----------------------------------------------------------
+
+// STREAM's copy kernel, a[i] = b[i] over two 256 MiB arrays with every thread:
+// the best of five passes, counted as STREAM counts it (bytes read + written).
+double measure_copy_gb_per_s(Context& ctx) {
+  const int64_t n = int64_t{1} << 26;
+  Buffer a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+  const int threads = ctx.threads();
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t i = 0; i < n; ++i) b.data()[i] = static_cast<float>(i & 1023), a.data()[i] = 0.0f;
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = now_seconds();
+    float* dst = a.data();
+    const float* src = b.data();
+#pragma omp parallel for schedule(static) num_threads(threads)
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+    best = std::max(best, 2.0 * 4.0 * static_cast<double>(n) / (now_seconds() - t0) / 1e9);
+  }
+  return best;
+}
+
+// Bytes of weights read to decode one token: every matrix once (the embedding
+// only as the tied LM head; an untied embedding gives one row), and the vectors.
+double weight_bytes_per_token(const Model& m) {
+  const Config& c = m.config();
+  const double elt = m.options().weights == WeightType::kBF16 ? 2.0 : 4.0;
+  double bytes = 0;
+  for (const auto& s : m.layout().specs()) {
+    if (s.name == "model.embed_tokens.weight" && !c.tied) continue;
+    bytes += static_cast<double>(s.numel) * (s.matrix() ? elt : 4.0);
+  }
+  return bytes;
+}
+
+std::vector<int32_t> random_ids(Rng& rng, int64_t n, int64_t V) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (auto& t : ids) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
+  return ids;
+}
+
+// One config and dtype: prefill, decode at batch 1 and at batch B, and the
+// training forward per token for comparison (after the peak RSS is read).
+nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
+  const int64_t P = f.i64("prompt-len"), Pd = f.i64("decode-prompt-len"), new_tokens = f.i64("new-tokens"),
+                Bd = f.i64("decode-batch");
+  if (P < 1 || Pd < 1 || new_tokens < 1 || Bd < 1)
+    fail("--prompt-len, --decode-prompt-len, --new-tokens and --decode-batch must be positive");
+  c.query_init_normal = true;  // random routing, not uniform
+  ModelOptions mo;
+  mo.training = false;
+  mo.batch = Bd;
+  mo.seq_len = P;
+  mo.rows = std::max(Bd, P);
+  mo.cache_len = std::max(P, Pd + new_tokens + 1);
+  mo.cache_seqs = Bd;
+  mo.weights = parse_weight_type(f.str("dtype"));
+  if (mo.cache_len > c.max_position_embeddings) fail("the benchmark's lengths exceed max_position_embeddings");
+  Model m(ctx, c, mo);
+  Rng rng(1);
+  m.init(rng);
+  std::vector<float> logits(static_cast<size_t>(Bd * c.V));
+  const int64_t slot0 = 0, pos0 = 0;
+
+  // Prefill: one untimed short prompt, then one of P tokens.
+  auto warm = random_ids(rng, std::min<int64_t>(P, 16), c.V);
+  m.forward_cached(warm.data(), 1, static_cast<int64_t>(warm.size()), &slot0, &pos0, logits.data());
+  auto prompt = random_ids(rng, P, c.V);
+  double t0 = now_seconds();
+  m.forward_cached(prompt.data(), 1, P, &slot0, &pos0, logits.data());
+  const double prefill_s = now_seconds() - t0;
+
+  // Decode: greedy, no end-of-sequence, new_tokens steps after the prompt's own token.
+  GenerateOptions g;
+  g.max_new_tokens = new_tokens + 1;
+  auto decode = [&](int64_t B) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t b = 0; b < B; ++b) prompts.push_back(random_ids(rng, Pd, c.V));
+    GenerateOptions w = g;  // an untimed warm-up of two steps at this batch
+    w.max_new_tokens = 3;
+    generate(m, prompts, w);
+    GenerateTimes t;
+    generate(m, prompts, g, &t);
+    return static_cast<double>(t.decode_tokens) / t.decode_s;
+  };
+  const double b1 = decode(1), bB = decode(Bd);
+  const int64_t rss = peak_rss_bytes();
+  nlohmann::json r = {{"config", f.str("config")},
+                      {"mode", mode_name(c.mode)},
+                      {"dtype", f.str("dtype")},
+                      {"threads", ctx.threads()},
+                      {"params", m.num_params()},
+                      {"weight_bytes", m.weight_bytes()},
+                      {"bytes_per_token", weight_bytes_per_token(m)},
+                      {"prompt_len", P},
+                      {"prefill_tok_per_s", static_cast<double>(P) / prefill_s},
+                      {"decode_prompt_len", Pd},
+                      {"new_tokens", new_tokens},
+                      {"decode_batch", Bd},
+                      {"decode_tok_per_s_b1", b1},
+                      {cat("decode_tok_per_s_b", Bd), bB},
+                      {"peak_rss_bytes", rss}};
+  if (!f.on("no-train-forward")) {
+    // The training forward over the same P tokens (a training model keeps
+    // every layer's activations), for "prefill at least as fast per token".
+    Model tm(ctx, c, 1, P);
+    tm.init(rng);
+    std::vector<int32_t> tg(prompt.begin() + 1, prompt.end());
+    tg.push_back(0);
+    tm.forward_backward(prompt.data(), tg.data(), false);  // warm-up
+    t0 = now_seconds();
+    tm.forward_backward(prompt.data(), tg.data(), false);
+    r["train_forward_tok_per_s"] = static_cast<double>(P) / (now_seconds() - t0);
+  }
+  return r;
+}
+
+int bench_generate(const Flags& f, Context& ctx) {
+  if (f.on("worker")) {
+    Config c = load_config(f.str("config"));
+    if (!f.str("mode").empty()) c.mode = parse_mode(f.str("mode"));
+    std::printf("%s\n", bench_generate_worker(ctx, c, f).dump().c_str());
+    return 0;
+  }
+  const bool json = f.on("json");
+  const double copy = measure_copy_gb_per_s(ctx);
+  if (!json)
+    std::printf("bench --generate: %d threads, STREAM-like copy bandwidth %.1f GB/s; prefill of %lld tokens, "
+                "decode of %lld tokens after %lld-token prompts\n",
+                ctx.threads(), copy, static_cast<long long>(f.i64("prompt-len")),
+                static_cast<long long>(f.i64("new-tokens")), static_cast<long long>(f.i64("decode-prompt-len")));
+  const std::string Bd = f.str("decode-batch");
+  for (const std::string& config : split_commas(f.str("config"))) {
+    for (const std::string& dtype : split_commas(f.str("dtype"))) {
+      std::vector<std::string> args = {"--generate", "--config", config, "--dtype", dtype};
+      for (const char* name : {"mode", "threads", "prompt-len", "decode-prompt-len", "new-tokens", "decode-batch"})
+        if (!f.str(name).empty()) args.insert(args.end(), {cat("--", name), f.str(name)});
+      if (f.on("no-train-forward")) args.push_back("--no-train-forward");
+      nlohmann::json r = run_worker(args, cat("generation on ", config, " ", dtype));
+      // The memory-bandwidth bound of batch-1 decoding: weights read per token ÷ copy bandwidth.
+      const double bound = copy * 1e9 / r["bytes_per_token"].get<double>();
+      r["copy_gb_per_s"] = copy;
+      r["bound_tok_per_s"] = bound;
+      r["b1_bound_ratio"] = bound / r["decode_tok_per_s_b1"].get<double>();
+      if (json) {
+        std::printf("%s\n", r.dump().c_str());
+      } else {
+        std::printf("%-12s %-5s prefill %8.1f tok/s", config.c_str(), dtype.c_str(),
+                    r["prefill_tok_per_s"].get<double>());
+        if (r.contains("train_forward_tok_per_s"))
+          std::printf(" (training forward %8.1f)", r["train_forward_tok_per_s"].get<double>());
+        std::printf(" | decode b1 %7.1f tok/s (bound %7.1f, %.2fx) | b%s %7.1f tok/s | peak RSS %.2f GiB\n",
+                    r["decode_tok_per_s_b1"].get<double>(), bound, r["b1_bound_ratio"].get<double>(), Bd.c_str(),
+                    r[cat("decode_tok_per_s_b", Bd)].get<double>(),
+                    r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
+      }
+      std::fflush(stdout);
+    }
+  }
+  return 0;
 }
 
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Flags f("bench", "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens.",
+  Flags f("bench",
+          "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
+          "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.",
           {
               {"config", "bench-small", "preset name or path to a config.json"},
               {"mode", "", "attnres_mode to run, or 'all' (default: the config's)"},
@@ -132,14 +308,23 @@ int cmd_bench(int argc, char** argv) {
               {"threads", "0", "threads (0 = all cores)"},
               {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure SGEMM 2048^3 now)"},
               {"json", "false", "one JSON object per line"},
+              {"generate", "false", "benchmark generation instead: --config may list several, --dtype f32,bf16"},
+              {"dtype", "f32,bf16", "--generate: weight types to run"},
+              {"prompt-len", "512", "--generate: prefill prompt length"},
+              {"decode-prompt-len", "64", "--generate: prompt length before decoding"},
+              {"new-tokens", "32", "--generate: decoded tokens per sequence"},
+              {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"},
+              {"no-train-forward", "false", "--generate: skip the training-forward comparison"},
               {"worker", "false", "internal: run one mode in this process and print its JSON"},
           });
   if (!f.parse(argc, argv)) return 0;
-  const int threads = set_threads(static_cast<int>(f.i64("threads")));
+  Context ctx(static_cast<int>(f.i64("threads")));
+  if (f.on("generate")) return bench_generate(f, ctx);
+  const int threads = ctx.threads();
   Config base = load_config(f.str("config"));
   if (f.on("worker")) {
     base.mode = parse_mode(f.str("mode"));
-    std::printf("%s\n", bench_mode(base, f.i64("batch"), f.i64("seq-len"), f.i64("steps"), f.i64("warmup-steps"),
+    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), f.i64("steps"), f.i64("warmup-steps"),
                                    f.f64("peak-gflops") * 1e9)
                             .dump()
                             .c_str());
@@ -150,7 +335,7 @@ int cmd_bench(int argc, char** argv) {
   if (m == "all") modes = {Mode::kBaseline, Mode::kBlock, Mode::kFull, Mode::kDelta, Mode::kDeltaBlock};
   else modes = {m.empty() ? base.mode : parse_mode(m)};
   double peak = f.f64("peak-gflops");
-  if (peak <= 0) peak = measure_sgemm_gflops();
+  if (peak <= 0) peak = measure_sgemm_gflops(threads);
   const bool json = f.on("json");
   if (!json)
     std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s\n", f.str("config").c_str(),

@@ -193,5 +193,95 @@ TEST_F(Cli, BadFlags) {
   expect_clear_error(run("eval --model"), {"--model needs a value"});
 }
 
+// `attnres generate`: a model of 320 tokens with a tokenizer trained here.
+class Generate : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
+    write_file_atomic(dir_ + "/corpus.txt", text);
+    Result r = run("tokenizer-train --input " + dir_ + "/corpus.txt --output " + dir_ + "/tokenizer.json --vocab-size 300");
+    ASSERT_EQ(r.status, 0) << r.err;
+    gen_ = dir_ + "/gen";
+    fs::create_directories(gen_);
+    Config c = cfg_;
+    c.V = 320;
+    c.max_position_embeddings = 64;
+    ParamLayout layout(c);
+    std::vector<float> p(layout.total());
+    Rng rng(5);
+    init_params(layout, c, p.data(), rng);
+    for (auto& x : p) x *= 20.0f;  // large weights: confident, varied tokens
+    write_model_files(gen_, c, layout, p.data());
+    fs::copy_file(dir_ + "/tokenizer.json", gen_ + "/tokenizer.json");
+  }
+  std::string gen_;
+};
+
+TEST_F(Generate, TextJsonAndBatches) {
+  Result r = run("generate --model " + gen_ + " --prompt 'the quick brown' --max-new-tokens 6 --ignore-eos");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_FALSE(r.out.empty());
+  EXPECT_NE(r.err.find("decode"), std::string::npos) << r.err;  // the speed summary
+  r = run("generate --model " + gen_ + " --prompt 'the quick brown' --max-new-tokens 6 --ignore-eos --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  for (const char* k : {"prompt_ids", "ids", "text", "prefill_tok_per_s", "decode_tok_per_s"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["ids"].size(), 6u);
+  EXPECT_EQ(j["finish_reason"], "length");
+  // A stop string cuts the text; ids in, without a tokenizer, give ids only.
+  const std::string text = j["text"];
+  if (text.size() >= 2) {
+    r = run("generate --model " + gen_ + " --prompt 'the quick brown' --max-new-tokens 6 --ignore-eos --json --stop '" +
+            text.substr(1, 1) + "'");
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["finish_reason"], "stop");
+  }
+  fs::create_directories(dir_ + "/bare");
+  fs::copy_file(gen_ + "/config.json", dir_ + "/bare/config.json");
+  fs::copy_file(gen_ + "/model.safetensors", dir_ + "/bare/model.safetensors");
+  const std::string ids = cat(j["prompt_ids"][0].get<int>(), ",", j["prompt_ids"][1].get<int>());
+  r = run("generate --model " + dir_ + "/bare --prompt-ids " + ids + " --max-new-tokens 4 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto k = nlohmann::json::parse(r.out);
+  EXPECT_FALSE(k.contains("text"));
+  EXPECT_EQ(k["ids"].size(), 4u);
+  // A JSONL file of prompts: one line each, in order, each as if decoded alone (greedy).
+  write_file_atomic(dir_ + "/prompts.jsonl", "{\"prompt\": \"the quick brown\"}\n{\"prompt_ids\": [" + ids +
+                                                 "]}\n\n{\"prompt\": \"lazy dog 3\"}\n");
+  r = run("generate --model " + gen_ + " --prompts " + dir_ + "/prompts.jsonl --max-new-tokens 6 --ignore-eos --batch 2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::vector<nlohmann::json> lines;
+  for (size_t at = 0; at < r.out.size();) {
+    const size_t end = r.out.find('\n', at);
+    lines.push_back(nlohmann::json::parse(r.out.substr(at, end - at)));
+    at = end + 1;
+  }
+  ASSERT_EQ(lines.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(lines[i]["index"], i);
+  EXPECT_EQ(lines[0]["ids"], j["ids"]);
+  r = run("generate --model " + dir_ + "/bare --prompt-ids " + ids + " --max-new-tokens 6 --ignore-eos --json");
+  EXPECT_EQ(lines[1]["ids"], nlohmann::json::parse(r.out)["ids"]);
+}
+
+TEST_F(Generate, BadInputsAreClearErrors) {
+  const std::string m = "generate --model " + gen_;
+  expect_clear_error(run(m + " --prompt-ids 1,2,320"), {"prompt token id 320", "vocab_size=320"});
+  expect_clear_error(run(m + " --prompt-ids ''"), {"the prompt is empty"});
+  expect_clear_error(run(m + " --prompt ''"), {"the prompt is empty"});
+  expect_clear_error(run(m + " --prompt-ids 1,2,3 --max-new-tokens 62"),
+                     {"plus --max-new-tokens 62", "beyond max_position_embeddings 64"});
+  expect_clear_error(run(m + " --prompt-ids 1,x"), {"--prompt-ids", "'x' is not a token id"});
+  expect_clear_error(run("generate --model " + dir_ + "/model --prompt hello"),
+                     {"a text prompt needs a tokenizer", dir_ + "/model has no tokenizer.json"});
+  expect_clear_error(run("generate --model " + dir_ + "/model --prompt hello --tokenizer " + dir_ + "/tokenizer.json"),
+                     {dir_ + "/tokenizer.json", "more than the model's vocab_size 50"});
+  expect_clear_error(run(m + " --prompt hi --top-p 0"), {"--top-p must be in (0, 1]"});
+  expect_clear_error(run(m + " --prompt hi --top-p 1.5"), {"--top-p must be in (0, 1]"});
+  expect_clear_error(run(m + " --prompt hi --temperature -1"), {"--temperature must be >= 0"});
+}
+
 }  // namespace
 }  // namespace attnres

@@ -11,5 +11,6 @@ int cmd_tokenize(int argc, char** argv);
 int cmd_tokenizer_train(int argc, char** argv);
 int cmd_prepare(int argc, char** argv);
 int cmd_routing(int argc, char** argv);
+int cmd_generate(int argc, char** argv);
 
 }  // namespace attnres

@@ -45,6 +45,7 @@ bool Flags::parse(int argc, char** argv) {
     }
     values_[name] = value;
     given_[name] = true;
+    all_[name].push_back(value);
   }
   return true;
 }
@@ -53,6 +54,13 @@ const std::string& Flags::str(const std::string& name) const {
   auto it = values_.find(name);
   ATTNRES_CHECK(it != values_.end(), "flag --", name, " is not declared");
   return it->second;
+}
+
+const std::vector<std::string>& Flags::all(const std::string& name) const {
+  static const std::vector<std::string> none;
+  ATTNRES_CHECK(find(name), "flag --", name, " is not declared");
+  auto it = all_.find(name);
+  return it == all_.end() ? none : it->second;
 }
 
 int64_t Flags::i64(const std::string& name) const {

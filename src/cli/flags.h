@@ -31,6 +31,8 @@ class Flags {
   double f64(const std::string& name) const;
   bool on(const std::string& name) const;
   bool given(const std::string& name) const { return given_.count(name) > 0; }
+  // Every value given for a flag that may repeat (--stop A --stop B), in order.
+  const std::vector<std::string>& all(const std::string& name) const;
 
   std::string help() const;
   // "name = value" lines, for the start-up table of a run.
@@ -41,6 +43,7 @@ class Flags {
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
   std::map<std::string, bool> given_;
+  std::map<std::string, std::vector<std::string>> all_;
   const FlagSpec* find(const std::string& name) const;
 };
 

@@ -1,5 +1,5 @@
 // routing.cpp — `attnres routing`: the routing statistics of a checkpoint
-// (DESIGN.md §2 "Routing statistics") over the tokens of a file.
+// (docs/routing.md, "Routing statistics") over the tokens of a file.
 //
 // For every router: the mean weight of each source, max_weight (the largest
 // mean weight), token_max (the mean over tokens of the largest weight),
@@ -15,7 +15,8 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "core/parallel.h"
+#include "core/context.h"
+#include "core/progress.h"
 #include "core/timer.h"
 #include "io/checkpoint.h"
 #include "io/token_file.h"
@@ -32,11 +33,11 @@ int cmd_routing(int argc, char** argv) {
               {"batch", "8", "windows per forward pass"},
               {"max-tokens", "65536", "use at most the first N tokens (0 = all)"},
               {"threads", "0", "threads (0 = all cores)"},
+              {"quiet", "false", "no progress line on stderr"},
               {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
           });
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
-  set_threads(static_cast<int>(f.i64("threads")));
   const std::string dir = resolve_model_dir(f.str("model"));
   const Config c = Config::load(dir + "/config.json");
   if (c.mode == Mode::kBaseline) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
@@ -49,17 +50,25 @@ int cmd_routing(int argc, char** argv) {
   const int64_t windows = n / T;
   if (windows == 0) fail(f.str("data"), ": ", n, " tokens, fewer than one window of --seq-len ", T);
 
-  Model model(c, B, T);
-  load_params(dir + "/model.safetensors", model.layout(), model.params());
+  Context ctx(static_cast<int>(f.i64("threads")));
+  ModelOptions mo;
+  mo.batch = B;
+  mo.seq_len = T;
+  mo.training = false;
+  Model model(ctx, c, mo);
+  model.load(dir + "/model.safetensors");
   RoutingStats stats = model.make_routing_stats();
   model.attach_routing_stats(&stats);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T));
   const double t0 = now_seconds();
+  Progress progress(f.on("quiet") ? nullptr : stderr, "routing", static_cast<uint64_t>(windows));
   for (int64_t w0 = 0; w0 < windows; w0 += B) {
     const int64_t nb = std::min(B, windows - w0);
     data.read(static_cast<size_t>(w0 * T), {inputs.data(), static_cast<size_t>(nb * T)});
-    model.forward_only(inputs.data(), nb);
+    model.forward(inputs.data(), nb, T);
+    progress.update(static_cast<uint64_t>(w0 + nb), progress.rate(static_cast<uint64_t>(w0 + nb), "windows"));
   }
+  progress.finish(progress.rate(static_cast<uint64_t>(windows), "windows"));
   model.attach_routing_stats(nullptr);
   const double seconds = now_seconds() - t0;
 

@@ -4,7 +4,6 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "core/parallel.h"
 #include "io/checkpoint.h"
 #include "model/presets.h"
 #include "train/trainer.h"
@@ -23,6 +22,8 @@ int cmd_train(int argc, char** argv) {
               {"val-data", "", "validation token file"},
               {"out", "", "output directory for checkpoints and log.jsonl (required)"},
               {"resume", "", "checkpoint or run directory to continue from, bit-identically"},
+              {"tokenizer", "", "tokenizer.json copied into every checkpoint (default: the one beside --data, "
+                                "else --init's / --resume's)"},
               {"steps", "200", "optimizer steps"},
               {"batch", "8", "micro-batch size B"},
               {"seq-len", "256", "sequence length T"},
@@ -45,8 +46,8 @@ int cmd_train(int argc, char** argv) {
               {"peak-gflops", "160", "machine peak GFLOP/s used for MFU (SGEMM 2048^3 here)"},
           });
   if (!f.parse(argc, argv)) return 0;
-  set_threads(static_cast<int>(f.i64("threads")));
   TrainOptions o;
+  o.threads = static_cast<int>(f.i64("threads"));
   // The model shape comes from --config, else from the checkpoint being
   // resumed or fine-tuned.
   const std::string from = !f.str("resume").empty() ? f.str("resume") : f.str("init");
@@ -59,6 +60,7 @@ int cmd_train(int argc, char** argv) {
   o.val_data = f.str("val-data");
   o.out_dir = f.str("out");
   o.resume = f.str("resume");
+  o.tokenizer = f.str("tokenizer");
   if (o.data.empty()) fail("--data is required (a token file; see attnres train --help)");
   if (o.out_dir.empty()) fail("--out is required");
   o.steps = f.i64("steps");

@@ -1,54 +1,85 @@
-// buffer.h — owning, 64-byte aligned float storage (the arenas of attnres).
+// buffer.h — owning, zero-filled storage (the arenas of attnres).
 //
 // A Buffer owns one allocation; everything else (parameters, gradients,
-// activations) is a non-owning float* or std::span into one.  Allocation is
-// zero-filled and happens once per run, never in the step loop.
+// activations) is a non-owning pointer or std::span into one.  Host buffers
+// are anonymous mmap()s: page-aligned, zero-filled by the kernel, and resident
+// only once a page is touched — so an arena may be laid out for every tensor
+// while only the ones used cost memory (the bf16 weights of an inference model
+// leave the float32 slots of their matrices untouched).  A backend with memory
+// of its own adopts its allocation with its own release function.
+// Allocation happens when a model is built, never in a step loop.
 #pragma once
 
+#include <sys/mman.h>
+
 #include <cstddef>
-#include <cstdlib>
+#include <cstdint>
 #include <cstring>
 #include <new>
 #include <span>
+#include <utility>
 
 namespace attnres {
 
 class Buffer {
  public:
+  using Release = void (*)(void* p, size_t bytes);
+
   Buffer() = default;
-  explicit Buffer(size_t n) { resize(n); }
-  ~Buffer() { std::free(data_); }
-  Buffer(Buffer&& o) noexcept : data_(o.data_), size_(o.size_) { o.data_ = nullptr, o.size_ = 0; }
+  // `floats` zero-filled host floats.
+  explicit Buffer(size_t floats) { resize(floats); }
+  // Adopts [p, p + bytes), released by `release`.
+  Buffer(void* p, size_t bytes, Release release) : data_(p), bytes_(bytes), release_(release) {}
+  ~Buffer() { reset(); }
+  Buffer(Buffer&& o) noexcept { swap(o); }
   Buffer& operator=(Buffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(size_, o.size_);
+    swap(o);
     return *this;
   }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  void resize(size_t n) {
-    std::free(data_);
-    data_ = nullptr;
-    size_ = n;
-    if (n == 0) return;
-    size_t bytes = (n * sizeof(float) + 63) / 64 * 64;
-    data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-    if (!data_) throw std::bad_alloc();
-    std::memset(data_, 0, bytes);
+  // Zero-filled host memory of `bytes` bytes.
+  static Buffer host_bytes(size_t bytes) {
+    if (bytes == 0) return {};
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return {p, bytes, [](void* q, size_t n) { ::munmap(q, n); }};
   }
+  void resize(size_t floats) { *this = host_bytes(floats * sizeof(float)); }
+
   void zero() {
-    if (data_) std::memset(data_, 0, size_ * sizeof(float));
+    if (data_) std::memset(data_, 0, bytes_);
   }
-  float* data() { return data_; }
-  const float* data() const { return data_; }
-  size_t size() const { return size_; }
-  std::span<float> span() { return {data_, size_}; }
-  std::span<const float> span() const { return {data_, size_}; }
+  float* data() { return static_cast<float*>(data_); }
+  const float* data() const { return static_cast<const float*>(data_); }
+  template <class T>
+  T* as() {
+    return static_cast<T*>(data_);
+  }
+  template <class T>
+  const T* as() const {
+    return static_cast<const T*>(data_);
+  }
+  size_t size() const { return bytes_ / sizeof(float); }  // in floats
+  size_t bytes() const { return bytes_; }
+  std::span<float> span() { return {data(), size()}; }
+  std::span<const float> span() const { return {data(), size()}; }
 
  private:
-  float* data_ = nullptr;
-  size_t size_ = 0;
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  Release release_ = nullptr;
+  void reset() {
+    if (data_ && release_) release_(data_, bytes_);
+    data_ = nullptr;
+    bytes_ = 0;
+  }
+  void swap(Buffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(release_, o.release_);
+  }
 };
 
 }  // namespace attnres

@@ -1,5 +1,5 @@
-// parallel.h — the threading context of attnres: one OpenMP pool shared by our
-// kernels and by OpenBLAS (its OpenMP build), set once per process.
+// parallel.h — helpers for the OpenMP parallel regions of the CPU kernels.
+// The thread count of a region always comes from the Context (core/context.h).
 #pragma once
 
 #include <omp.h>
@@ -7,10 +7,6 @@
 #include <cstdint>
 
 namespace attnres {
-
-// Sets the OpenMP and OpenBLAS thread counts (0 = all cores).  Returns the count.
-int set_threads(int n);
-inline int num_threads() { return omp_get_max_threads(); }
 
 // The [begin, end) share of `n` items for the calling thread of a parallel region.
 struct Range {

@@ -97,36 +97,6 @@ class SplitWriter {
 
 }  // namespace
 
-Progress::Progress(FILE* out, std::string label, uint64_t total_bytes)
-    : out_(out), label_(std::move(label)), total_(total_bytes), tty_(out && isatty(fileno(out))), start_(now_s()) {}
-
-void Progress::update(uint64_t done, const std::string& detail) {
-  if (!out_) return;
-  const double t = now_s();
-  if (t - last_ < (tty_ ? 0.1 : 10.0)) return;
-  last_ = t;
-  const double frac = total_ ? std::min(1.0, double(done) / double(total_)) : 0.0;
-  const double el = t - start_;
-  const double eta = frac > 0.01 ? el * (1 - frac) / frac : 0.0;
-  if (tty_) {
-    const int width = 30, fill = int(frac * width);
-    std::fprintf(out_, "\r%s [%s%s] %3.0f%% %s  %.0fs (eta %.0fs)\033[K", label_.c_str(),
-                 std::string(fill, '#').c_str(), std::string(width - fill, '.').c_str(), 100 * frac, detail.c_str(), el,
-                 eta);
-  } else {
-    std::fprintf(out_, "%s: %3.0f%% %s  %.0fs (eta %.0fs)\n", label_.c_str(), 100 * frac, detail.c_str(), el, eta);
-  }
-  std::fflush(out_);
-  shown_ = true;
-}
-
-void Progress::finish(const std::string& detail) {
-  if (!out_) return;
-  if (tty_ && shown_) std::fputs("\r\033[K", out_);
-  std::fprintf(out_, "%s: done in %.1fs, %s\n", label_.c_str(), now_s() - start_, detail.c_str());
-  std::fflush(out_);
-}
-
 bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction) {
   if (val_fraction <= 0) return false;
   if (val_fraction >= 1) return true;
@@ -210,6 +180,11 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
       {"val", {{"documents", sum.documents[1]}, {"tokens", sum.tokens[1]}, {"files", sum.files[1]}}},
       {"seconds", sum.seconds},
   };
+  // The shards carry the tokenizer that made them (train copies it into its checkpoints).
+  const std::string beside = opt.out_dir + "/tokenizer.json";
+  std::error_code same_ec;
+  if (!std::filesystem::equivalent(opt.tokenizer, beside, same_ec)) write_file_atomic(beside, read_file(opt.tokenizer));
+  manifest["tokenizer_copy"] = beside;
   write_file_atomic(opt.out_dir + "/prepare.json", manifest.dump(2) + "\n");
   const uint64_t toks = sum.tokens[0] + sum.tokens[1];
   progress.finish(cat(

@@ -6,7 +6,9 @@
 // corpus order to train or val: each document goes whole to one split, chosen
 // by a hash of (seed, document index), and is preceded by <|endoftext|>.
 // Special-token text inside documents is encoded as plain text.  Memory stays
-// bounded by the batch size whatever the corpus size.
+// bounded by the batch size whatever the corpus size.  The tokenizer.json
+// that made the shards is written beside them (OUT/tokenizer.json), so that
+// a model trained on them can carry it into its checkpoints and generate text.
 //
 // train_tokenizer_on_corpus counts words over the same stream in parallel and
 // trains a byte-level BPE (trainer.h).  Neither prints anything but progress
@@ -18,26 +20,11 @@
 #include <string>
 #include <vector>
 
+#include "core/progress.h"
 #include "data/corpus.h"
 #include "tokenizer/trainer.h"
 
 namespace attnres {
-
-// Prints a progress bar when `out` is a terminal, else a line every ~10 s.
-class Progress {
- public:
-  Progress(FILE* out, std::string label, uint64_t total_bytes);
-  void update(uint64_t done_bytes, const std::string& detail);
-  void finish(const std::string& detail);
-
- private:
-  FILE* out_;
-  std::string label_;
-  uint64_t total_;
-  bool tty_;
-  double start_, last_ = -1e9;
-  bool shown_ = false;
-};
 
 struct PrepareOptions {
   CorpusOptions corpus;

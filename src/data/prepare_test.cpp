@@ -105,6 +105,8 @@ TEST(Prepare, DocumentsLandWholeInTheirSplit) {
   const auto manifest = nlohmann::json::parse(read_file(opt.out_dir + "/prepare.json"));
   EXPECT_EQ(manifest["train"]["tokens"], s.tokens[0]);
   EXPECT_EQ(manifest["eos_id"], eos);
+  // The tokenizer that made the shards lies beside them.
+  EXPECT_EQ(read_file(opt.out_dir + "/tokenizer.json"), read_file(fx.tokenizer));
 }
 
 TEST(Prepare, SameOutputForAnyThreadsAndBatchSizes) {

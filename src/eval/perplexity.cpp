@@ -6,25 +6,29 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/progress.h"
 #include "core/timer.h"
 
 namespace attnres {
 
-EvalResult evaluate(Model& model, const TokenFile& file, int64_t max_tokens) {
+EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   const double t0 = now_seconds();
-  const int64_t B = model.B(), T = model.T();
+  const int64_t B = o.batch > 0 ? o.batch : model.B(), T = o.seq_len > 0 ? o.seq_len : model.T();
+  ATTNRES_CHECK(B <= model.B() && T <= model.T(), "evaluation windows larger than the model was built for");
   int64_t n = static_cast<int64_t>(file.size());
-  if (max_tokens > 0) n = std::min(n, max_tokens + 1);
+  if (o.max_tokens > 0) n = std::min(n, o.max_tokens + 1);
   if (n < 2) fail(file.path(), ": ", n, " tokens; evaluation needs at least 2");
   const int64_t windows = (n - 1 + T - 1) / T;
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(static_cast<size_t>(B * T));
   std::vector<int32_t> window(static_cast<size_t>(T + 1));
+  Progress progress(o.progress ? stderr : nullptr, "eval", static_cast<uint64_t>(windows));
   double sum = 0.0;
   int64_t count = 0;
   for (int64_t w0 = 0; w0 < windows; w0 += B) {
+    const int64_t nb = std::min(B, windows - w0);
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -1);
-    for (int64_t b = 0; b < B && w0 + b < windows; ++b) {
+    for (int64_t b = 0; b < nb; ++b) {
       const int64_t begin = (w0 + b) * T, len = std::min(T + 1, n - begin);
       file.read(static_cast<size_t>(begin), {window.data(), static_cast<size_t>(len)});
       for (int64_t t = 0; t + 1 < len; ++t) {
@@ -32,14 +36,15 @@ EvalResult evaluate(Model& model, const TokenFile& file, int64_t max_tokens) {
         targets[b * T + t] = window[t + 1];
       }
     }
-    int64_t c = 0;
-    for (int32_t t : targets) c += t >= 0;
-    const double mean = model.forward_backward(inputs.data(), targets.data(), /*backward=*/false);
-    sum += mean * static_cast<double>(c);
-    count += c;
+    const Model::LossSum r = model.loss_sum(inputs.data(), targets.data(), nb, T);
+    sum += r.sum;
+    count += r.count;
+    progress.update(static_cast<uint64_t>(w0 + nb), progress.rate(static_cast<uint64_t>(w0 + nb), "windows"));
   }
+  progress.finish(progress.rate(static_cast<uint64_t>(windows), "windows"));
   EvalResult r;
   r.tokens = count;
+  r.windows = windows;
   r.loss = sum / static_cast<double>(count);
   r.ppl = std::exp(r.loss);
   r.seconds = now_seconds() - t0;

@@ -3,7 +3,9 @@
 // The file is cut into consecutive windows of T+1 tokens that share their
 // boundary token (window w covers tokens [w·T, w·T+T]); every token after the
 // first is predicted exactly once.  A last, shorter window is evaluated too,
-// its missing targets masked.  Windows are batched B at a time.
+// its missing targets masked.  Windows are batched B at a time.  Any model
+// with B() ≥ B and T() ≥ T runs it (an inference model keeps one layer's
+// activations; a training model's validation reuses its own).
 #pragma once
 
 #include <cstdint>
@@ -17,10 +19,16 @@ struct EvalResult {
   double loss = 0;   // mean cross-entropy, nats per token
   double ppl = 0;    // exp(loss)
   int64_t tokens = 0;  // predicted tokens
+  int64_t windows = 0;
   double seconds = 0;
 };
 
-// max_tokens > 0 limits the evaluation to the first max_tokens+1 tokens.
-EvalResult evaluate(Model& model, const TokenFile& file, int64_t max_tokens = 0);
+struct EvalOptions {
+  int64_t batch = 0, seq_len = 0;  // 0: the model's B(), T()
+  int64_t max_tokens = 0;          // > 0: only the first max_tokens+1 tokens
+  bool progress = false;           // a progress line on stderr (windows/s, ETA)
+};
+
+EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});
 
 }  // namespace attnres

@@ -21,8 +21,11 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
     w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
 }
 
+// Reads every tensor of the layout from r (names prefixed), into the float32
+// arena at `base`, or — for the matrices, when `base16` is given — into the
+// bf16 arena at the same offsets.
 int64_t read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float* base, const std::string& prefix,
-                   bool keep_missing_routing = false) {
+                   bf16* base16 = nullptr, bool keep_missing_routing = false) {
   int64_t kept = 0;
   for (const auto& s : layout.specs()) {
     const std::string name = prefix + s.name;
@@ -33,7 +36,9 @@ int64_t read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float*
     // A 0-dim scalar (the reference's gates) is also accepted as [1].
     const std::vector<int64_t> one = {1};
     const bool scalar_as_1 = s.shape.empty() && r.has(name) && r.info(name).shape == one;
-    r.read_float(name, scalar_as_1 ? one : s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
+    const std::span<const int64_t> shape = scalar_as_1 ? std::span<const int64_t>(one) : s.shape;
+    if (base16 && s.matrix()) r.read_bf16(name, shape, {base16 + s.offset, static_cast<size_t>(s.numel)});
+    else r.read_float(name, shape, {base + s.offset, static_cast<size_t>(s.numel)});
   }
   return kept;
 }
@@ -59,9 +64,10 @@ bool is_routing_param(const std::string& name) {
   return false;
 }
 
-int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bool keep_missing_routing) {
+int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16,
+                    bool keep_missing_routing) {
   SafeTensorsReader r(path);
-  return read_arena(r, layout, params, "", keep_missing_routing);
+  return read_arena(r, layout, params, "", params16, keep_missing_routing);
 }
 
 std::string resolve_model_dir(const std::string& path) {
@@ -78,7 +84,8 @@ std::string resolve_model_dir(const std::string& path) {
 }
 
 std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
-                            const float* params, const float* m, const float* v, const TrainerState& st) {
+                            const float* params, const float* m, const float* v, const TrainerState& st,
+                            const std::string& tokenizer_json) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !is_dir(out_dir)) fail(out_dir, ": cannot create output directory: ", ec ? ec.message() : "not a directory");
@@ -100,6 +107,7 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   j["rng"] = st.rng;
   j["settings"] = st.settings;
   write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
+  if (!tokenizer_json.empty()) write_file_atomic(tmp_dir + "/tokenizer.json", read_file(tokenizer_json));
   fsync_dir(tmp_dir);
 
   // Replace an older checkpoint of the same step (a rerun) only after the new one is complete.

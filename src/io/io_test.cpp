@@ -166,7 +166,7 @@ TEST(Checkpoint, PlainQwen3CheckpointConvertsToARoutedLayout) {
   expect_error([&] { load_params(tmp / "model.safetensors", rl, q.data()); },
                {"model.safetensors", "missing tensor model.layers.0.attn_res_proj.weight"});
   // With it, the 2 layers × 2 routers × (proj, norm, alpha) keep what was there.
-  EXPECT_EQ(load_params(tmp / "model.safetensors", rl, q.data(), true), 12);
+  EXPECT_EQ(load_params(tmp / "model.safetensors", rl, q.data(), nullptr, true), 12);
   for (const auto& s : rl.specs())
     EXPECT_EQ(q[s.offset], is_routing_param(s.name) ? -1.f : 0.25f) << s.name;
 }

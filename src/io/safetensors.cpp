@@ -1,6 +1,10 @@
 // safetensors.cpp — see safetensors.h.
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstring>
@@ -8,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/bf16.h"
 #include "io/file_util.h"
 
 namespace attnres {
@@ -59,17 +64,54 @@ std::string shape_str(std::span<const int64_t> shape) {
 }
 
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
-  bytes_ = read_file(path);
-  if (bytes_.size() < 8) fail(path, ": not a safetensors file (", bytes_.size(), " bytes)");
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) fail(path, ": cannot open: ", errno_text());
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    const std::string why = errno_text();
+    ::close(fd_);
+    fail(path, ": cannot stat: ", why);
+  }
+  const size_t file_size = static_cast<size_t>(st.st_size);
+  try {
+    parse_header(file_size);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+SafeTensorsReader::~SafeTensorsReader() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void SafeTensorsReader::read_bytes(void* dst, size_t bytes, size_t offset) const {
+  char* p = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < bytes) {
+    const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(data_start_ + offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(path_, ": read failed: ", errno_text());
+    if (n == 0) fail(path_, ": file ended early (truncated while reading?)");
+    done += static_cast<size_t>(n);
+  }
+}
+
+void SafeTensorsReader::parse_header(size_t file_size) {
+  const std::string& path = path_;
+  if (file_size < 8) fail(path, ": not a safetensors file (", file_size, " bytes)");
   uint64_t n = 0;
-  std::memcpy(&n, bytes_.data(), 8);
-  if (n > bytes_.size() - 8)
-    fail(path, ": safetensors header length ", n, " runs past the end of the file (", bytes_.size(), " bytes)");
+  data_start_ = 0;
+  read_bytes(&n, 8, 0);
+  if (n > file_size - 8)
+    fail(path, ": safetensors header length ", n, " runs past the end of the file (", file_size, " bytes)");
+  std::string text(static_cast<size_t>(n), '\0');
+  read_bytes(text.data(), text.size(), 8);
   data_start_ = 8 + n;
-  const size_t data_bytes = bytes_.size() - data_start_;
+  const size_t data_bytes = file_size - data_start_;
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(bytes_.begin() + 8, bytes_.begin() + 8 + static_cast<ptrdiff_t>(n));
+    header = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     fail(path, ": malformed safetensors header: ", e.what());
   }
@@ -127,55 +169,84 @@ std::vector<std::string> SafeTensorsReader::names() const {
   return out;
 }
 
-void SafeTensorsReader::convert(const TensorInfo& t, const std::string& name, std::span<float> out) const {
-  const char* src = bytes_.data() + data_start_ + t.begin;
+// Elements [first, first + out.size()) of t as float: F32 straight into out,
+// the other types through a bounded buffer.
+void SafeTensorsReader::convert(const TensorInfo& t, const std::string& name, size_t first,
+                                std::span<float> out) const {
   const size_t n = out.size();
   if (t.dtype == "F32") {
-    std::memcpy(out.data(), src, n * 4);
-  } else if (t.dtype == "F64") {
-    for (size_t i = 0; i < n; ++i) {
-      double x;
-      std::memcpy(&x, src + 8 * i, 8);
-      out[i] = static_cast<float>(x);
-    }
-  } else if (t.dtype == "BF16") {
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = std::bit_cast<float>(static_cast<uint32_t>(h) << 16);
-    }
-  } else if (t.dtype == "F16") {
-    for (size_t i = 0; i < n; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = half_to_float(h);
-    }
-  } else {
-    fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected a float type (F32, BF16, F16, F64)");
+    read_bytes(out.data(), n * 4, t.begin + first * 4);
+    return;
   }
+  size_t width = 0;
+  if (t.dtype == "F64") width = 8;
+  else if (t.dtype == "BF16" || t.dtype == "F16") width = 2;
+  else fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected a float type (F32, BF16, F16, F64)");
+  constexpr size_t kPiece = 1 << 16;  // elements per read
+  std::vector<char> buf(std::min(n, kPiece) * width);
+  for (size_t i0 = 0; i0 < n; i0 += kPiece) {
+    const size_t m = std::min(kPiece, n - i0);
+    read_bytes(buf.data(), m * width, t.begin + (first + i0) * width);
+    const char* src = buf.data();
+    float* dst = out.data() + i0;
+    for (size_t i = 0; i < m; ++i) {
+      if (width == 8) {
+        double x;
+        std::memcpy(&x, src + 8 * i, 8);
+        dst[i] = static_cast<float>(x);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        dst[i] = t.dtype == "BF16" ? bf16_to_float(h) : half_to_float(h);
+      }
+    }
+  }
+}
+
+void SafeTensorsReader::check_shape(const TensorInfo& t, const std::string& name,
+                                    std::span<const int64_t> shape) const {
+  if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
+    fail(path_, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(shape));
 }
 
 void SafeTensorsReader::read_float(const std::string& name, std::span<const int64_t> shape,
                                    std::span<float> out) const {
   const TensorInfo& t = info(name);
-  if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
-    fail(path_, ": tensor ", name, " has shape ", shape_str(t.shape), ", expected ", shape_str(shape));
+  check_shape(t, name, shape);
   ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
-  convert(t, name, out);
+  convert(t, name, 0, out);
 }
 
 std::vector<float> SafeTensorsReader::read_float(const std::string& name) const {
   const TensorInfo& t = info(name);
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  convert(t, name, out);
+  convert(t, name, 0, out);
   return out;
+}
+
+void SafeTensorsReader::read_bf16(const std::string& name, std::span<const int64_t> shape,
+                                  std::span<uint16_t> out) const {
+  const TensorInfo& t = info(name);
+  check_shape(t, name, shape);
+  ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
+  if (t.dtype == "BF16") {
+    read_bytes(out.data(), out.size() * 2, t.begin);
+    return;
+  }
+  constexpr size_t kPiece = 1 << 16;
+  std::vector<float> tmp(std::min(out.size(), kPiece));
+  for (size_t i0 = 0; i0 < out.size(); i0 += kPiece) {
+    const size_t m = std::min(kPiece, out.size() - i0);
+    convert(t, name, i0, {tmp.data(), m});
+    for (size_t i = 0; i < m; ++i) out[i0 + i] = float_to_bf16(tmp[i]);
+  }
 }
 
 std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const {
   const TensorInfo& t = info(name);
   if (t.dtype != "I32") fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected I32");
   std::vector<int32_t> out(static_cast<size_t>(t.numel()));
-  std::memcpy(out.data(), bytes_.data() + data_start_ + t.begin, out.size() * 4);
+  read_bytes(out.data(), out.size() * 4, t.begin);
   return out;
 }
 

@@ -5,8 +5,11 @@
 // then the data; offsets are relative to the end of the header.
 // The reader validates everything before any tensor is used (header length,
 // JSON, dtypes, shapes against byte ranges, ranges inside the file, no
-// overlaps) and converts F32/F16/BF16/F64 to float on read.  The writer writes
-// F32 (and I32) atomically.  Not a general tensor library.
+// overlaps) and converts F32/F16/BF16/F64 to float (or to bf16) on read.  It
+// keeps only the header in memory: each tensor is read from the file when
+// asked for (pread, in bounded pieces when converting), so loading a model
+// costs its weights and not the file's size again.  The writer writes F32
+// (and I32) atomically.  Not a general tensor library.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,9 @@ std::string shape_str(std::span<const int64_t> shape);
 class SafeTensorsReader {
  public:
   explicit SafeTensorsReader(const std::string& path);
+  ~SafeTensorsReader();
+  SafeTensorsReader(const SafeTensorsReader&) = delete;
+  SafeTensorsReader& operator=(const SafeTensorsReader&) = delete;
   const std::string& path() const { return path_; }
   bool has(const std::string& name) const { return tensors_.count(name) > 0; }
   const TensorInfo& info(const std::string& name) const;  // Error if missing
@@ -39,15 +45,21 @@ class SafeTensorsReader {
   // the file, the tensor and what was expected.
   void read_float(const std::string& name, std::span<const int64_t> shape, std::span<float> out) const;
   std::vector<float> read_float(const std::string& name) const;
+  // The same into bfloat16 (round to nearest even; BF16 tensors are copied as they are).
+  void read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const;
   std::vector<int32_t> read_i32(const std::string& name) const;
 
  private:
   std::string path_;
-  std::string bytes_;  // whole file
+  int fd_ = -1;
   size_t data_start_ = 0;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
-  void convert(const TensorInfo& t, const std::string& name, std::span<float> out) const;
+  void parse_header(size_t file_size);
+  void check_shape(const TensorInfo& t, const std::string& name, std::span<const int64_t> shape) const;
+  void read_bytes(void* dst, size_t bytes, size_t offset) const;  // from the data section
+  // Elements [first, first + out.size()) of tensor t, converted to float.
+  void convert(const TensorInfo& t, const std::string& name, size_t first, std::span<float> out) const;
 };
 
 class SafeTensorsWriter {

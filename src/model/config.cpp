@@ -3,16 +3,11 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "model/modes.h"
 
 namespace attnres {
 
 namespace {
-
-constexpr struct {
-  Mode mode;
-  const char* name;
-} kModes[] = {{Mode::kBaseline, "baseline"}, {Mode::kBlock, "block"}, {Mode::kFull, "full"},
-              {Mode::kDelta, "delta"}, {Mode::kDeltaBlock, "delta_block"}};
 
 int64_t need_int(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) fail(where, ": missing required field \"", key, "\"");
@@ -33,16 +28,15 @@ T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& w
 
 }  // namespace
 
-const char* mode_name(Mode m) {
-  for (const auto& e : kModes)
-    if (e.mode == m) return e.name;
-  return "?";
-}
+const char* mode_name(Mode m) { return mode_spec(m).name; }
 
 Mode parse_mode(const std::string& s) {
-  for (const auto& e : kModes)
+  std::string names;
+  for (const ModeSpec& e : kModeSpecs) {
     if (s == e.name) return e.mode;
-  fail("unknown attnres_mode \"", s, "\" (expected baseline, block, full, delta or delta_block)");
+    names += cat(names.empty() ? "" : ", ", e.name);
+  }
+  fail("unknown attnres_mode \"", s, "\" (expected one of: ", names, ")");
 }
 
 Config Config::from_json(const nlohmann::json& j, const std::string& where) {

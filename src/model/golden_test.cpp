@@ -18,13 +18,15 @@
 #include "io/file_util.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "testing/context.h"
+#include "testing/golden.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
 namespace attnres {
 namespace {
 
-const std::string kGolden = std::string(ATTNRES_SOURCE_DIR) + "/tests/golden/";
+const std::string& kGolden = testing::kGoldenDir;
 
 // Largest violation of |a − b| ≤ atol + rtol·|b|, and where.
 ::testing::AssertionResult close(const std::string& what, const float* a, const float* b, int64_t n, double atol,
@@ -59,8 +61,8 @@ TEST_P(Golden, MatchesOracle) {
       }
   };
 
-  Model model(c, B, T);
-  load_params(dir + "/model.safetensors", model.layout(), model.params());
+  Model model(testing::test_context(), c, B, T);
+  model.load(dir + "/model.safetensors");
   std::vector<int32_t> in(B * T), tg(B * T);
   micro(0, 0, in.data(), tg.data());
 
@@ -84,13 +86,13 @@ TEST_P(Golden, MatchesOracle) {
   }
 
   // Ten AdamW steps from the initial weights.
-  load_params(dir + "/model.safetensors", model.layout(), model.params());
+  model.load(dir + "/model.safetensors");
   AdamWConfig ac;
   ac.beta1 = train["beta1"];
   ac.beta2 = train["beta2"];
   ac.eps = train["eps"];
   ac.weight_decay = train["weight_decay"];
-  AdamW adamw(model.layout(), ac);
+  AdamW adamw(testing::test_context().ops(), model.layout(), ac);
   // The decayed set is part of the contract: check it against the oracle's list.
   std::vector<std::string> decayed;
   for (const auto& s : model.layout().specs())
@@ -122,15 +124,7 @@ TEST_P(Golden, MatchesOracle) {
   EXPECT_TRUE(close("final_loss", &fl, &want_fl, 1, 5e-4, 0));
 }
 
-std::vector<std::string> cases() {
-  std::vector<std::string> out;
-  for (const auto& e : std::filesystem::directory_iterator(kGolden))
-    if (e.is_directory()) out.push_back(e.path().filename().string());
-  std::sort(out.begin(), out.end());
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Oracle, Golden, ::testing::ValuesIn(cases()),
+INSTANTIATE_TEST_SUITE_P(Oracle, Golden, ::testing::ValuesIn(testing::golden_cases()),
                          [](const auto& info) { return info.param; });
 
 }  // namespace

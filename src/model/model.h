@@ -1,37 +1,44 @@
 // model.h — a Qwen3 decoder-only transformer with depth routing: parameters,
-// gradients, activations, and the forward and backward passes.
+// gradients, activations, the forward and backward passes, and a KV cache.
 //
-// Shapes: N = B·T token rows; every activation is row-major (N, ·).  The 2L
-// sublayers are numbered k = 2l (attention of layer l) and k = 2l+1 (its MLP).
-// The forward is a flat list of op calls per layer (model.cpp); the backward
-// is the same list in reverse.  All memory is allocated once, in the
-// constructor, from (config, B, T) and the routing mode; the step loop
-// allocates nothing.
+// Shapes: a forward runs B sequences of T positions, N = B·T token rows, up
+// to the B, T and N the model was built for; every activation is row-major
+// (N, ·).  The 2L sublayers are numbered k = 2l (attention of layer l) and
+// k = 2l+1 (its MLP).  The forward is a flat list of op calls per layer
+// (model.cpp); the backward is the same list in reverse.  Every op goes
+// through the Context's backend (ops/backend.h).  All memory is allocated
+// once, when the model is built; a forward or a step allocates nothing.
 //
-// Depth routing (DESIGN.md §2).  Each mode is a choice of sources, of how a
-// router's result is combined (replacement or additive), of block resets and
-// of a final router; the per-mode choices live in a few small functions of
-// model.cpp (embedding, sublayer input and output, final input, and their
-// backward mirrors), each a switch over the mode.  What each mode
-// keeps for the backward (bench-small: N·d floats = 4 MiB):
-//   baseline     the input of every sublayer (2L·N·d), as before;
-//   full, delta  every source — e and each sublayer output (2L+1) — and their
-//                gradients (2L+1); sublayer inputs are NOT stored but rebuilt
-//                in the backward from the stored logits and the sources (delta's
-//                stream x rebuilt by summing its sources in the forward's order,
-//                in the same pass, so bit-identically);
-//   block        every partial block sum P_k (2L+1: the blocks are the P_k at
-//                block starts, no copies), gradients for the blocks only (the
-//                running partial's gradient is one buffer); inputs rebuilt;
-//   delta_block  the sublayer inputs (2L, as baseline) and the block sources
-//                with their gradients.
-// Plus the logits z (N·S floats per router) and r (N per source).
+// Two kinds of model, by ModelOptions::training:
+//  - training: keeps, per layer, what the backward needs, and a gradient
+//    arena.  What each mode keeps (bench-small: N·d floats = 4 MiB):
+//      baseline     the input of every sublayer (2L·N·d);
+//      full, delta  every source — e and each sublayer output (2L+1) — and their
+//                   gradients; sublayer inputs are NOT stored but rebuilt in
+//                   the backward from the stored logits and the sources (delta's
+//                   stream x rebuilt by summing its sources in the forward's
+//                   order, in the same pass, so bit-identically);
+//      block        every partial block sum P_k (2L+1: the blocks are the P_k at
+//                   block starts, no copies), gradients for the blocks only;
+//                   inputs rebuilt;
+//      delta_block  the sublayer inputs (2L, as baseline) and the block sources
+//                   with their gradients.
+//    Plus the logits z (N·S floats per router) and r (N per source).
+//  - inference: one layer's activations, shared by all layers, no gradients;
+//    only the routing sources (which later routers read) are kept across
+//    depth.  Optionally a KV cache (keys after k_norm and RoPE, and values,
+//    per layer, for `cache_seqs` sequences of `cache_len` positions) and
+//    bfloat16 weight matrices (read per decoded token: half the bytes).
+//    Depth routing is per position — each router mixes the sources of the
+//    same token — so decoding needs no routing state across time: only
+//    attention looks at other positions, through the cache.
 //
-// Gradient buffers that ACCUMULATE across routers: every source gradient
-// (Source::dv) and, in block mode, the running partial-sum gradient dx_ —
-// both receive += from every router that reads the source, except from the
-// first router the backward runs (the final router, or the last MLP's), which
-// reads every source and assigns (=); the few it does not read are zeroed.
+// Gradient buffers that ACCUMULATE across routers (training): every source
+// gradient (Source::dv) and, in block mode, the running partial-sum gradient
+// dx_ — both receive += from every router that reads the source, except from
+// the first router the backward runs (the final router, or the last MLP's),
+// which reads every source and assigns (=); the few it does not read are
+// zeroed.
 #pragma once
 
 #include <cstdint>
@@ -40,16 +47,33 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/bf16.h"
 #include "core/buffer.h"
+#include "core/context.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "ops/routing.h"
+#include "ops/backend.h"
 
 namespace attnres {
 
-// Activations kept from the forward for the backward, per layer.
+// How an inference model holds its weight matrices (embedding, projections, head).
+enum class WeightType { kF32, kBF16 };
+WeightType parse_weight_type(const std::string& s);  // "f32" | "bf16"; Error otherwise
+
+struct ModelOptions {
+  int64_t batch = 1;      // B: the most sequences of one forward
+  int64_t seq_len = 1;    // T: the most positions per sequence in one forward
+  int64_t rows = 0;       // the most tokens (B·T) of one forward; 0 = batch × seq_len
+  bool training = true;   // keep what the backward needs; allocate gradients
+  int64_t cache_len = 0;  // inference: positions per sequence of a KV cache (0 = no cache)
+  int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
+  WeightType weights = WeightType::kF32;  // kBF16: matrices in bfloat16 (inference only)
+};
+
+// Activations of one layer.  Training keeps one per layer for the backward;
+// inference shares one among all layers.
 struct LayerActs {
-  float* x_attn = nullptr;   // (N, d)      input of the attention sublayer (baseline, delta_block; else null)
+  float* x_attn = nullptr;   // (N, d)      input of the attention sublayer (stores_inputs modes; else null)
   float* rstd1 = nullptr;    // (N)         input_layernorm rstd
   float* q = nullptr;        // (N, H·hd)   q_proj output, before q_norm
   float* k = nullptr;        // (N, KV·hd)  k_proj output, before k_norm
@@ -57,8 +81,8 @@ struct LayerActs {
   float* q_rstd = nullptr;   // (N, H)
   float* k_rstd = nullptr;   // (N, KV)
   float* att = nullptr;      // (N, H·hd)   attention output, before o_proj
-  float* lse = nullptr;      // (B, H, T)   softmax log-sum-exp per query row
-  float* x_mlp = nullptr;    // (N, d)      input of the MLP sublayer (baseline, delta_block; else null)
+  float* lse = nullptr;      // (B, H, T)   softmax log-sum-exp per query row (training)
+  float* x_mlp = nullptr;    // (N, d)      input of the MLP sublayer (stores_inputs modes; else null)
   float* rstd2 = nullptr;    // (N)         post_attention_layernorm rstd
   float* gate = nullptr;     // (N, F)      gate_proj output
   float* up = nullptr;       // (N, F)      up_proj output
@@ -68,7 +92,7 @@ struct LayerActs {
 struct Source {
   float* v = nullptr;     // (N, d)
   float* rstd = nullptr;  // (N)      r = (mean(v²) + eps)^-½, computed when v is made
-  float* dv = nullptr;    // (N, d)   its gradient; accumulates over the routers reading it
+  float* dv = nullptr;    // (N, d)   its gradient (training); accumulates over the routers reading it
 };
 
 // One router, fixed at construction: its sources are buffers of the arena.
@@ -77,15 +101,15 @@ struct Router {
   int64_t k = 0;                          // the sublayer whose input it makes; 2L for the final router
   std::vector<std::string> source_names;  // (S) "null", "embed", "layers.0.attn", "block.1", "partial", ...
   const RouterWeights* w = nullptr;       // parameters (proj, norm, null_source, alpha)
-  RouterWeights* g = nullptr;             // their gradients
+  RouterWeights* g = nullptr;             // their gradients (training)
   std::vector<int> index;                 // (S) index in Model::sources_, −1 for the null source
   std::vector<RouteSource> src;           // (S) in order; the null source, if any, first
-  std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate)
+  std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate; training)
   float* logits = nullptr;                // (N, S) routing logits z of the last forward (α = softmax(z))
 };
 
-// Routing statistics per router (DESIGN.md §2), accumulated by every forward
-// while attached to a model; to_json gives one object of per-router arrays.
+// Routing statistics per router (docs/routing.md), accumulated by every
+// forward while attached to a model; to_json gives one object of per-router arrays.
 struct RoutingStats {
   std::string mode;
   std::vector<std::string> routers;               // router names
@@ -97,35 +121,65 @@ struct RoutingStats {
 
 class Model {
  public:
-  // B, T: the largest micro-batch the activations are sized for.
-  Model(const Config& c, int64_t B, int64_t T);
+  Model(Context& ctx, const Config& c, const ModelOptions& o);
+  // A training model for micro-batches of B × T.
+  Model(Context& ctx, const Config& c, int64_t B, int64_t T) : Model(ctx, c, ModelOptions{B, T}) {}
   Model(const Model&) = delete;  // routers point into this object
   Model& operator=(const Model&) = delete;
 
   const Config& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  int64_t B() const { return B_; }
-  int64_t T() const { return T_; }
+  const ModelOptions& options() const { return opt_; }
+  Context& context() const { return ctx_; }
+  int64_t B() const { return opt_.batch; }
+  int64_t T() const { return opt_.seq_len; }
+  // The float32 parameter arena (layout offsets).  With bf16 weights it holds
+  // the vectors only; the matrices are in params_bf16() at the same offsets.
   float* params() { return params_.data(); }
-  float* grads() { return grads_.data(); }
+  const bf16* params_bf16() const { return params16_.as<bf16>(); }
+  float* grads() { return grads_.data(); }  // null in inference
   const Weights& w() const { return w_; }
   const Weights& g() const { return g_; }
-  int64_t num_params() const;  // distinct parameters (the tied head counted once)
+  int64_t num_params() const;          // distinct parameters (the tied head counted once)
+  int64_t weight_bytes() const;        // bytes of parameters as held in memory
 
-  void init(Rng& rng) { init_params(layout_, cfg_, params_.data(), rng); }
-  void zero_grad() { grads_.zero(); }
+  // Random init (params.h); with bf16 weights the matrices are rounded once.
+  void init(Rng& rng);
+  // Loads every tensor from a model.safetensors (converting dtypes to what
+  // this model holds); with keep_missing_routing, routing tensors absent from
+  // the file keep their current values.  Returns how many were kept.
+  int64_t load(const std::string& path, bool keep_missing_routing = false);
+  void zero_grad();
 
+  // ---- training (at the built B × T) ----
   // Forward on inputs (B, T); returns the mean cross-entropy over targets
   // (B, T) (targets < 0 are ignored).  With backward = true it also adds
   // grad_scale · ∂loss/∂θ into the gradient arena.
   double forward_backward(const int32_t* inputs, const int32_t* targets, bool backward, float grad_scale = 1.0f);
-  // Forward only, writing logits (B, T, V).
+
+  // ---- any B ≤ B(), T ≤ T(), no backward (host arrays) ----
+  // Forward over inputs (B, T) at positions 0 … T−1; no logits (routing statistics).
+  void forward(const int32_t* inputs, int64_t B, int64_t T);
+  // Forward, then the summed cross-entropy over targets (B, T) ≥ 0 and their count.
+  struct LossSum {
+    double sum = 0;
+    int64_t count = 0;
+  };
+  LossSum loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
+  // Forward at the built (B, T), writing logits (B, T, V) to host memory.
   void forward_logits(const int32_t* inputs, float* logits);
-  // Forward only, over a micro-batch of B ≤ B() rows of inputs (B, T): for
-  // routing statistics; no logits.
-  void forward_only(const int32_t* inputs, int64_t B) { forward(inputs, B); }
-  // Per-token losses (B, T) of the last forward (forward_backward).
+  // Per-token losses (B, T) of the last loss computation (host-readable).
   const float* token_losses() const { return token_loss_.data(); }
+
+  // ---- KV cache (inference models built with cache_len > 0) ----
+  // Forward over tokens (B, T) where sequence b continues cache sequence
+  // slot[b] at position pos[b] (host arrays of B; positions pos[b] … pos[b]+T−1
+  // are written to the cache, earlier ones must be there already), then
+  // writes to `logits` (host, (B, V)) the logits of each sequence's last position.
+  void forward_cached(const int32_t* tokens, int64_t B, int64_t T, const int64_t* slot, const int64_t* pos,
+                      float* logits);
+  int64_t cache_len() const { return opt_.cache_len; }
+  int64_t cache_seqs() const { return cache_seqs_; }
 
   // Routing statistics: an empty accumulator shaped for this model's routers
   // (none in baseline), and attaching one (nullptr detaches) makes every
@@ -138,27 +192,35 @@ class Model {
   double flops_per_token(int64_t T) const;
 
  private:
+  Context& ctx_;
+  Backend& ops_;
   Config cfg_;
+  ModelOptions opt_;
   ParamLayout layout_;
-  int64_t B_, T_, N_;
-  Buffer params_, grads_;
+  Buffer params_, params16_, grads_;
   Weights w_, g_;
+  int64_t cache_seqs_ = 0;
 
   // Activations (arena).
   Buffer acts_;
-  std::vector<LayerActs> layer_;
-  float* x_final_ = nullptr;  // (N, d)  input of the final norm: the stream (baseline, delta modes;
+  std::vector<LayerActs> layer_;  // (L); in inference every entry points at the same buffers
+  int32_t* tokens_ = nullptr;     // (N)      the inputs, in backend memory
+  int32_t* targets_ = nullptr;    // (N)
+  float* x_final_ = nullptr;  // (N, d)  input of the final norm: the stream (modes with a stream;
                               //         the running stream of the forward), or the final router's output
   float* rstd_f_ = nullptr;   // (N)
   float* xf_ = nullptr;       // (N, d)  final norm output
-  float* rope_cos_ = nullptr; // (T, hd/2)
-  float* rope_sin_ = nullptr; // (T, hd/2)
+  float* rope_cos_ = nullptr; // (P, hd/2)  P = max(T, cache_len) positions
+  float* rope_sin_ = nullptr; // (P, hd/2)
+  float* logits_ = nullptr;   // (B, V)  logits of one row per sequence
+  std::vector<float*> k_cache_, v_cache_;  // (L) of (cache_seqs, cache_len, KV·hd)
   // Scratch, reused by every layer.
   float* ln_ = nullptr;       // (N, d)
   float* qr_ = nullptr;       // (N, H·hd)   normed + rotated q
   float* kr_ = nullptr;       // (N, KV·hd)
-  float* out_ = nullptr;      // (N, d)      sublayer output (baseline, delta_block)
+  float* out_ = nullptr;      // (N, d)      sublayer output (modes whose outputs are not sources)
   float* h_ = nullptr;        // (N, F)      silu(gate)·up, then dgate
+  // Gradient scratch (training).
   float* dh_ = nullptr;       // (N, F)
   float* dup_ = nullptr;      // (N, F)
   float* dx_ = nullptr;       // (N, d)      gradient of the residual stream (block: of the partial sum)
@@ -167,9 +229,7 @@ class Model {
   float* dk_ = nullptr;       // (N, KV·hd)
   float* dv_ = nullptr;       // (N, KV·hd)
   float* datt_ = nullptr;     // (N, H·hd)
-  float* attn_scratch_ = nullptr;  // (threads, attention_scratch_floats(T))
-  float* head_scratch_ = nullptr;  // lm_head_scratch_floats(V)
-  Buffer token_loss_;              // (N)
+  Buffer token_loss_;         // (N)
 
   // Depth routing (empty / null in baseline).
   std::vector<Source> sources_;   // full, delta: e, then output of sublayer k at k+1   (2L+1)
@@ -177,31 +237,38 @@ class Model {
                                   // delta_block: the block sources, one per block
   std::vector<Router> routers_;   // the routers that run, in forward order
   std::vector<int> router_of_;    // (2L) index in routers_ of sublayer k's router, −1 if none
-  int final_router_ = -1;         // index in routers_ (full, block)
+  int final_router_ = -1;         // index in routers_ (modes with a final router)
   Combine combine_ = Combine::kReplace;
-  float* u_ = nullptr;            // (N, d)   sublayer input built by a router (full, block, delta)
-  float* dU_ = nullptr;           // (N, d)   gradient of a routed input
+  float* u_ = nullptr;            // (N, d)   sublayer input built by a router (modes that rebuild inputs)
+  float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
-  float* route_scratch_ = nullptr;  // route_scratch_floats(N, d, S_max)
   RoutingStats* stats_ = nullptr;
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
   int first_backward_router_ = -1;  // the first router the backward runs; it assigns its sources' gradients
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
-  int64_t cur_B_ = 0;  // micro-batch of the last forward
-  void forward(const int32_t* inputs, int64_t B);
+  // The shape of the last forward, and where its sequences sit in the KV cache.
+  int64_t cur_B_ = 0, cur_T_ = 0;
+  const int64_t* cur_slot_ = nullptr;  // (B) host, or null
+  const int64_t* cur_pos_ = nullptr;   // (B) host, or null (positions from 0)
+  int64_t rows() const { return cur_B_ * cur_T_; }
+
+  Weight W_(const float* matrix) const;  // a matrix as held: float32 or its bf16 copy
+  void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
+  void forward_();
   void attention_forward_(int64_t l, const float* x, float* out);
   void mlp_forward_(int64_t l, const float* x, float* out);
   // dout: gradient of the sublayer output; x: its input; dx = (accumulate ? += : =) gradient of x.
   void attention_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate);
   void mlp_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate);
-  void backward(const int32_t* inputs);
+  void backward();
+  void head_logits_(int64_t first_row, int64_t row_stride, int64_t count, float* host_out);
 
   // The per-mode steps of the layer loop (model.cpp).
   void build_routers_();
-  void embed_(const int32_t* inputs);
-  void embed_backward_(const int32_t* inputs);
+  void embed_();
+  void embed_backward_();
   void final_input_();
   void final_input_backward_();
   float* stored_input_(int64_t k);

@@ -16,6 +16,7 @@
 
 #include "core/rng.h"
 #include "model/model.h"
+#include "testing/context.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
 
@@ -94,14 +95,14 @@ using Names = std::vector<std::string>;
 // L = 6, attnres_num_blocks = 3: B = 2 layers per block, blocks start at layers 0, 2, 4.
 TEST(Routers, SourcesPerMode) {
   {
-    Model m(tiny("full"), 1, 4);
+    Model m(testing::test_context(), tiny("full"), 1, 4);
     EXPECT_EQ(m.routers().size(), 13u);  // 12 sublayers + final
     EXPECT_EQ(sources_of(m, "layers.0.attn"), Names({"embed"}));
     EXPECT_EQ(sources_of(m, "layers.1.attn"), Names({"embed", "layers.0.attn", "layers.0.mlp"}));
     EXPECT_EQ(sources_of(m, "final").size(), 13u);
   }
   {
-    Model m(tiny("block"), 1, 4);
+    Model m(testing::test_context(), tiny("block"), 1, 4);
     EXPECT_EQ(sources_of(m, "layers.0.attn"), Names({"partial"}));  // partial = e
     EXPECT_EQ(sources_of(m, "layers.0.mlp"), Names({"block.0", "partial"}));
     EXPECT_EQ(sources_of(m, "layers.1.attn"), Names({"block.0", "partial"}));
@@ -111,28 +112,28 @@ TEST(Routers, SourcesPerMode) {
     EXPECT_EQ(sources_of(m, "final"), Names({"block.0", "block.1", "block.2", "partial"}));
   }
   {
-    Model m(tiny("delta"), 1, 4);
+    Model m(testing::test_context(), tiny("delta"), 1, 4);
     EXPECT_EQ(sources_of(m, "layers.0.attn"), Names({"<no router>"}));  // input x = e
     EXPECT_EQ(sources_of(m, "layers.0.mlp"), Names({"embed", "layers.0.attn"}));
     EXPECT_EQ(sources_of(m, "final"), Names({"<no router>"}));
-    Model n(tiny("delta", {{"attnres_use_null_source", true}}), 1, 4);
+    Model n(testing::test_context(), tiny("delta", {{"attnres_use_null_source", true}}), 1, 4);
     EXPECT_EQ(sources_of(n, "layers.0.attn"), Names({"null"}));
     EXPECT_EQ(sources_of(n, "layers.0.mlp"), Names({"null", "embed", "layers.0.attn"}));
   }
   {
-    Model m(tiny("delta_block"), 1, 4);
+    Model m(testing::test_context(), tiny("delta_block"), 1, 4);
     EXPECT_EQ(sources_of(m, "layers.0.attn"), Names({"<no router>"}));
     EXPECT_EQ(sources_of(m, "layers.0.mlp"), Names({"block.0"}));
     EXPECT_EQ(sources_of(m, "layers.2.attn"), Names({"block.0"}));  // block 1 is appended after it
     EXPECT_EQ(sources_of(m, "layers.2.mlp"), Names({"block.0", "block.1"}));
     EXPECT_EQ(sources_of(m, "layers.5.mlp"), Names({"block.0", "block.1", "block.2"}));
   }
-  EXPECT_TRUE(Model(tiny("baseline"), 1, 4).routers().empty());
+  EXPECT_TRUE(Model(testing::test_context(), tiny("baseline"), 1, 4).routers().empty());
 }
 
 // Delta modes: the gate gives x + g·R, so every g = 0 is exactly baseline.
 TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
-  Model base(tiny("baseline"), kB, kT);
+  Model base(testing::test_context(), tiny("baseline"), kB, kT);
   randomise(base, 3);
   const auto in = tokens(kB * kT, 97, 4);
   const auto want = logits(base, in);
@@ -145,7 +146,7 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
   };
   for (nlohmann::json v : variants) {
     v["attnres_gate_type"] = "learnable_alpha";
-    Model m(tiny("delta", v), kB, kT);
+    Model m(testing::test_context(), tiny("delta", v), kB, kT);
     randomise(m, 5);  // routing tensors random ...
     copy_shared(base, base.params(), m);  // ... the rest baseline's
     set_gates(m, 0.0f);
@@ -163,18 +164,18 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
 TEST(LearnableAlpha, OneIsBiasInEveryMode) {
   const auto in = tokens(kB * kT, 97, 6);
   for (const char* mode : {"block", "full", "delta", "delta_block"}) {
-    Model bias(tiny(mode), kB, kT);
+    Model bias(testing::test_context(), tiny(mode), kB, kT);
     randomise(bias, 7);
-    Model gated(tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
+    Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
     copy_shared(bias, bias.params(), gated);
     set_gates(gated, 1.0f);
     EXPECT_LE(max_abs_diff(logits(gated, in), logits(bias, in)), 1e-5) << mode;
   }
-  Model base(tiny("baseline"), kB, kT);
+  Model base(testing::test_context(), tiny("baseline"), kB, kT);
   randomise(base, 8);
   const auto want = logits(base, in);
   for (const char* mode : {"block", "full"}) {
-    Model gated(tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
+    Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
     randomise(gated, 9);
     copy_shared(base, base.params(), gated);
     set_gates(gated, 0.0f);
@@ -186,7 +187,7 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
   for (const char* mode : {"block", "full", "delta", "delta_block"}) {
-    Model m(tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}}), kB, kT);
+    Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}}), kB, kT);
     randomise(m, 10);
     set_gates(m, 0.6f);
     const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
@@ -202,7 +203,7 @@ TEST(Routing, RepeatableGradients) {
 }
 
 TEST(Routing, StatisticsOnlyWhenAttached) {
-  Model m(tiny("full"), kB, kT);
+  Model m(testing::test_context(), tiny("full"), kB, kT);
   randomise(m, 13);
   const auto in = tokens(kB * kT, 97, 14);
   RoutingStats st = m.make_routing_stats();
@@ -238,10 +239,10 @@ TEST(Routing, EveryModeTrainsOnText) {
                                         {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
                                         {"vocab_size", 256}, {"attnres_mode", mode}, {"attnres_num_blocks", 2}},
                                        "test");
-    Model m(c, B, T);
+    Model m(testing::test_context(), c, B, T);
     Rng rng(1);
     m.init(rng);
-    AdamW adamw(m.layout(), AdamWConfig{});
+    AdamW adamw(testing::test_context().ops(), m.layout(), AdamWConfig{});
     size_t pos = 0;
     auto next = [&](int32_t* in, int32_t* tg) {
       for (int64_t b = 0; b < B; ++b) {

@@ -2,6 +2,7 @@
 #include "model/params.h"
 
 #include "core/error.h"
+#include "model/modes.h"
 
 namespace attnres {
 
@@ -22,13 +23,11 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
     s.init = init;
     fn(s, slot);
   };
-  const bool routed = c.mode != Mode::kBaseline;
-  const bool delta = c.mode == Mode::kDelta || c.mode == Mode::kDeltaBlock;
-  const bool final_routing = c.mode == Mode::kFull || c.mode == Mode::kBlock;
+  const ModeSpec& mode = mode_spec(c.mode);
   auto router = [&](const std::string& prefix, const std::string& kind, RouterWeights& r, bool with_extras) {
     t(prefix + kind + "_res_proj.weight", {1, d}, false, Init::kQuery, r.proj);
     t(prefix + kind + "_res_norm.weight", {d}, false, Init::kOnes, r.norm);
-    if (with_extras && delta && c.null_source) t(prefix + kind + "_null_source", {d}, false, Init::kZeros, r.null_source);
+    if (with_extras && mode.null_source && c.null_source) t(prefix + kind + "_null_source", {d}, false, Init::kZeros, r.null_source);
     if (with_extras && c.gate == Gate::kLearnableAlpha)
       t(prefix + kind + "_res_alpha", {}, false, Init::kZeros, r.alpha);
   };
@@ -49,13 +48,13 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
     t(p + "mlp.gate_proj.weight", {c.F, d}, true, Init::kNormal, l.wgate);
     t(p + "mlp.up_proj.weight", {c.F, d}, true, Init::kNormal, l.wup);
     t(p + "mlp.down_proj.weight", {d, c.F}, true, Init::kNormal, l.wdown);
-    if (routed) {
+    if (mode.routed()) {
       router(p, "attn", l.attn_router, true);
       router(p, "mlp", l.mlp_router, true);
     }
   }
   t("model.norm.weight", {d}, false, Init::kOnes, w.final_norm);
-  if (final_routing) router("model.", "final", w.final_router, false);
+  if (mode.final_router) router("model.", "final", w.final_router, false);
   if (!c.tied) t("lm_head.weight", {c.V, d}, true, Init::kNormal, w.lm_head);
 }
 
@@ -84,18 +83,19 @@ Weights ParamLayout::bind(float* base) const {
   return w;
 }
 
-void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
-  for (const auto& s : layout.specs()) {
-    float* p = params + s.offset;
-    for (int64_t i = 0; i < s.numel; ++i) {
-      switch (s.init) {
-        case Init::kNormal: p[i] = static_cast<float>(0.02 * rng.normal()); break;
-        case Init::kOnes: p[i] = 1.0f; break;
-        case Init::kZeros: p[i] = 0.0f; break;
-        case Init::kQuery: p[i] = c.query_init_normal ? static_cast<float>(0.02 * rng.normal()) : 0.0f; break;
-      }
+void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng) {
+  for (int64_t i = 0; i < s.numel; ++i) {
+    switch (s.init) {
+      case Init::kNormal: p[i] = static_cast<float>(0.02 * rng.normal()); break;
+      case Init::kOnes: p[i] = 1.0f; break;
+      case Init::kZeros: p[i] = 0.0f; break;
+      case Init::kQuery: p[i] = c.query_init_normal ? static_cast<float>(0.02 * rng.normal()) : 0.0f; break;
     }
   }
+}
+
+void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
+  for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, rng);
 }
 
 }  // namespace attnres

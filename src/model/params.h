@@ -25,8 +25,11 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // PyTorch shape; linear weights are [out, in]
   int64_t offset = 0;          // in floats, within an arena
   int64_t numel = 0;
-  bool decay = false;  // AdamW weight decay applies
+  bool decay = false;  // AdamW weight decay applies: exactly the matrices (embedding, projections, head)
   Init init = Init::kNormal;
+  // A weight matrix (embedding, projection, head): what a bf16 inference
+  // model holds in bfloat16.  The same set as the decayed tensors.
+  bool matrix() const { return decay; }
 };
 
 // A router's parameters (DESIGN.md §2); null where the config has none.
@@ -78,5 +81,7 @@ class ParamLayout {
 // Initialises parameters: matrices N(0, 0.02), norms 1, null sources and
 // gates 0, pseudo-queries 0 or N(0, 0.02) (attnres_query_init).
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng);
+// One tensor of that init, into p (s.numel floats), drawing from rng in the same order.
+void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng);
 
 }  // namespace attnres

@@ -7,11 +7,12 @@ namespace attnres {
 
 namespace {
 
-nlohmann::json qwen3(int64_t d, int64_t L, int64_t H, int64_t KV, int64_t hd, int64_t F, int64_t V) {
+nlohmann::json qwen3(int64_t d, int64_t L, int64_t H, int64_t KV, int64_t hd, int64_t F, int64_t V,
+                     int64_t max_positions = 4096) {
   return {{"hidden_size", d},          {"num_hidden_layers", L}, {"num_attention_heads", H},
           {"num_key_value_heads", KV}, {"head_dim", hd},         {"intermediate_size", F},
           {"vocab_size", V},           {"rms_norm_eps", 1e-6},   {"rope_theta", 1e6},
-          {"tie_word_embeddings", true}, {"max_position_embeddings", 4096}};
+          {"tie_word_embeddings", true}, {"max_position_embeddings", max_positions}};
 }
 
 struct Preset {
@@ -23,8 +24,10 @@ const std::vector<Preset>& presets() {
   static const std::vector<Preset> p = {
       // The default model of the main job: trains in minutes on 2 cores.
       {"tiny", qwen3(128, 4, 4, 2, 32, 384, 8192)},
-      // DESIGN.md §5: the benchmark configuration.
+      // docs/DESIGN.md §5: the benchmark configuration.
       {"bench-small", qwen3(256, 12, 4, 2, 64, 768, 8192)},
+      // The shape of Qwen3-0.6B as published (random weights when benchmarked).
+      {"qwen3-0.6b", qwen3(1024, 28, 16, 8, 128, 3072, 151936, 40960)},
   };
   return p;
 }

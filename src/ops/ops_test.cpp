@@ -1,66 +1,157 @@
-// ops_test.cpp — every kernel of ops.h: the forward against a plain
-// double-precision reference, the backward against central finite differences,
-// with odd sizes (not multiples of tiles, chunks or SIMD widths).
-#include "ops/ops.h"
+// ops_test.cpp — every op of the Backend interface (ops/backend.h) on every
+// backend configuration (testing::backend_params()): the forward against a
+// plain double-precision reference, the backward against central finite
+// differences, with odd sizes (not multiples of tiles, chunks or SIMD widths).
+// The ops see only backend memory (testing::DeviceVec) and scratch from the
+// Context's workspace, reserved with the op's *_workspace function.
+#include "ops/backend.h"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
+#include "core/bf16.h"
+#include "core/context.h"
 #include "core/error.h"
-#include "core/parallel.h"
-#include "ops/fast_exp.h"
+#include "ops/cpu/fast_exp.h"
 #include "testing/check.h"
 
 namespace attnres {
 namespace {
 
 using testing::all_close;
+using testing::dev;
+using testing::DeviceVec;
 using testing::dot;
 using testing::fd_gradient;
 using testing::randn;
+using testing::ScopedOmpThreads;
 using testing::to_double;
 
 // FD tolerances for float32 kernels with h = 1e-2.
 constexpr double kFdAtol = 2e-3, kFdRtol = 2e-2;
 
-TEST(Matmul, ForwardMatchesReference) {
+std::vector<float> filled(size_t n, float value) {
+  return std::vector<float>(n, value);
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// ---- matmul ------------------------------------------------------------------------
+
+class Matmul : public testing::OnBackend {};
+
+// out[N,O] against Σ_i x·w in double: |out − ref| ≤ rtol · Σ_i |x·w| (the
+// relative error of a float dot product, meaningful also where ref is near 0).
+::testing::AssertionResult matmul_matches(const std::vector<float>& out, const std::vector<float>& x,
+                                          const std::vector<float>& w, int64_t N, int64_t I, int64_t O, double rtol) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < O; ++o) {
+      double ref = 0, mag = 0;
+      for (int64_t i = 0; i < I; ++i) {
+        const double t = static_cast<double>(x[n * I + i]) * w[o * I + i];
+        ref += t;
+        mag += std::fabs(t);
+      }
+      const double got = out[n * O + o];
+      if (!(std::fabs(got - ref) <= rtol * mag))
+        return ::testing::AssertionFailure()
+               << "N=" << N << " [" << n << ", " << o << "]: " << got << " vs " << ref << " (Σ|x·w| " << mag << ")";
+    }
+  return ::testing::AssertionSuccess();
+}
+
+TEST_P(Matmul, ForwardMatchesReference) {
   const int64_t N = 7, I = 13, O = 5;
   auto x = randn(N * I, 1), w = randn(O * I, 2);
-  std::vector<float> out(N * O);
-  matmul_forward(out.data(), x.data(), w.data(), N, I, O);
+  auto x_d = dev(ops, x), w_d = dev(ops, w);
+  DeviceVec<float> out_d(ops, N * O);
+  ops.matmul_forward(out_d.data(), x_d.data(), w_d.data(), N, I, O);
   std::vector<double> ref(N * O);
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < O; ++o)
       for (int64_t i = 0; i < I; ++i) ref[n * O + o] += static_cast<double>(x[n * I + i]) * w[o * I + i];
-  EXPECT_TRUE(all_close(to_double(out.data(), out.size()), ref, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(to_double(out_d.host()), ref, 1e-5, 1e-5));
 }
 
-TEST(Matmul, BackwardMatchesFiniteDifferences) {
+// float32 weights: the streaming kernel for N ≤ 16 rows, SGEMM above.
+TEST_P(Matmul, Float32WeightsSkinnyAndTiled) {
+  const int64_t I = 37, O = 131;
+  auto w = randn(O * I, 40);
+  auto w_d = dev(ops, w);
+  for (int64_t N : {1, 5, 16, 17}) {
+    auto x = randn(N * I, 41 + N);
+    auto x_d = dev(ops, x);
+    DeviceVec<float> out_d(ops, N * O);
+    ops.matmul_forward(out_d.data(), x_d.data(), w_d.data(), N, I, O);
+    EXPECT_TRUE(matmul_matches(out_d.host(), x, w, N, I, O, 1e-5));
+  }
+}
+
+// bfloat16 weights: the product of the rounded weights, accumulated in float,
+// for the streaming kernel (N ≤ 16) and the widened tiles (64 output rows;
+// O = 131 leaves a partial one).
+TEST_P(Matmul, Bf16WeightsMatchTheRoundedReference) {
+  const int64_t I = 37, O = 131;
+  auto w = randn(O * I, 42);
+  std::vector<bf16> w16(w.size());
+  std::vector<float> rounded(w.size());
+  for (size_t i = 0; i < w.size(); ++i) {
+    w16[i] = float_to_bf16(w[i]);
+    rounded[i] = bf16_to_float(w16[i]);
+  }
+  auto w16_d = dev(ops, w16);
+  ctx.reserve(ops.matmul_workspace(I));
+  for (int64_t N : {1, 3, 16, 17, 70}) {
+    auto x = randn(N * I, 43 + N);
+    auto x_d = dev(ops, x);
+    DeviceVec<float> out_d(ops, N * O);
+    ops.matmul_forward(out_d.data(), x_d.data(), w16_d.data(), N, I, O);
+    EXPECT_TRUE(matmul_matches(out_d.host(), x, rounded, N, I, O, 1e-5));
+  }
+}
+
+TEST_P(Matmul, BackwardMatchesFiniteDifferences) {
   const int64_t N = 6, I = 11, O = 7;
   auto x = randn(N * I, 3), w = randn(O * I, 4), G = randn(N * O, 5);
-  std::vector<float> out(N * O), dx(N * I, 99.f), dw(O * I, 0.f);
-  matmul_backward(dx.data(), dw.data(), G.data(), x.data(), w.data(), N, I, O);
+  auto x_d = dev(ops, x), w_d = dev(ops, w), G_d = dev(ops, G);
+  auto dx = dev(ops, filled(N * I, 99.f)), dw = dev(ops, filled(O * I, 0.f));
+  DeviceVec<float> out(ops, N * O);
+  ops.matmul_backward(dx.data(), dw.data(), G_d.data(), x_d.data(), w_d.data(), N, I, O);
   auto loss = [&] {
-    matmul_forward(out.data(), x.data(), w.data(), N, I, O);
+    ops.matmul_forward(out.data(), x_d.data(), w_d.data(), N, I, O);
     return dot(out, G);
   };
-  EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_gradient(x, loss), kFdAtol, kFdRtol));
-  EXPECT_TRUE(all_close(to_double(dw.data(), dw.size()), fd_gradient(w, loss), kFdAtol, kFdRtol));
+  const auto dx_h = dx.host(), dw_h = dw.host();
+  EXPECT_TRUE(all_close(to_double(dx_h), fd_gradient(x_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dw_h), fd_gradient(w_d, loss), kFdAtol, kFdRtol));
   // accumulate_dinp adds onto what is there; dweight always accumulates.
-  std::vector<float> dx2(N * I, 1.f), dw2 = dw;
-  matmul_backward(dx2.data(), dw2.data(), G.data(), x.data(), w.data(), N, I, O, true);
-  for (size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx2[i], dx[i] + 1.f, 1e-5);
-  for (size_t i = 0; i < dw.size(); ++i) EXPECT_NEAR(dw2[i], 2 * dw[i], 1e-4);
+  auto dx2 = dev(ops, filled(N * I, 1.f)), dw2 = dev(ops, dw_h);
+  ops.matmul_backward(dx2.data(), dw2.data(), G_d.data(), x_d.data(), w_d.data(), N, I, O, true);
+  const auto dx2_h = dx2.host(), dw2_h = dw2.host();
+  for (size_t i = 0; i < dx_h.size(); ++i) EXPECT_NEAR(dx2_h[i], dx_h[i] + 1.f, 1e-5);
+  for (size_t i = 0; i < dw_h.size(); ++i) EXPECT_NEAR(dw2_h[i], 2 * dw_h[i], 1e-4);
 }
 
-TEST(RmsNorm, ForwardMatchesReference) {
+ATTNRES_ON_BACKENDS(Matmul);
+
+// ---- RMSNorm -----------------------------------------------------------------------
+
+class RmsNorm : public testing::OnBackend {};
+
+TEST_P(RmsNorm, ForwardMatchesReference) {
   const int64_t N = 5, C = 37;
   const float eps = 1e-6f;
   auto x = randn(N * C, 6), w = randn(C, 7);
-  std::vector<float> out(N * C), rstd(N);
-  rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+  auto x_d = dev(ops, x), w_d = dev(ops, w);
+  DeviceVec<float> out_d(ops, N * C), rstd_d(ops, N);
+  ops.rmsnorm_forward(out_d.data(), rstd_d.data(), x_d.data(), w_d.data(), N, C, eps);
+  const auto rstd = rstd_d.host();
   std::vector<double> ref(N * C);
   for (int64_t n = 0; n < N; ++n) {
     double ss = 0;
@@ -69,75 +160,126 @@ TEST(RmsNorm, ForwardMatchesReference) {
     for (int64_t c = 0; c < C; ++c) ref[n * C + c] = x[n * C + c] * r * w[c];
     EXPECT_NEAR(rstd[n], r, 1e-5 * r);
   }
-  EXPECT_TRUE(all_close(to_double(out.data(), out.size()), ref, 1e-5, 1e-5));
+  EXPECT_TRUE(all_close(to_double(out_d.host()), ref, 1e-5, 1e-5));
 }
 
-TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
+TEST_P(RmsNorm, BackwardMatchesFiniteDifferences) {
   for (int64_t C : {1, 3, 37, 130}) {
     const int64_t N = 4;
     const float eps = 1e-6f;
     auto x = randn(N * C, 8), w = randn(C, 9), G = randn(N * C, 10);
-    std::vector<float> out(N * C), rstd(N), dx(N * C), dw(C, 0.f);
-    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
-    rmsnorm_backward(dx.data(), dw.data(), G.data(), x.data(), w.data(), rstd.data(), N, C);
+    auto x_d = dev(ops, x), w_d = dev(ops, w), G_d = dev(ops, G);
+    DeviceVec<float> out(ops, N * C), rstd(ops, N), dx(ops, N * C), dw(ops, C);
+    ops.rmsnorm_forward(out.data(), rstd.data(), x_d.data(), w_d.data(), N, C, eps);
+    ops.rmsnorm_backward(dx.data(), dw.data(), G_d.data(), x_d.data(), w_d.data(), rstd.data(), N, C);
+    const auto dx_h = dx.host(), dw_h = dw.host();
     auto loss = [&] {
-      rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+      ops.rmsnorm_forward(out.data(), rstd.data(), x_d.data(), w_d.data(), N, C, eps);
       return dot(out, G);
     };
     if (C > 1) {  // with C = 1 the output is sign(x)·w: flat in x
-      EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_gradient(x, loss, 1e-3f), kFdAtol, kFdRtol))
-          << "C=" << C;
+      EXPECT_TRUE(all_close(to_double(dx_h), fd_gradient(x_d, loss, 1e-3f), kFdAtol, kFdRtol)) << "C=" << C;
     }
-    EXPECT_TRUE(all_close(to_double(dw.data(), dw.size()), fd_gradient(w, loss), kFdAtol, kFdRtol)) << "C=" << C;
+    EXPECT_TRUE(all_close(to_double(dw_h), fd_gradient(w_d, loss), kFdAtol, kFdRtol)) << "C=" << C;
     // In-place (dinp aliases dout) gives the same dinp.
-    std::vector<float> inplace = G, dw2(C, 0.f);
-    rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
-    rmsnorm_backward(inplace.data(), dw2.data(), inplace.data(), x.data(), w.data(), rstd.data(), N, C);
-    for (size_t i = 0; i < dx.size(); ++i) EXPECT_FLOAT_EQ(inplace[i], dx[i]);
-    for (int64_t c = 0; c < C; ++c) EXPECT_FLOAT_EQ(dw2[c], dw[c]);
+    auto inplace = dev(ops, G);
+    DeviceVec<float> dw2(ops, C);
+    ops.rmsnorm_forward(out.data(), rstd.data(), x_d.data(), w_d.data(), N, C, eps);
+    ops.rmsnorm_backward(inplace.data(), dw2.data(), inplace.data(), x_d.data(), w_d.data(), rstd.data(), N, C);
+    const auto inplace_h = inplace.host(), dw2_h = dw2.host();
+    for (size_t i = 0; i < dx_h.size(); ++i) EXPECT_FLOAT_EQ(inplace_h[i], dx_h[i]);
+    for (int64_t c = 0; c < C; ++c) EXPECT_FLOAT_EQ(dw2_h[c], dw_h[c]);
   }
 }
 
-TEST(Rope, ForwardMatchesHfRotateHalf) {
+ATTNRES_ON_BACKENDS(RmsNorm);
+
+// ---- RoPE --------------------------------------------------------------------------
+
+class Rope : public testing::OnBackend {};
+
+// x·cos + rotate_half(x)·sin at position p, rotate_half(x) = cat(−x[h:], x[:h]), in double.
+double rope_ref(const float* x, int64_t j, int64_t hd, int64_t p, double theta) {
+  const int64_t jj = j % (hd / 2);
+  const double angle = static_cast<double>(p) * std::pow(theta, -2.0 * jj / hd);
+  const double rot = j < hd / 2 ? -x[j + hd / 2] : x[j - hd / 2];
+  return x[j] * std::cos(angle) + rot * std::sin(angle);
+}
+
+TEST_P(Rope, ForwardMatchesHfRotateHalf) {
   const int64_t B = 2, T = 9, heads = 3, hd = 10;
   const double theta = 10000.0;
-  std::vector<float> cos_t(T * hd / 2), sin_t(T * hd / 2);
-  rope_tables(cos_t.data(), sin_t.data(), T, hd, theta);
-  auto x = randn(B * T * heads * hd, 11), y = x;
-  rope_forward(y.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
+  DeviceVec<float> cos_t(ops, T * hd / 2), sin_t(ops, T * hd / 2);
+  ops.rope_tables(cos_t.data(), sin_t.data(), T, hd, theta);
+  auto x = randn(B * T * heads * hd, 11);
+  auto y_d = dev(ops, x);
+  ops.rope_forward(y_d.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
+  const auto y = y_d.host();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
       for (int64_t h = 0; h < heads; ++h)
         for (int64_t j = 0; j < hd; ++j) {
           const int64_t base = ((b * T + t) * heads + h) * hd;
-          const int64_t jj = j % (hd / 2);
-          const double angle = t * std::pow(theta, -2.0 * jj / hd);
-          // x·cos + rotate_half(x)·sin, rotate_half(x) = cat(−x[h:], x[:h])
-          const double rot = j < hd / 2 ? -x[base + j + hd / 2] : x[base + j - hd / 2];
-          EXPECT_NEAR(y[base + j], x[base + j] * std::cos(angle) + rot * std::sin(angle), 1e-5);
+          EXPECT_NEAR(y[base + j], rope_ref(x.data() + base, j, hd, t, theta), 1e-5);
         }
 }
 
-TEST(Rope, BackwardMatchesFiniteDifferences) {
-  const int64_t B = 1, T = 7, heads = 2, hd = 6;
-  std::vector<float> cos_t(T * hd / 2), sin_t(T * hd / 2);
-  rope_tables(cos_t.data(), sin_t.data(), T, hd, 1e6);
-  auto x = randn(B * T * heads * hd, 12), G = randn(x.size(), 13);
-  std::vector<float> dx = G;
-  rope_backward(dx.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
-  auto loss = [&] {
-    auto y = x;
-    rope_forward(y.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
-    return dot(y, G);
-  };
-  EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_gradient(x, loss), kFdAtol, kFdRtol));
+// A block of T rows at positions pos[b] … pos[b]+T−1 (decoding with a cache)
+// is rotated as those rows of the whole sequence are.
+TEST_P(Rope, PositionsGiveTheRowsOfTheWholeSequence) {
+  const int64_t B = 2, T = 4, heads = 3, hd = 10, P = 12;
+  const double theta = 10000.0;
+  const std::vector<int64_t> pos = {8, 2};  // host; 8 + 3 = P − 1: the tables' last row
+  DeviceVec<float> cos_t(ops, P * hd / 2), sin_t(ops, P * hd / 2);
+  ops.rope_tables(cos_t.data(), sin_t.data(), P, hd, theta);
+  const int64_t row = heads * hd;
+  auto whole = randn(B * P * row, 30);  // batch row b: a sequence of P positions
+  std::vector<float> block(B * T * row);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      std::memcpy(&block[(b * T + t) * row], &whole[(b * P + pos[b] + t) * row], row * sizeof(float));
+  auto whole_d = dev(ops, whole), block_d = dev(ops, block);
+  ops.rope_forward(whole_d.data(), cos_t.data(), sin_t.data(), B, P, heads, hd);
+  ops.rope_forward(block_d.data(), cos_t.data(), sin_t.data(), B, T, heads, hd, pos.data());
+  const auto whole_rot = whole_d.host(), block_rot = block_d.host();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < hd; ++j) {
+          const int64_t i = (b * T + t) * row + h * hd;
+          EXPECT_EQ(block_rot[i + j], whole_rot[(b * P + pos[b] + t) * row + h * hd + j])
+              << "b " << b << " t " << t << " head " << h << " j " << j;
+          EXPECT_NEAR(block_rot[i + j], rope_ref(block.data() + i, j, hd, pos[b] + t, theta), 1e-5);
+        }
 }
 
-// Naive causal GQA attention in double.
-std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& k,
-                                  const std::vector<float>& v, int64_t B, int64_t T, int64_t H, int64_t KV,
-                                  int64_t hd) {
+TEST_P(Rope, BackwardMatchesFiniteDifferences) {
+  const int64_t B = 1, T = 7, heads = 2, hd = 6;
+  DeviceVec<float> cos_t(ops, T * hd / 2), sin_t(ops, T * hd / 2);
+  ops.rope_tables(cos_t.data(), sin_t.data(), T, hd, 1e6);
+  auto x = randn(B * T * heads * hd, 12), G = randn(x.size(), 13);
+  auto x_d = dev(ops, x), dx = dev(ops, G);
+  DeviceVec<float> y(ops, x.size());
+  ops.rope_backward(dx.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
+  auto loss = [&] {
+    ops.copy(y.data(), x_d.data(), static_cast<int64_t>(x.size()));
+    ops.rope_forward(y.data(), cos_t.data(), sin_t.data(), B, T, heads, hd);
+    return dot(y, G);
+  };
+  EXPECT_TRUE(all_close(to_double(dx.host()), fd_gradient(x_d, loss), kFdAtol, kFdRtol));
+}
+
+ATTNRES_ON_BACKENDS(Rope);
+
+// ---- attention ---------------------------------------------------------------------
+
+// Naive causal GQA attention in double; lse (B, H, T), when asked, gets the
+// log-sum-exp of each scaled score row.
+std::vector<double> attention_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                  int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                                  std::vector<double>* lse = nullptr) {
   std::vector<double> y(B * T * H * hd, 0.0);
+  if (lse) lse->assign(B * H * T, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -154,6 +296,7 @@ std::vector<double> attention_ref(const std::vector<float>& q, const std::vector
         }
         double sum = 0;
         for (auto& e : s) sum += (e = std::exp(e - mx));
+        if (lse) (*lse)[(b * H + h) * T + t] = mx + std::log(sum);
         for (int64_t u = 0; u <= t; ++u)
           for (int64_t j = 0; j < hd; ++j)
             y[((b * T + t) * H + h) * hd + j] += s[u] / sum * v[((b * T + u) * KV + g) * hd + j];
@@ -166,75 +309,241 @@ struct AttnCase {
   int64_t B, T, H, KV, hd;
 };
 
-class Attention : public ::testing::TestWithParam<AttnCase> {};
+std::string attn_case_name(const AttnCase& c) {
+  return cat("B", c.B, "_T", c.T, "_H", c.H, "_KV", c.KV, "_hd", c.hd);
+}
+
+class Attention : public testing::OnBackendWith<AttnCase> {};
 
 TEST_P(Attention, ForwardMatchesReference) {
-  const auto [B, T, H, KV, hd] = GetParam();
+  const auto [B, T, H, KV, hd] = shape();
+  ctx.reserve(ops.attention_workspace(T));
   auto q = randn(B * T * H * hd, 14), k = randn(B * T * KV * hd, 15), v = randn(B * T * KV * hd, 16);
-  std::vector<float> y(q.size()), lse(B * H * T), scratch(attention_scratch_floats(T) * num_threads());
-  attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd, scratch.data());
-  EXPECT_TRUE(all_close(to_double(y.data(), y.size()), attention_ref(q, k, v, B, T, H, KV, hd), 1e-5, 1e-4));
+  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v);
+  DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T);
+  ops.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
+                        hd);
+  std::vector<double> lse_ref;
+  EXPECT_TRUE(all_close(to_double(y.host()), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(to_double(lse.host()), lse_ref, 1e-5, 1e-5));
 }
 
 TEST_P(Attention, BackwardMatchesFiniteDifferences) {
-  const auto [B, T, H, KV, hd] = GetParam();
+  const auto [B, T, H, KV, hd] = shape();
+  ctx.reserve(ops.attention_workspace(T));
   auto q = randn(B * T * H * hd, 17), k = randn(B * T * KV * hd, 18), v = randn(B * T * KV * hd, 19);
   auto G = randn(q.size(), 20);
-  std::vector<float> y(q.size()), lse(B * H * T), scratch(attention_scratch_floats(T) * num_threads());
-  std::vector<float> dq(q.size()), dk(k.size(), 7.f), dv(v.size(), 7.f);
-  attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd, scratch.data());
-  attention_backward(dq.data(), dk.data(), dv.data(), G.data(), q.data(), k.data(), v.data(), y.data(), lse.data(),
-                     B, T, H, KV, hd, scratch.data());
+  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v), G_d = dev(ops, G);
+  DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), dq(ops, q.size());
+  auto dk = dev(ops, filled(k.size(), 7.f)), dv = dev(ops, filled(v.size(), 7.f));
+  const KeyValues kv{k_d.data(), v_d.data(), T * KV * hd};
+  ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
+  ops.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
+                         lse.data(), B, T, H, KV, hd);
   auto loss = [&] {
-    attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, KV, hd, scratch.data());
+    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
     return dot(y, G);
   };
-  EXPECT_TRUE(all_close(to_double(dq.data(), dq.size()), fd_gradient(q, loss), kFdAtol, kFdRtol));
-  EXPECT_TRUE(all_close(to_double(dk.data(), dk.size()), fd_gradient(k, loss), kFdAtol, kFdRtol));
-  EXPECT_TRUE(all_close(to_double(dv.data(), dv.size()), fd_gradient(v, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dq.host()), fd_gradient(q_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dk.host()), fd_gradient(k_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dv.host()), fd_gradient(v_d, loss), kFdAtol, kFdRtol));
 }
 
 // T = 70 spans two query tiles (64 rows each); KV = H is plain MHA; odd hd.
-INSTANTIATE_TEST_SUITE_P(Shapes, Attention,
+ATTNRES_ON_BACKENDS_WITH(Attention, AttnCase,
                          ::testing::Values(AttnCase{1, 1, 1, 1, 2}, AttnCase{2, 5, 4, 2, 6}, AttnCase{1, 70, 2, 1, 4},
                                            AttnCase{1, 9, 3, 3, 5}),
-                         [](const auto& info) {
-                           const AttnCase& c = info.param;
-                           return cat("B", c.B, "_T", c.T, "_H", c.H, "_KV", c.KV, "_hd", c.hd);
-                         });
+                         attn_case_name);
 
-TEST(SwiGlu, ForwardAndBackward) {
-  const int64_t n = 53;
-  auto g = randn(n, 21, 2.0), u = randn(n, 22), G = randn(n, 23);
-  std::vector<float> h(n), dg(n), du(n);
-  swiglu_forward(h.data(), g.data(), u.data(), n);
-  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(h[i], g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i], 1e-5);
-  swiglu_backward(dg.data(), du.data(), G.data(), g.data(), u.data(), n);
-  auto loss = [&] {
-    swiglu_forward(h.data(), g.data(), u.data(), n);
-    return dot(h, G);
+// Attention of a block of queries over a KV cache (KeyValues with slots and
+// positions): each batch row's output is the last T rows of a causal
+// attention over its whole sequence, whose keys and values are the cache's.
+class AttentionCache : public testing::OnBackend {};
+
+TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
+  struct CacheCase {
+    int64_t T, seqs, P;              // block rows; cache: seqs sequences × P positions
+    std::vector<int64_t> slot, pos;  // (B) host
   };
-  EXPECT_TRUE(all_close(to_double(dg.data(), n), fd_gradient(g, loss), kFdAtol, kFdRtol));
-  EXPECT_TRUE(all_close(to_double(du.data(), n), fd_gradient(u, loss), kFdAtol, kFdRtol));
+  // B = 2 both; the second: T = 70 spans two query tiles at a start past 0.
+  const CacheCase cases[] = {{3, 3, 12, {1, 0}, {5, 3}}, {70, 3, 80, {0, 2}, {9, 0}}};
+  const int64_t H = 4, KV = 2, hd = 6;
+  for (const CacheCase& c : cases) {
+    const int64_t B = static_cast<int64_t>(c.slot.size()), T = c.T, row = KV * hd, stride = c.P * row;
+    int64_t max_keys = 0;
+    for (int64_t b = 0; b < B; ++b) max_keys = std::max(max_keys, c.pos[b] + T);
+    ctx.reserve(ops.attention_workspace(max_keys));
+    // Past max_keys the cache holds unrelated values, which a causal query never reads.
+    auto kc = randn(c.seqs * stride, 50 + T), vc = randn(c.seqs * stride, 51 + T), q = randn(B * T * H * hd, 52 + T);
+    auto kc_d = dev(ops, kc), vc_d = dev(ops, vc), q_d = dev(ops, q);
+    DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), y_nolse(ops, q.size());
+    const KeyValues kv{kc_d.data(), vc_d.data(), stride, c.slot.data(), c.pos.data()};
+    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
+    ops.attention_forward(y_nolse.data(), nullptr, q_d.data(), kv, B, T, H, KV, hd);
+    const auto y_h = y.host(), lse_h = lse.host();
+    EXPECT_TRUE(same_bits(y_nolse.host(), y_h)) << "T=" << T << ": lse = null changes y";
+    for (int64_t b = 0; b < B; ++b) {
+      // The whole sequence of batch row b: L = pos + T positions; queries
+      // before the block are arbitrary (they do not change the block's rows).
+      const int64_t p0 = c.pos[b], L = p0 + T;
+      auto qw = randn(L * H * hd, 60 + b);
+      std::memcpy(&qw[p0 * H * hd], &q[b * T * H * hd], T * H * hd * sizeof(float));
+      const std::vector<float> kw(kc.begin() + c.slot[b] * stride, kc.begin() + c.slot[b] * stride + L * row);
+      const std::vector<float> vw(vc.begin() + c.slot[b] * stride, vc.begin() + c.slot[b] * stride + L * row);
+      std::vector<double> lse_ref;
+      const auto yw = attention_ref(qw, kw, vw, 1, L, H, KV, hd, &lse_ref);
+      const std::vector<double> want(yw.begin() + p0 * H * hd, yw.end());
+      EXPECT_TRUE(all_close(to_double(&y_h[b * T * H * hd], T * H * hd), want, 1e-5, 1e-4)) << "T=" << T << " b " << b;
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t t = 0; t < T; ++t)
+          EXPECT_NEAR(lse_h[(b * H + h) * T + t], lse_ref[h * L + p0 + t],
+                      1e-5 + 1e-5 * std::fabs(lse_ref[h * L + p0 + t]))
+              << "T=" << T << " b " << b << " head " << h << " t " << t;
+    }
+  }
 }
 
-TEST(Embedding, ForwardAndBackward) {
+ATTNRES_ON_BACKENDS(AttentionCache);
+
+// The defect this guards against: a model built with one thread count and
+// run under another.  Kernels once sized per-thread scratch from OpenMP's
+// global thread count, so a model built (scratch reserved) under few threads
+// and run after omp_set_num_threads(more) wrote past its scratch.  Now every
+// kernel runs the Context's threads: the workspace reserved for them is all
+// it takes, whatever OpenMP's setting.
+TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
+  const int64_t B = 2, T = 70, H = 4, KV = 2, hd = 6;  // T = 70: two query tiles
+  const int saved = omp_get_max_threads();
+  {
+    // An op asserts that its workspace was reserved.
+    Context bare(1);
+    EXPECT_EQ(bare.reserved(), 0);
+    EXPECT_THROW(bare.workspace(1), Error);
+    DeviceVec<float> q(bare.ops(), B * T * H * hd), kv_rows(bare.ops(), B * T * KV * hd), y(bare.ops(), q.size());
+    EXPECT_THROW(bare.ops().attention_forward(y.data(), nullptr, q.data(),
+                                              KeyValues{kv_rows.data(), kv_rows.data(), T * KV * hd}, B, T, H, KV, hd),
+                 Error);
+  }
+  Context ctx(1);
+  Backend& ops = ctx.ops();
+  const int64_t need = ops.attention_workspace(T);
+  ctx.reserve(need);  // exactly what one thread's attention takes, nothing more
+  EXPECT_EQ(ctx.reserved(), need);
+  float* const ws = ctx.workspace(need);
+  EXPECT_THROW(ctx.workspace(need + 1), Error);
+
+  auto q = randn(B * T * H * hd, 70), k = randn(B * T * KV * hd, 71), v = randn(B * T * KV * hd, 72);
+  auto G = randn(q.size(), 73);
+  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v), G_d = dev(ops, G);
+  struct Result {
+    std::vector<float> y, lse, dq, dk, dv;
+  };
+  auto run = [&](Context& c, int omp_threads) {
+    ScopedOmpThreads omp(omp_threads);
+    Backend& o = c.ops();
+    DeviceVec<float> y(o, q.size()), lse(o, B * H * T), dq(o, q.size()), dk(o, k.size()), dv(o, v.size());
+    o.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
+                        hd);
+    o.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
+                         lse.data(), B, T, H, KV, hd);
+    return Result{y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
+  };
+  const Result one = run(ctx, 1);
+  const Result eight = run(ctx, 8);
+  EXPECT_EQ(omp_get_max_threads(), saved);
+  // Nothing grew, nothing moved: the kernels ran within the reservation.
+  EXPECT_EQ(ctx.reserved(), need);
+  EXPECT_EQ(ctx.workspace(need), ws);
+  // Correct under OpenMP's eight threads, and the bits of the run under one.
+  std::vector<double> lse_ref;
+  EXPECT_TRUE(all_close(to_double(eight.y), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(to_double(eight.lse), lse_ref, 1e-5, 1e-5));
+  EXPECT_TRUE(same_bits(eight.y, one.y));
+  EXPECT_TRUE(same_bits(eight.lse, one.lse));
+  EXPECT_TRUE(same_bits(eight.dq, one.dq));
+  EXPECT_TRUE(same_bits(eight.dk, one.dk));
+  EXPECT_TRUE(same_bits(eight.dv, one.dv));
+  // The other way round: built for three threads, run under OpenMP's one.
+  // Every (batch, head) is one thread's work, so the bits do not change.
+  Context three(3);
+  three.reserve(three.ops().attention_workspace(T));
+  const Result other = run(three, 1);
+  EXPECT_TRUE(same_bits(other.y, one.y));
+  EXPECT_TRUE(same_bits(other.dq, one.dq));
+  EXPECT_TRUE(same_bits(other.dk, one.dk));
+  EXPECT_TRUE(same_bits(other.dv, one.dv));
+  EXPECT_EQ(omp_get_max_threads(), saved);
+}
+
+// ---- SwiGLU ------------------------------------------------------------------------
+
+class SwiGlu : public testing::OnBackend {};
+
+TEST_P(SwiGlu, ForwardAndBackward) {
+  const int64_t n = 53;
+  auto g = randn(n, 21, 2.0), u = randn(n, 22), G = randn(n, 23);
+  auto g_d = dev(ops, g), u_d = dev(ops, u), G_d = dev(ops, G);
+  DeviceVec<float> h(ops, n), dg(ops, n), du(ops, n);
+  ops.swiglu_forward(h.data(), g_d.data(), u_d.data(), n);
+  const auto h_h = h.host();
+  for (int64_t i = 0; i < n; ++i) EXPECT_NEAR(h_h[i], g[i] / (1 + std::exp(-static_cast<double>(g[i]))) * u[i], 1e-5);
+  ops.swiglu_backward(dg.data(), du.data(), G_d.data(), g_d.data(), u_d.data(), n);
+  auto loss = [&] {
+    ops.swiglu_forward(h.data(), g_d.data(), u_d.data(), n);
+    return dot(h, G);
+  };
+  EXPECT_TRUE(all_close(to_double(dg.host()), fd_gradient(g_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(du.host()), fd_gradient(u_d, loss), kFdAtol, kFdRtol));
+}
+
+ATTNRES_ON_BACKENDS(SwiGlu);
+
+// ---- embedding ---------------------------------------------------------------------
+
+class Embedding : public testing::OnBackend {};
+
+TEST_P(Embedding, ForwardAndBackward) {
   const int64_t N = 9, C = 5, V = 4;
   const std::vector<int32_t> tok = {0, 3, 3, 1, 0, 2, 3, 3, 1};
   auto wte = randn(V * C, 24), G = randn(N * C, 25);
-  std::vector<float> out(N * C), dwte(V * C, 0.f);
-  embedding_forward(out.data(), tok.data(), wte.data(), N, C);
+  auto tok_d = dev(ops, tok);
+  auto wte_d = dev(ops, wte), G_d = dev(ops, G);
+  DeviceVec<float> out(ops, N * C), dwte(ops, V * C);
+  ops.embedding_forward(out.data(), tok_d.data(), wte_d.data(), N, C);
+  const auto out_h = out.host();
   for (int64_t i = 0; i < N; ++i)
-    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out[i * C + c], wte[tok[i] * C + c]);
-  embedding_backward(dwte.data(), G.data(), tok.data(), N, C);
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out_h[i * C + c], wte[tok[i] * C + c]);
+  ops.embedding_backward(dwte.data(), G_d.data(), tok_d.data(), N, C);
   auto loss = [&] {
-    embedding_forward(out.data(), tok.data(), wte.data(), N, C);
+    ops.embedding_forward(out.data(), tok_d.data(), wte_d.data(), N, C);
     return dot(out, G);
   };
-  EXPECT_TRUE(all_close(to_double(dwte.data(), dwte.size()), fd_gradient(wte, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dwte.host()), fd_gradient(wte_d, loss), kFdAtol, kFdRtol));
 }
 
-TEST(LmHead, LossAndGradientsMatchReference) {
+// A bfloat16 table: each output row is the token's row widened to float, exactly.
+TEST_P(Embedding, Bf16TableGivesTheWidenedRows) {
+  const int64_t N = 11, C = 37, V = 6;
+  const std::vector<int32_t> tok = {5, 0, 3, 3, 1, 0, 2, 5, 4, 1, 5};
+  const auto wte = randn(V * C, 26);
+  std::vector<bf16> t16(wte.size());
+  for (size_t i = 0; i < wte.size(); ++i) t16[i] = float_to_bf16(wte[i]);
+  auto tok_d = dev(ops, tok);
+  auto t16_d = dev(ops, t16);
+  DeviceVec<float> out(ops, N * C);
+  ops.embedding_forward(out.data(), tok_d.data(), t16_d.data(), N, C);
+  const auto out_h = out.host();
+  for (int64_t i = 0; i < N; ++i)
+    for (int64_t c = 0; c < C; ++c) EXPECT_EQ(out_h[i * C + c], bf16_to_float(t16[tok[i] * C + c])) << i << "," << c;
+}
+
+ATTNRES_ON_BACKENDS(Embedding);
+
+// ---- LM head -----------------------------------------------------------------------
+
+class LmHead : public testing::OnBackend {};
+
+TEST_P(LmHead, LossAndGradientsMatchReference) {
   // N = 300 rows: more than one 256-row chunk; odd V and C; one ignored target.
   const int64_t N = 300, C = 7, V = 19;
   auto x = randn(N * C, 26), W = randn(V * C, 27, 0.5);
@@ -242,9 +551,13 @@ TEST(LmHead, LossAndGradientsMatchReference) {
   for (int64_t i = 0; i < N; ++i) tg[i] = static_cast<int32_t>((i * 7) % V);
   tg[5] = -1;
   const float scale = 0.37f;
-  std::vector<float> scratch(lm_head_scratch_floats(V)), dx(N * C), dW(V * C, 0.f), losses(N);
-  const double sum = lm_head_loss(dx.data(), dW.data(), x.data(), W.data(), tg.data(), N, C, V, scale,
-                                  scratch.data(), losses.data());
+  ctx.reserve(ops.lm_head_workspace(C, V));
+  auto x_d = dev(ops, x), W_d = dev(ops, W);
+  auto tg_d = dev(ops, tg);
+  DeviceVec<float> dx(ops, N * C), dW(ops, V * C), losses_d(ops, N);
+  const double sum =
+      ops.lm_head_loss(dx.data(), dW.data(), x_d.data(), W_d.data(), tg_d.data(), N, C, V, scale, losses_d.data());
+  const auto losses = losses_d.host();
   double ref = 0;
   for (int64_t i = 0; i < N; ++i) {
     if (tg[i] < 0) continue;
@@ -262,12 +575,50 @@ TEST(LmHead, LossAndGradientsMatchReference) {
   EXPECT_NEAR(sum, ref, 1e-6 * std::fabs(ref) + 1e-4);
   EXPECT_EQ(losses[5], 0.f);
   // The gradients are those of scale · Σ loss_i.
-  auto loss = [&] { return scale * lm_head_loss(nullptr, nullptr, x.data(), W.data(), tg.data(), N, C, V, 0, scratch.data()); };
-  auto fd_x = fd_gradient(x, loss);
-  EXPECT_TRUE(all_close(to_double(dx.data(), dx.size()), fd_x, kFdAtol, kFdRtol));
-  EXPECT_TRUE(all_close(to_double(dW.data(), dW.size()), fd_gradient(W, loss), kFdAtol * 10, kFdRtol));
+  auto loss = [&] {
+    return scale * ops.lm_head_loss(nullptr, nullptr, x_d.data(), W_d.data(), tg_d.data(), N, C, V, 0);
+  };
+  const auto dx_h = dx.host(), dW_h = dW.host();
+  EXPECT_TRUE(all_close(to_double(dx_h), fd_gradient(x_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dW_h), fd_gradient(W_d, loss), kFdAtol * 10, kFdRtol));
 }
 
+// bfloat16 weights (inference): the loss of float32 weights holding the
+// widened values, for few rows (streaming kernel) and for chunks of the
+// widened-tile path (V = 131: two full 64-row tiles and a partial one).
+TEST_P(LmHead, Bf16WeightsMatchFloatOnTheWidenedWeights) {
+  const int64_t C = 37, V = 131;
+  const auto W = randn(V * C, 28, 0.5);
+  std::vector<bf16> W16(W.size());
+  std::vector<float> widened(W.size());
+  for (size_t i = 0; i < W.size(); ++i) {
+    W16[i] = float_to_bf16(W[i]);
+    widened[i] = bf16_to_float(W16[i]);
+  }
+  ctx.reserve(ops.lm_head_workspace(C, V));
+  auto W16_d = dev(ops, W16);
+  auto widened_d = dev(ops, widened);
+  for (int64_t N : {5, 300}) {
+    const auto x = randn(N * C, 29 + N);
+    std::vector<int32_t> tg(N);
+    for (int64_t i = 0; i < N; ++i) tg[i] = static_cast<int32_t>((i * 13) % V);
+    tg[N / 2] = -1;
+    auto x_d = dev(ops, x);
+    auto tg_d = dev(ops, tg);
+    DeviceVec<float> l16(ops, N), l32(ops, N);
+    const double s16 =
+        ops.lm_head_loss(nullptr, nullptr, x_d.data(), W16_d.data(), tg_d.data(), N, C, V, 1.0f, l16.data());
+    const double s32 =
+        ops.lm_head_loss(nullptr, nullptr, x_d.data(), widened_d.data(), tg_d.data(), N, C, V, 1.0f, l32.data());
+    EXPECT_NEAR(s16, s32, 1e-5 * std::fabs(s32)) << "N=" << N;
+    EXPECT_TRUE(all_close(to_double(l16.host()), to_double(l32.host()), 1e-5, 1e-5)) << "N=" << N;
+    EXPECT_EQ(l16.host()[N / 2], 0.f);
+  }
+}
+
+ATTNRES_ON_BACKENDS(LmHead);
+
+// fast_exp is a helper of the CPU kernels (ops/cpu/), not a backend op.
 TEST(FastExp, RelativeErrorBelow3e7OverTheRange) {
   double worst = 0;
   for (float x = -87.0f; x <= 88.0f; x += 0.00731f) {
@@ -279,13 +630,112 @@ TEST(FastExp, RelativeErrorBelow3e7OverTheRange) {
   EXPECT_EQ(fast_exp(0.f), 1.f);
 }
 
-TEST(Elementwise, Add) {
+// ---- elementwise and memory --------------------------------------------------------
+
+class Elementwise : public testing::OnBackend {};
+
+TEST_P(Elementwise, Add) {
   auto a = randn(33, 28), b = randn(33, 29);
-  std::vector<float> out(33);
-  add(out.data(), a.data(), b.data(), 33);
-  add_inplace(a.data(), b.data(), 33);
-  for (int i = 0; i < 33; ++i) EXPECT_EQ(out[i], a[i]);
+  auto a_d = dev(ops, a), b_d = dev(ops, b);
+  DeviceVec<float> out(ops, 33);
+  ops.add(out.data(), a_d.data(), b_d.data(), 33);
+  ops.add_inplace(a_d.data(), b_d.data(), 33);
+  const auto out_h = out.host(), a_h = a_d.host();
+  for (int i = 0; i < 33; ++i) EXPECT_EQ(out_h[i], a_h[i]);
+  for (int i = 0; i < 33; ++i) EXPECT_EQ(out_h[i], a[i] + b[i]);
 }
+
+// sub (also in place), scale, copy, fill: the float results, exactly.
+TEST_P(Elementwise, SubScaleCopyFill) {
+  const int64_t n = 1037;
+  const auto a = randn(n, 30), b = randn(n, 31);
+  auto a_d = dev(ops, a), b_d = dev(ops, b);
+  DeviceVec<float> out(ops, n), copied(ops, n);
+  ops.sub(out.data(), a_d.data(), b_d.data(), n);
+  ops.sub(a_d.data(), a_d.data(), b_d.data(), n);  // out aliasing a
+  const auto out_h = out.host(), inplace = a_d.host();
+  for (int64_t i = 0; i < n; ++i) {
+    EXPECT_EQ(out_h[i], a[i] - b[i]);
+    EXPECT_EQ(inplace[i], a[i] - b[i]);
+  }
+  ops.scale(b_d.data(), -0.37f, n);
+  const auto scaled = b_d.host();
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(scaled[i], b[i] * -0.37f);
+  ops.copy(copied.data(), out.data(), n);
+  EXPECT_TRUE(same_bits(copied.host(), out_h));
+  ops.fill(copied.data(), 2.5f, n - 3);  // the last 3 keep their values
+  auto f = copied.host();
+  for (int64_t i = 0; i < n - 3; ++i) EXPECT_EQ(f[i], 2.5f);
+  for (int64_t i = n - 3; i < n; ++i) EXPECT_EQ(f[i], out_h[i]);
+  ops.fill(copied.data(), 0.0f, n);
+  f = copied.host();
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(f[i], 0.0f);
+}
+
+// rows × cols between strided layouts; the rest of each destination row is untouched.
+TEST_P(Elementwise, CopyRows) {
+  const int64_t rows = 5, cols = 4, ld_src = 11, ld_dst = 7;
+  const auto src = randn(rows * ld_src, 32);
+  auto src_d = dev(ops, src), dst_d = dev(ops, filled(rows * ld_dst, -1.f));
+  ops.copy_rows(dst_d.data(), ld_dst, src_d.data() + 3, ld_src, rows, cols);
+  const auto dst = dst_d.host();
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < ld_dst; ++c)
+      EXPECT_EQ(dst[r * ld_dst + c], c < cols ? src[r * ld_src + 3 + c] : -1.f) << r << "," << c;
+}
+
+// Σ x² in double; the same bits from call to call.
+TEST_P(Elementwise, SumSquares) {
+  for (int64_t n : {1, 7, 100003}) {
+    const auto x = randn(n, 33 + n);
+    auto x_d = dev(ops, x);
+    double ref = 0;
+    for (float e : x) ref += static_cast<double>(e) * e;
+    const double s = ops.sum_squares(x_d.data(), n);
+    EXPECT_NEAR(s, ref, 1e-12 * ref) << "n=" << n;
+    EXPECT_EQ(ops.sum_squares(x_d.data(), n), s) << "n=" << n;
+  }
+}
+
+ATTNRES_ON_BACKENDS(Elementwise);
+
+// ---- AdamW -------------------------------------------------------------------------
+
+class AdamWStep : public testing::OnBackend {};
+
+// One update (step 3, with moments from earlier steps) against PyTorch's
+// AdamW written out in double, with and without weight decay; n above and
+// below the CPU kernel's threading threshold.
+TEST_P(AdamWStep, OneStepMatchesScalarReference) {
+  const double lr = 3e-3, wd = 0.1, b1 = 0.9, b2 = 0.95, eps = 1e-8;
+  const int t = 3;
+  for (int64_t n : {37, 65536 + 37})
+    for (bool decayed : {false, true}) {
+      const auto p = randn(n, 80), g = randn(n, 81), m = randn(n, 82, 0.1);
+      auto v = randn(n, 83, 0.1);
+      for (auto& e : v) e = e * e;  // second moments are ≥ 0
+      const AdamWUpdate u{static_cast<float>(b1),
+                          static_cast<float>(b2),
+                          static_cast<float>(eps),
+                          static_cast<float>(decayed ? 1.0 - lr * wd : 1.0),
+                          static_cast<float>(lr / (1.0 - std::pow(b1, t))),
+                          static_cast<float>(1.0 / std::sqrt(1.0 - std::pow(b2, t)))};
+      auto p_d = dev(ops, p), g_d = dev(ops, g), m_d = dev(ops, m), v_d = dev(ops, v);
+      ops.adamw_update(p_d.data(), g_d.data(), m_d.data(), v_d.data(), n, u);
+      const auto p1 = p_d.host(), m1 = m_d.host(), v1 = v_d.host();
+      for (int64_t i = 0; i < n; ++i) {
+        const double mi = b1 * m[i] + (1 - b1) * g[i];
+        const double vi = b2 * v[i] + (1 - b2) * static_cast<double>(g[i]) * g[i];
+        const double bc1 = 1 - std::pow(b1, t), bc2 = 1 - std::pow(b2, t);
+        const double pi = p[i] * (decayed ? 1 - lr * wd : 1.0) - lr / bc1 * mi / (std::sqrt(vi) / std::sqrt(bc2) + eps);
+        ASSERT_NEAR(m1[i], mi, 1e-6 * (1 + std::fabs(mi))) << "n=" << n << " [" << i << "]";
+        ASSERT_NEAR(v1[i], vi, 1e-6 * (1 + std::fabs(vi))) << "n=" << n << " [" << i << "]";
+        ASSERT_NEAR(p1[i], pi, 1e-6 * (1 + std::fabs(pi))) << "n=" << n << " decayed " << decayed << " [" << i << "]";
+      }
+    }
+}
+
+ATTNRES_ON_BACKENDS(AdamWStep);
 
 }  // namespace
 }  // namespace attnres

@@ -1,15 +1,16 @@
-// routing_test.cpp — the routing kernel against a double-precision reference
-// (forward) and central finite differences of that reference (backward).
+// routing_test.cpp — the routing ops of the Backend interface (ops/backend.h)
+// on every backend configuration (testing::backend_params()), against a
+// double-precision reference (forward) and central finite differences of that
+// reference (backward).
 //
 // Every case checks every entry of every gradient: sources (including a
 // broadcast null source), base, w, γ and the gate.  Loss = Σ_n,c dout·out for a
 // fixed random dout, so a source entry of token n only moves token n's loss
 // and its difference quotient costs one token's forward.  Sizes are odd (d = 37,
 // N = 70: one full 64-token chunk and a partial one).  Gradient buffers start
-// non-zero to check that the kernel accumulates (+=).
-#include "ops/routing.h"
-
-#include "core/buffer.h"
+// non-zero to check that the kernel accumulates (+=).  The ops see only
+// backend memory (testing::DeviceVec) and the Context's workspace.
+#include "ops/backend.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -19,8 +20,14 @@
 #include <random>
 #include <vector>
 
+#include "core/context.h"
+#include "testing/check.h"
+
 namespace attnres {
 namespace {
+
+using testing::dev;
+using testing::DeviceVec;
 
 constexpr float kEps = 1e-6f;
 
@@ -118,48 +125,68 @@ double fd(double& x, F loss) {
 
 std::vector<float> to_float(const std::vector<double>& x) { return {x.begin(), x.end()}; }
 
-// The kernel on D's values.
+// The kernel on D's values, every array in the backend's memory (the gate g
+// and its gradient dg are one-element arrays); the workspace is reserved in
+// the backend's Context.
 struct Kernel {
-  std::vector<std::vector<float>> v, rstd, dsrc;
-  std::vector<float> w, gamma, base, dout, out, logits, dw, dgamma, dbase;
-  float g = 0, dg = 0;
-  std::vector<RouteSource> src;
+  Backend& ops;
+  std::vector<DeviceVec<float>> v, rstd, dsrc;
+  DeviceVec<float> w, gamma, base, dout, out, logits, dw, dgamma, dbase, g, dg;
+  std::vector<RouteSource> src;  // host arrays of backend pointers
   std::vector<float*> dsrc_ptr;
-  Buffer scratch;
 
-  explicit Kernel(const Data& D) {
+  Kernel(const Data& D, Backend& ops_)
+      : ops(ops_),
+        w(ops, to_float(D.w)),
+        gamma(ops, to_float(D.gamma)),
+        base(ops, to_float(D.base)),
+        dout(ops, to_float(D.dout)),
+        out(ops, D.k.N * D.k.d),
+        logits(ops, D.k.N * D.k.S),
+        dw(ops, std::vector<float>(D.k.d, 0.5f)),
+        dgamma(ops, std::vector<float>(D.k.d, -0.5f)),
+        dbase(ops, std::vector<float>(D.k.N * D.k.d, 0.125f)),
+        g(ops, std::vector<float>{static_cast<float>(D.g)}),
+        dg(ops, std::vector<float>{0.375f}) {
     const Case& k = D.k;
     const int64_t N = k.N, d = k.d, S = k.S;
+    ops.context().reserve(ops.route_workspace(N, d, S));
     for (int64_t i = 0; i < S; ++i) {
-      v.push_back(to_float(D.v[i]));
+      v.push_back(dev(ops, to_float(D.v[i])));
       const bool bc = k.null0 && i == 0;
-      rstd.emplace_back(bc ? 1 : N);
-      source_rstd(rstd.back().data(), v.back().data(), bc ? 1 : N, d, kEps);
-      dsrc.emplace_back(v.back().size());
+      rstd.emplace_back(ops, bc ? 1 : N);
+      ops.source_rstd(rstd.back().data(), v.back().data(), bc ? 1 : N, d, kEps);
       // Non-zero start: the kernel must add, not assign.
-      for (size_t j = 0; j < dsrc.back().size(); ++j) dsrc.back()[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+      std::vector<float> start(D.v[i].size());
+      for (size_t j = 0; j < start.size(); ++j) start[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
+      dsrc.push_back(dev(ops, start));
     }
     for (int64_t i = 0; i < S; ++i) src.push_back({v[i].data(), rstd[i].data(), k.null0 && i == 0});
     for (auto& x : dsrc) dsrc_ptr.push_back(x.data());
-    w = to_float(D.w), gamma = to_float(D.gamma), base = to_float(D.base), dout = to_float(D.dout);
-    g = static_cast<float>(D.g);
-    out.resize(N * d), logits.resize(N * S);
-    dw.assign(d, 0.5f), dgamma.assign(d, -0.5f), dbase.assign(N * d, 0.125f);
-    dg = 0.375f;
-    scratch.resize(static_cast<size_t>(route_scratch_floats(N, d, S)));
   }
   const float* base_ptr(const Case& k) const { return k.alias_base ? v[k.S - 1].data() : base.data(); }
+  const float* gate(const Case& k) const { return k.gate ? g.data() : nullptr; }
+  float* dgate(const Case& k) { return k.gate ? dg.data() : nullptr; }
   void forward(const Case& k, RouteStats* st = nullptr) {
-    route_forward(out.data(), logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k),
-                  k.gate ? &g : nullptr, k.combine, k.N, k.d, scratch.data(), st);
+    ops.route_forward(out.data(), logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), gate(k),
+                      k.combine, k.N, k.d, st);
   }
   void backward(const Case& k) {
     float* db = k.alias_base ? dsrc[k.S - 1].data() : dbase.data();
-    route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), k.gate ? &dg : nullptr, dout.data(),
-                   logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), k.gate ? &g : nullptr,
-                   k.combine, k.N, k.d, scratch.data());
+    ops.route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), dgate(k), dout.data(), logits.data(), src.data(),
+                       k.S, w.data(), gamma.data(), base_ptr(k), gate(k), k.combine, k.N, k.d);
+  }
+  // Host copies of the results.
+  std::vector<std::vector<float>> dsrc_host() const {
+    std::vector<std::vector<float>> h;
+    for (const auto& x : dsrc) h.push_back(x.host());
+    return h;
   }
 };
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 const Case kCases[] = {
     {"one_source_replace", 70, 37, 1, false, Combine::kReplace, false, false},
@@ -174,21 +201,24 @@ const Case kCases[] = {
     {"many_sources_add_null_gate", 70, 37, 9, true, Combine::kAdd, true, false},
 };
 
-class Routing : public ::testing::TestWithParam<Case> {};
+std::string case_name(const Case& c) { return c.name; }
+
+class Routing : public testing::OnBackendWith<Case> {};
 
 TEST_P(Routing, ForwardMatchesDoubleReference) {
-  const Case k = GetParam();
+  const Case k = shape();
   Data D(k, 7);
-  Kernel K(D);
+  Kernel K(D, ops);
   K.forward(k);
+  const auto K_out = K.out.host(), K_logits = K.logits.host();
   std::vector<double> out(k.d), alpha(k.S), z(k.S);
   double worst_out = 0, worst_z = 0, worst_alpha = 0;
   for (int64_t n = 0; n < k.N; ++n) {
     ref_token(D, n, out.data(), alpha.data(), z.data());
     for (int64_t c = 0; c < k.d; ++c)
-      worst_out = std::max(worst_out, std::fabs(K.out[n * k.d + c] - out[c]) / (1 + std::fabs(out[c])));
+      worst_out = std::max(worst_out, std::fabs(K_out[n * k.d + c] - out[c]) / (1 + std::fabs(out[c])));
     // α from the stored logits, as the kernel's users compute it.
-    const float* zk = K.logits.data() + n * k.S;
+    const float* zk = K_logits.data() + n * k.S;
     double zmax = -INFINITY, sum = 0;
     for (int64_t i = 0; i < k.S; ++i) zmax = std::max(zmax, static_cast<double>(zk[i]));
     for (int64_t i = 0; i < k.S; ++i) sum += std::exp(zk[i] - zmax);
@@ -202,19 +232,22 @@ TEST_P(Routing, ForwardMatchesDoubleReference) {
   EXPECT_LT(worst_alpha, 1e-6);
 
   // route_mix rebuilds exactly the same bits from the stored logits.
-  std::vector<float> again(k.N * k.d);
-  route_mix(again.data(), K.logits.data(), K.src.data(), k.S, K.base_ptr(k), k.gate ? &K.g : nullptr, k.combine,
-            k.N, k.d, K.scratch.data());
-  EXPECT_EQ(0, std::memcmp(again.data(), K.out.data(), again.size() * sizeof(float)));
+  DeviceVec<float> again(ops, k.N * k.d);
+  ops.route_mix(again.data(), K.logits.data(), K.src.data(), k.S, K.base_ptr(k), K.gate(k), k.combine, k.N, k.d);
+  EXPECT_TRUE(same_bits(again.host(), K_out));
 }
 
 TEST_P(Routing, BackwardMatchesFiniteDifferences) {
-  const Case k = GetParam();
+  const Case k = shape();
   Data D(k, 11);
-  Kernel K(D);
-  const Kernel K0(D);  // the buffers' starting values
+  Kernel K(D, ops);
+  const Kernel K0(D, ops);  // the buffers' starting values
   K.forward(k);
   K.backward(k);
+  const auto dsrc = K.dsrc_host(), dsrc0 = K0.dsrc_host();
+  const auto dbase = K.dbase.host(), dbase0 = K0.dbase.host(), dw = K.dw.host(), dw0 = K0.dw.host();
+  const auto dgamma = K.dgamma.host(), dgamma0 = K0.dgamma.host();
+  const float dg = K.dg.host()[0], dg0 = K0.dg.host()[0];
   const int64_t N = k.N, d = k.d;
   // |analytic − numeric| ≤ atol + rtol·|numeric|; the kernel is float, the reference double.
   const double atol = 3e-5, rtol = 3e-4;
@@ -229,52 +262,57 @@ TEST_P(Routing, BackwardMatchesFiniteDifferences) {
       const int64_t n = e / d;
       const double want = bc ? fd(D.v[i][e], [&] { return ref_loss(D); })
                              : fd(D.v[i][e], [&] { return ref_loss_token(D, n); });
-      expect_close("dsrc", i, e, K.dsrc[i][e] - K0.dsrc[i][e], want);
+      expect_close("dsrc", i, e, dsrc[i][e] - dsrc0[i][e], want);
     }
   }
   if (!k.alias_base && (k.combine == Combine::kAdd || k.gate)) {
     for (int64_t e = 0; e < N * d; ++e)
-      expect_close("dbase", 0, e, K.dbase[e] - K0.dbase[e], fd(D.base[e], [&] { return ref_loss_token(D, e / d); }));
+      expect_close("dbase", 0, e, dbase[e] - dbase0[e], fd(D.base[e], [&] { return ref_loss_token(D, e / d); }));
   }
   for (int64_t c = 0; c < d; ++c) {
-    expect_close("dw", 0, c, K.dw[c] - K0.dw[c], fd(D.w[c], [&] { return ref_loss(D); }));
-    expect_close("dgamma", 0, c, K.dgamma[c] - K0.dgamma[c], fd(D.gamma[c], [&] { return ref_loss(D); }));
+    expect_close("dw", 0, c, dw[c] - dw0[c], fd(D.w[c], [&] { return ref_loss(D); }));
+    expect_close("dgamma", 0, c, dgamma[c] - dgamma0[c], fd(D.gamma[c], [&] { return ref_loss(D); }));
   }
-  if (k.gate) expect_close("dgate", 0, 0, K.dg - K0.dg, fd(D.g, [&] { return ref_loss(D); }));
+  if (k.gate) expect_close("dgate", 0, 0, dg - dg0, fd(D.g, [&] { return ref_loss(D); }));
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernel, Routing, ::testing::ValuesIn(kCases), [](const auto& info) { return info.param.name; });
+ATTNRES_ON_BACKENDS_WITH(Routing, Case, ::testing::ValuesIn(kCases), case_name);
 
-// The token-sum reductions go through fixed chunks: the same bits with 1 or 3 threads.
+// The token-sum reductions go through fixed chunks: the same bits with 1 or 3
+// threads (the Context's; OpenMP's global setting, crossed, plays no part).
 TEST(RoutingDeterminism, SameBitsForAnyThreadCount) {
   const Case k{"det", 1000, 37, 6, true, Combine::kAdd, true, false};
   Data D(k, 3);
   const int saved = omp_get_max_threads();
-  omp_set_num_threads(1);
-  Kernel A(D);
-  A.forward(k);
-  A.backward(k);
-  omp_set_num_threads(3);
-  Kernel B(D);
-  B.forward(k);
-  B.backward(k);
-  omp_set_num_threads(saved);
-  auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-  };
-  EXPECT_TRUE(same(A.out, B.out));
-  EXPECT_TRUE(same(A.logits, B.logits));
-  EXPECT_TRUE(same(A.dw, B.dw));
-  EXPECT_TRUE(same(A.dgamma, B.dgamma));
-  EXPECT_TRUE(same(A.dbase, B.dbase));
-  EXPECT_EQ(A.dg, B.dg);
-  for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same(A.dsrc[i], B.dsrc[i])) << "source " << i;
+  Context one(1), three(3);
+  Kernel A(D, one.ops()), B(D, three.ops());
+  {
+    testing::ScopedOmpThreads omp(3);
+    A.forward(k);
+    A.backward(k);
+  }
+  {
+    testing::ScopedOmpThreads omp(1);
+    B.forward(k);
+    B.backward(k);
+  }
+  EXPECT_EQ(omp_get_max_threads(), saved);
+  EXPECT_TRUE(same_bits(A.out.host(), B.out.host()));
+  EXPECT_TRUE(same_bits(A.logits.host(), B.logits.host()));
+  EXPECT_TRUE(same_bits(A.dw.host(), B.dw.host()));
+  EXPECT_TRUE(same_bits(A.dgamma.host(), B.dgamma.host()));
+  EXPECT_TRUE(same_bits(A.dbase.host(), B.dbase.host()));
+  EXPECT_EQ(A.dg.host()[0], B.dg.host()[0]);
+  const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
+  for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << "source " << i;
 }
 
-TEST(RoutingStats, MatchReference) {
+class RoutingStats : public testing::OnBackend {};
+
+TEST_P(RoutingStats, MatchReference) {
   const Case k{"stats", 70, 37, 4, false, Combine::kReplace, false, false};
   Data D(k, 5);
-  Kernel K(D);
+  Kernel K(D, ops);
   RouteStats st;
   st.weight_sum.assign(k.S, 0.0);
   K.forward(k, &st);
@@ -308,71 +346,83 @@ TEST(RoutingStats, MatchReference) {
   EXPECT_NEAR(st.cosine_sum, 2 * cosine, 1e-4);
 }
 
+ATTNRES_ON_BACKENDS(RoutingStats);
+
+class RoutingHelpers : public testing::OnBackend {};
+
 // Delta's backward rebuilds u = x + g·R in one pass; it must be the forward's bits.
-TEST(RoutingHelpers, MixStreamIsTheForwardsInput) {
+TEST_P(RoutingHelpers, MixStreamIsTheForwardsInput) {
   for (bool null0 : {false, true}) {
     const Case k{"stream", 70, 37, 6, null0, Combine::kAdd, true, false};
     Data D(k, 21);
-    Kernel K(D);
+    Kernel K(D, ops);
     std::vector<float> x(k.N * k.d);  // the stream as the forward builds it: x = v_first; x += v_i
-    for (int64_t i = null0 ? 1 : 0; i < k.S; ++i)
-      for (int64_t e = 0; e < k.N * k.d; ++e) x[e] = i == (null0 ? 1 : 0) ? K.v[i][e] : x[e] + K.v[i][e];
-    route_forward(K.out.data(), K.logits.data(), K.src.data(), k.S, K.w.data(), K.gamma.data(), x.data(), &K.g,
-                  Combine::kAdd, k.N, k.d, K.scratch.data());
-    std::vector<float> again(k.N * k.d);
-    route_mix_stream(again.data(), K.logits.data(), K.src.data(), k.S, &K.g, k.N, k.d, K.scratch.data());
-    EXPECT_EQ(0, std::memcmp(again.data(), K.out.data(), again.size() * sizeof(float))) << "null " << null0;
+    for (int64_t i = null0 ? 1 : 0; i < k.S; ++i) {
+      const auto vi = to_float(D.v[i]);  // K.v[i]'s values
+      for (int64_t e = 0; e < k.N * k.d; ++e) x[e] = i == (null0 ? 1 : 0) ? vi[e] : x[e] + vi[e];
+    }
+    auto x_d = dev(ops, x);
+    ops.route_forward(K.out.data(), K.logits.data(), K.src.data(), k.S, K.w.data(), K.gamma.data(), x_d.data(),
+                      K.g.data(), Combine::kAdd, k.N, k.d);
+    DeviceVec<float> again(ops, k.N * k.d);
+    ops.route_mix_stream(again.data(), K.logits.data(), K.src.data(), k.S, K.g.data(), k.N, k.d);
+    EXPECT_TRUE(same_bits(again.host(), K.out.host())) << "null " << null0;
   }
 }
 
 // route_backward's optional rebuild of the next input: the same gradients,
 // and the same bits as route_mix / route_mix_stream.
-TEST(RoutingHelpers, BackwardRebuildsTheNextInput) {
+TEST_P(RoutingHelpers, BackwardRebuildsTheNextInput) {
   for (bool stream : {false, true}) {
     const Case k{"rebuild", 70, 37, 6, stream, stream ? Combine::kAdd : Combine::kReplace, true, false};
     Data D(k, 23);
-    Kernel A(D), B(D);
+    Kernel A(D, ops), B(D, ops);
     A.forward(k);
     B.forward(k);
     // The "previous" router: the first S−1 sources, its own logits.
     const int64_t S2 = k.S - 1;
-    Kernel P(D);
-    route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, P.w.data(), P.gamma.data(), P.base.data(), &P.g,
-                  k.combine, k.N, k.d, P.scratch.data());
-    std::vector<float> want(k.N * k.d), got(k.N * k.d);
-    if (stream) route_mix_stream(want.data(), P.logits.data(), P.src.data(), S2, &P.g, k.N, k.d, P.scratch.data());
-    else route_mix(want.data(), P.logits.data(), P.src.data(), S2, P.base.data(), &P.g, k.combine, k.N, k.d, P.scratch.data());
-    RouteRebuild rb{got.data(), P.logits.data(), P.src.data(), S2, stream ? nullptr : P.base.data(), &P.g, k.combine,
-                    stream};
+    Kernel P(D, ops);
+    ops.route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, P.w.data(), P.gamma.data(), P.base.data(),
+                      P.g.data(), k.combine, k.N, k.d);
+    DeviceVec<float> want(ops, k.N * k.d), got(ops, k.N * k.d);
+    if (stream)
+      ops.route_mix_stream(want.data(), P.logits.data(), P.src.data(), S2, P.g.data(), k.N, k.d);
+    else
+      ops.route_mix(want.data(), P.logits.data(), P.src.data(), S2, P.base.data(), P.g.data(), k.combine, k.N, k.d);
+    RouteRebuild rb{got.data(), P.logits.data(), P.src.data(), S2, stream ? nullptr : P.base.data(), P.g.data(),
+                    k.combine, stream};
     A.backward(k);
-    route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), &B.dg, B.dout.data(),
-                   B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), &B.g, k.combine, k.N,
-                   k.d, B.scratch.data(), &rb);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "stream " << stream;
-    EXPECT_EQ(0, std::memcmp(A.dw.data(), B.dw.data(), A.dw.size() * sizeof(float)));
-    EXPECT_EQ(A.dg, B.dg);
-    for (int64_t i = 0; i < k.S; ++i)
-      EXPECT_EQ(0, std::memcmp(A.dsrc[i].data(), B.dsrc[i].data(), A.dsrc[i].size() * sizeof(float))) << i;
+    ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
+                       B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
+                       k.combine, k.N, k.d, &rb);
+    EXPECT_TRUE(same_bits(got.host(), want.host())) << "stream " << stream;
+    EXPECT_TRUE(same_bits(A.dw.host(), B.dw.host()));
+    EXPECT_EQ(A.dg.host()[0], B.dg.host()[0]);
+    const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
+    for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << i;
   }
 }
 
 // accumulate_src = false assigns the (N, d) source gradients (the broadcast
 // null source, a parameter gradient, still accumulates).
-TEST(RoutingHelpers, FirstRouterAssigns) {
+TEST_P(RoutingHelpers, FirstRouterAssigns) {
   const Case k{"assign", 70, 37, 5, true, Combine::kAdd, true, false};
   Data D(k, 29);
-  Kernel A(D), B(D);
+  Kernel A(D, ops), B(D, ops);
   A.forward(k);
   B.forward(k);
-  for (int64_t i = 1; i < k.S; ++i) std::fill(A.dsrc[i].begin(), A.dsrc[i].end(), 0.0f);  // B keeps its garbage
+  for (int64_t i = 1; i < k.S; ++i)
+    ops.fill(A.dsrc[i].data(), 0.0f, static_cast<int64_t>(A.dsrc[i].size()));  // B keeps its garbage
   A.backward(k);
-  route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), &B.dg, B.dout.data(),
-                 B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), &B.g, k.combine, k.N,
-                 k.d, B.scratch.data(), nullptr, /*accumulate_src=*/false);
-  for (int64_t i = 0; i < k.S; ++i)
-    EXPECT_EQ(0, std::memcmp(A.dsrc[i].data(), B.dsrc[i].data(), A.dsrc[i].size() * sizeof(float))) << i;
-  EXPECT_EQ(0, std::memcmp(A.dbase.data(), B.dbase.data(), A.dbase.size() * sizeof(float)));
+  ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
+                     B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
+                     k.combine, k.N, k.d, nullptr, /*accumulate_src=*/false);
+  const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
+  for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << i;
+  EXPECT_TRUE(same_bits(A.dbase.host(), B.dbase.host()));
 }
+
+ATTNRES_ON_BACKENDS(RoutingHelpers);
 
 }  // namespace
 }  // namespace attnres

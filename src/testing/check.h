@@ -1,24 +1,38 @@
 // check.h — helpers shared by the unit tests: random tensors, tolerance
-// comparisons, and a central finite-difference gradient check.
+// comparisons, a central finite-difference gradient check, and the backend
+// configurations the per-op tests run on with arrays in backend memory.
 //
 // The FD check treats an op as a function of one input tensor, contracts its
 // output with a fixed random tensor G (loss = Σ out∘G, in double), and compares
 // the analytic gradient (the op's backward fed dout = G) with
 // (loss(x + h) − loss(x − h)) / 2h element by element.
+//
+// Per-op tests are value-parameterized over backend_params() (OnBackend,
+// OnBackendWith<Shape>): each builds Context(threads, backend) and passes the
+// ops only memory from ops.alloc (DeviceVec), uploaded from and downloaded to
+// host vectors, so that a backend with memory of its own runs the same tests.
+// The CPU backend is the reference the others are held against.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "core/buffer.h"
+#include "core/context.h"
+#include "core/error.h"
 #include "core/rng.h"
 #include "io/file_util.h"
+#include "ops/backend.h"
 
 namespace attnres::testing {
 
@@ -91,5 +105,143 @@ inline double dot(const std::vector<float>& a, const std::vector<float>& b) {
   for (size_t i = 0; i < a.size(); ++i) s += static_cast<double>(a[i]) * b[i];
   return s;
 }
+
+// ---- backend memory -------------------------------------------------------------
+
+// n values of T in a backend's memory (ops.alloc, zero-filled), written from and
+// read back to host vectors through ops.upload / ops.download.  Pass data() to
+// the ops; never index it on the host.
+template <class T>
+class DeviceVec {
+ public:
+  DeviceVec(Backend& ops, size_t n) : ops_(&ops), n_(n), buf_(ops.alloc(n * sizeof(T))) {}
+  DeviceVec(Backend& ops, const std::vector<T>& values) : DeviceVec(ops, values.size()) { upload(values); }
+
+  T* data() { return buf_.template as<T>(); }
+  const T* data() const { return buf_.template as<T>(); }
+  size_t size() const { return n_; }
+
+  void upload(const std::vector<T>& values) {
+    ATTNRES_CHECK(values.size() == n_, "upload of ", values.size(), " values into ", n_);
+    ops_->upload(data(), values.data(), n_ * sizeof(T));
+  }
+  // Element i only (the finite-difference check moves one input at a time).
+  void set(size_t i, T value) { ops_->upload(data() + i, &value, sizeof(T)); }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    ops_->synchronize();
+    ops_->download(h.data(), data(), n_ * sizeof(T));
+    return h;
+  }
+
+ private:
+  Backend* ops_;
+  size_t n_;
+  Buffer buf_;
+};
+
+// A backend copy of a host vector.
+template <class T>
+DeviceVec<T> dev(Backend& ops, const std::vector<T>& values) {
+  return DeviceVec<T>(ops, values);
+}
+
+// n values at p (backend memory) on the host.
+template <class T>
+std::vector<T> host(Backend& ops, const T* p, size_t n) {
+  std::vector<T> h(n);
+  ops.synchronize();
+  ops.download(h.data(), p, n * sizeof(T));
+  return h;
+}
+
+inline std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+
+// fd_gradient for an input in backend memory: x is perturbed there, one
+// element at a time (the same float arithmetic as the host version).
+inline std::vector<double> fd_gradient(DeviceVec<float>& x, const std::function<double()>& loss, float h = 1e-2f) {
+  const std::vector<float> x0 = x.host();
+  std::vector<double> g(x0.size());
+  for (size_t i = 0; i < x0.size(); ++i) {
+    x.set(i, x0[i] + h);
+    const double lp = loss();
+    x.set(i, x0[i] - h);
+    const double lm = loss();
+    x.set(i, x0[i]);
+    g[i] = (lp - lm) / (2.0 * static_cast<double>(h));
+  }
+  return g;
+}
+
+// Σ out∘G with out in backend memory.
+inline double dot(const DeviceVec<float>& out, const std::vector<float>& G) { return dot(out.host(), G); }
+
+// ---- backend configurations -------------------------------------------------------
+
+// One configuration the per-op tests run on: Context(threads, backend).
+struct BackendParam {
+  std::string name;     // the test-name suffix
+  std::string backend;  // make_backend's name
+  int threads;
+};
+inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
+
+// Every configuration: the CPU backend (the reference) with one thread and with
+// an odd number of threads (uneven splits of rows, chunks and heads).
+inline std::vector<BackendParam> backend_params() {
+  return {{"cpu_1thread", "cpu", 1}, {"cpu_3threads", "cpu", 3}};
+}
+
+// Fixture of a test over backend_params(): ctx and its ops.
+class OnBackend : public ::testing::TestWithParam<BackendParam> {
+ protected:
+  OnBackend() : ctx(GetParam().threads, GetParam().backend), ops(ctx.ops()) {}
+  Context ctx;
+  Backend& ops;
+};
+
+// Fixture of a test over backend_params() × shapes: ctx, its ops and shape().
+template <class Shape>
+class OnBackendWith : public ::testing::TestWithParam<std::tuple<BackendParam, Shape>> {
+ protected:
+  using Base = ::testing::TestWithParam<std::tuple<BackendParam, Shape>>;
+  OnBackendWith() : ctx(backend().threads, backend().backend), ops(ctx.ops()) {}
+  static const BackendParam& backend() { return std::get<0>(Base::GetParam()); }
+  static const Shape& shape() { return std::get<1>(Base::GetParam()); }
+  Context ctx;
+  Backend& ops;
+};
+
+// Test names: the configuration's name; with shapes, shape_name(shape) + "_" + it.
+inline std::string backend_test_name(const ::testing::TestParamInfo<BackendParam>& info) { return info.param.name; }
+template <class Shape, class ShapeName>
+auto backend_shape_test_name(ShapeName shape_name) {
+  return [shape_name](const ::testing::TestParamInfo<std::tuple<BackendParam, Shape>>& info) {
+    return std::string(shape_name(std::get<1>(info.param))) + "_" + std::get<0>(info.param).name;
+  };
+}
+
+// Instantiates the OnBackend suite `Suite` as Kernel/Suite.Test/<configuration>.
+#define ATTNRES_ON_BACKENDS(Suite)                                                                   \
+  INSTANTIATE_TEST_SUITE_P(Kernel, Suite, ::testing::ValuesIn(::attnres::testing::backend_params()), \
+                           ::attnres::testing::backend_test_name)
+// Instantiates the OnBackendWith<Shape> suite `Suite` over the shapes `values`
+// (a ::testing generator) as Kernel/Suite.Test/<shape_name(shape)>_<configuration>.
+#define ATTNRES_ON_BACKENDS_WITH(Suite, Shape, values, shape_name)                                                \
+  INSTANTIATE_TEST_SUITE_P(Kernel, Suite,                                                                         \
+                           ::testing::Combine(::testing::ValuesIn(::attnres::testing::backend_params()), values), \
+                           ::attnres::testing::backend_shape_test_name<Shape>(shape_name))
+
+// Sets OpenMP's process-wide thread count for the scope; restores it at exit.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()) { omp_set_num_threads(n); }
+  ~ScopedOmpThreads() { omp_set_num_threads(saved_); }
+  ScopedOmpThreads(const ScopedOmpThreads&) = delete;
+  ScopedOmpThreads& operator=(const ScopedOmpThreads&) = delete;
+
+ private:
+  int saved_;
+};
 
 }  // namespace attnres::testing

@@ -2,9 +2,6 @@
 #include "train/optimizer.h"
 
 #include <cmath>
-#include <vector>
-
-#include "core/parallel.h"
 
 namespace attnres {
 
@@ -15,52 +12,34 @@ double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double 
   return lr_min + 0.5 * (lr_max - lr_min) * (1.0 + std::cos(M_PI * p));
 }
 
-double global_norm(const float* g, int64_t n) {
-  std::vector<double> partial(static_cast<size_t>(num_threads()), 0.0);
-#pragma omp parallel
-  {
-    const auto [b, e] = thread_range(n);
-    double s = 0.0;
-    for (int64_t i = b; i < e; ++i) s += static_cast<double>(g[i]) * g[i];
-    partial[static_cast<size_t>(omp_get_thread_num())] = s;
-  }
-  double total = 0.0;
-  for (double s : partial) total += s;  // fixed order: deterministic
-  return std::sqrt(total);
-}
+double global_norm(Backend& ops, const float* g, int64_t n) { return std::sqrt(ops.sum_squares(g, n)); }
 
-void clip_gradients(float* g, int64_t n, double norm, double max_norm) {
+void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm) {
   if (max_norm <= 0) return;
   const double coef = max_norm / (norm + 1e-6);
   if (coef >= 1.0) return;
-  const float c = static_cast<float>(coef);
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) g[i] *= c;
+  ops.scale(g, static_cast<float>(coef), n);
 }
 
-AdamW::AdamW(const ParamLayout& layout, AdamWConfig cfg)
-    : layout_(layout), cfg_(cfg), m_(static_cast<size_t>(layout.total())), v_(static_cast<size_t>(layout.total())) {}
+AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg)
+    : ops_(ops),
+      layout_(layout),
+      cfg_(cfg),
+      m_(ops.alloc(static_cast<size_t>(layout.total()) * sizeof(float))),
+      v_(ops.alloc(static_cast<size_t>(layout.total()) * sizeof(float))) {}
 
 void AdamW::step(float* params, const float* grads, double lr, int64_t t) {
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t));
-  const float b1 = static_cast<float>(cfg_.beta1), b2 = static_cast<float>(cfg_.beta2);
-  const float step_size = static_cast<float>(lr / bc1);
-  const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  const float eps = static_cast<float>(cfg_.eps);
+  AdamWUpdate u;
+  u.beta1 = static_cast<float>(cfg_.beta1);
+  u.beta2 = static_cast<float>(cfg_.beta2);
+  u.eps = static_cast<float>(cfg_.eps);
+  u.step_size = static_cast<float>(lr / bc1);
+  u.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
   for (const auto& s : layout_.specs()) {
-    const float decay = s.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    float* p = params + s.offset;
-    const float* g = grads + s.offset;
-    float* m = m_.data() + s.offset;
-    float* v = v_.data() + s.offset;
-#pragma omp parallel for simd schedule(static) if (s.numel > 65536)
-    for (int64_t i = 0; i < s.numel; ++i) {
-      m[i] = b1 * m[i] + (1.0f - b1) * g[i];
-      v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
-      const float denom = std::sqrt(v[i]) * inv_sqrt_bc2 + eps;
-      p[i] = p[i] * decay - step_size * m[i] / denom;
-    }
+    u.decay = s.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    ops_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset, v_.data() + s.offset, s.numel, u);
   }
 }
 

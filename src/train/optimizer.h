@@ -1,11 +1,13 @@
 // optimizer.h — AdamW (PyTorch semantics), the learning-rate schedule, and
-// global-norm gradient clipping, over the parameter arena of a ParamLayout.
+// global-norm gradient clipping, over the parameter arena of a ParamLayout;
+// the loops over the arena run as ops of the backend (ops/backend.h).
 #pragma once
 
 #include <cstdint>
 
 #include "core/buffer.h"
 #include "model/params.h"
+#include "ops/backend.h"
 
 namespace attnres {
 
@@ -19,13 +21,13 @@ struct AdamWConfig {
 double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min);
 
 // sqrt(Σ g²) over the arena, in double, deterministic for a given thread count.
-double global_norm(const float* g, int64_t n);
+double global_norm(Backend& ops, const float* g, int64_t n);
 // g *= min(1, max_norm / (norm + 1e-6)) when max_norm > 0 (torch clip_grad_norm_).
-void clip_gradients(float* g, int64_t n, double norm, double max_norm);
+void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm);
 
 class AdamW {
  public:
-  AdamW(const ParamLayout& layout, AdamWConfig cfg);
+  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg);
   // One update at 1-based step t:  p ← p·(1 − lr·wd) (decayed tensors only);
   // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
   // p ← p − lr · (m / (1 − β1ᵗ)) / (sqrt(v / (1 − β2ᵗ)) + eps).
@@ -35,6 +37,7 @@ class AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  Backend& ops_;
   const ParamLayout& layout_;
   AdamWConfig cfg_;
   Buffer m_, v_;

@@ -38,11 +38,12 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     st.loss += model.forward_backward(inputs.data(), targets.data(), true, 1.0f / static_cast<float>(accum));
   }
   st.loss /= static_cast<double>(accum);
-  st.grad_norm = global_norm(model.grads(), n);
+  Backend& ops = model.context().ops();
+  st.grad_norm = global_norm(ops, model.grads(), n);
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
     fail("step ", t, ": loss ", st.loss, ", gradient norm ", st.grad_norm,
          " — training diverged (try a lower --lr)");
-  clip_gradients(model.grads(), n, st.grad_norm, clip);
+  clip_gradients(ops, model.grads(), n, st.grad_norm, clip);
   adamw.step(model.params(), model.grads(), lr, t);
   return st;
 }
@@ -74,8 +75,9 @@ TrainResult train(const TrainOptions& opt) {
     val->check_vocab(c.V);
   }
 
-  Model model(c, opt.batch, opt.seq_len);
-  AdamW adamw(model.layout(), opt.adamw);
+  Context ctx(opt.threads);
+  Model model(ctx, c, opt.batch, opt.seq_len);
+  AdamW adamw(ctx.ops(), model.layout(), opt.adamw);
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
@@ -99,7 +101,7 @@ TrainResult train(const TrainOptions& opt) {
         fail(dir, ": its model shape (config.json) differs from the model being trained");
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
-      const int64_t kept = load_params(dir + "/model.safetensors", model.layout(), model.params(), true);
+      const int64_t kept = model.load(dir + "/model.safetensors", /*keep_missing_routing=*/true);
       if (!opt.quiet)
         std::printf("initialised from %s%s\n", dir.c_str(),
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
@@ -120,15 +122,37 @@ TrainResult train(const TrainOptions& opt) {
                 static_cast<long long>(model.num_params()), static_cast<long long>(tokens_per_step),
                 static_cast<long long>(loader.total_tokens()));
 
+  // The tokenizer that travels with the checkpoints.
+  std::string tokenizer = opt.tokenizer;
+  if (tokenizer.empty()) {
+    std::vector<std::string> candidates = {
+        (std::filesystem::path(opt.data).parent_path() / "tokenizer.json").string()};
+    for (const std::string& d : {opt.resume, opt.init_from})
+      if (!d.empty()) candidates.push_back(resolve_model_dir(d) + "/tokenizer.json");
+    for (const std::string& p : candidates)
+      if (std::filesystem::exists(p)) {
+        tokenizer = p;
+        break;
+      }
+  } else if (!std::filesystem::exists(tokenizer)) {
+    fail(tokenizer, ": no such tokenizer file (--tokenizer)");
+  }
+  if (!opt.quiet)
+    std::printf("tokenizer: %s\n", tokenizer.empty() ? "none found (checkpoints will not carry one)"
+                                                      : (tokenizer + " (copied into every checkpoint)").c_str());
+
   TrainResult result;
   const double run_start = now_seconds();
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), rng.state(), opt.resume_settings()};
+    ctx.ops().synchronize();  // the arenas are read from the host
     result.last_checkpoint =
-        save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st);
+        save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, tokenizer);
   };
   auto validate = [&](int64_t step_done) {
-    EvalResult r = evaluate(model, *val, opt.val_tokens);
+    EvalOptions eo;
+    eo.max_tokens = opt.val_tokens;
+    EvalResult r = evaluate(model, *val, eo);
     result.val_loss = r.loss;
     result.val_ppl = r.ppl;
     result.val_tokens = r.tokens;

@@ -22,6 +22,8 @@ struct TrainOptions {
   std::string val_data;    // "" = no validation
   std::string out_dir;     // checkpoints and log.jsonl
   std::string resume;      // checkpoint (or run) dir to continue from
+  std::string tokenizer;   // tokenizer.json copied into every checkpoint; "" = the one beside
+                           // the data (prepare writes it), else the one of --init / --resume
   int64_t steps = 100, batch = 8, seq_len = 256, accum = 1;
   double lr = 3e-3, lr_min = 3e-4;
   int64_t warmup = 10;
@@ -33,6 +35,7 @@ struct TrainOptions {
   double peak_flops = 160e9;              // for MFU
   double time_budget_s = 0;               // stop early (checkpointing) when exceeded; 0 = none
   int64_t routing_every = 0;              // log routing statistics of every N-th step to log.jsonl; 0 = off
+  int threads = 0;                        // 0 = every core
   bool quiet = false;
 
   // Settings that must match for a bit-identical resume.

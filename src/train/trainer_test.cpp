@@ -18,6 +18,7 @@
 #include "train/data_loader.h"
 #include "train/optimizer.h"
 #include "testing/check.h"
+#include "testing/context.h"
 
 namespace attnres {
 namespace {
@@ -37,13 +38,13 @@ TEST(Schedule, WarmupThenCosine) {
 
 TEST(Clip, GlobalNorm) {
   std::vector<float> g = {3, 4, 0, 0, 0};
-  const double n = global_norm(g.data(), 5);
+  const double n = global_norm(testing::test_context().ops(), g.data(), 5);
   EXPECT_DOUBLE_EQ(n, 5.0);
-  clip_gradients(g.data(), 5, n, 1.0);
+  clip_gradients(testing::test_context().ops(), g.data(), 5, n, 1.0);
   EXPECT_NEAR(g[0], 0.6, 1e-6);
   EXPECT_NEAR(g[1], 0.8, 1e-6);
   std::vector<float> small = {0.1f};
-  clip_gradients(small.data(), 1, 0.1, 1.0);  // below the threshold: untouched
+  clip_gradients(testing::test_context().ops(), small.data(), 1, 0.1, 1.0);  // below the threshold: untouched
   EXPECT_EQ(small[0], 0.1f);
 }
 
@@ -55,7 +56,7 @@ TEST(AdamW, MatchesTheFormulaAndDecaysOnlyMatrices) {
   ParamLayout layout(c);
   std::vector<float> p(layout.total(), 1.0f), g(layout.total(), 0.5f);
   AdamWConfig ac;
-  AdamW opt(layout, ac);
+  AdamW opt(testing::test_context().ops(), layout, ac);
   const double lr = 0.01;
   opt.step(p.data(), g.data(), lr, 1);
   // t = 1: m̂ = g, v̂ = g², update = lr·g/(|g| + eps).
@@ -130,6 +131,8 @@ TEST(Trainer, ResumeIsBitIdentical) {
   for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
   write_token_file(dir + "/train.bin", toks);
   write_token_file(dir + "/val.bin", std::vector<uint32_t>(toks.begin(), toks.begin() + 300));
+  // The tokenizer beside the data (as prepare writes it) travels into every checkpoint.
+  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true}\n");
 
   TrainOptions o;
   o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
@@ -150,6 +153,8 @@ TEST(Trainer, ResumeIsBitIdentical) {
   EXPECT_EQ(a.steps_done, 6);
   ASSERT_TRUE(fs::exists(dir + "/a/step_00000003/model.safetensors"));
   EXPECT_EQ(slurp(dir + "/a/latest"), "step_00000006\n");
+  EXPECT_EQ(slurp(dir + "/a/step_00000003/tokenizer.json"), "{\"stand-in\": true}\n");
+  EXPECT_EQ(slurp(dir + "/a/step_00000006/tokenizer.json"), "{\"stand-in\": true}\n");
 
   o.out_dir = dir + "/b";
   o.resume = dir + "/a/step_00000003";

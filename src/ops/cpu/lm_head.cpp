@@ -6,26 +6,42 @@
 
 #include <cmath>
 
-#include "ops/fast_exp.h"
-#include "ops/ops.h"
+#include "core/error.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/fast_exp.h"
 
 namespace attnres {
 
 namespace {
-constexpr int64_t kChunk = 256;
+// Rows per chunk: 256, fewer for a large vocabulary so that one chunk's logits
+// stay within 16 M floats (64 MiB; Qwen3's 151936 entries: 110 rows).
+int64_t chunk_rows(int64_t V) {
+  const int64_t rows = (int64_t{16} << 20) / V;
+  return rows > 256 ? 256 : (rows < 16 ? 16 : rows);
+}
+}  // namespace
+
+int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V) const {
+  return chunk_rows(V) * V + matmul_workspace(C);  // logits of a chunk | bf16 weight tiles
 }
 
-int64_t lm_head_chunk_rows() { return kChunk; }
-int64_t lm_head_scratch_floats(int64_t V) { return kChunk * V; }
-
-double lm_head_loss(float* dx, float* dW, const float* x, const float* W, const int32_t* targets, int64_t N,
-                    int64_t C, int64_t V, float scale, float* scratch, float* losses_out) {
+double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+                                int64_t C, int64_t V, float scale, float* losses_out) {
+  ATTNRES_CHECK(!dx || W.f32, "the LM head's backward needs float32 weights");
+  const int64_t kChunk = chunk_rows(V);
+  float* scratch = ctx_.workspace(lm_head_workspace(C, V));
   double total = 0.0;
   for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
     const int64_t rows = r0 + kChunk < N ? kChunk : N - r0;
     float* logits = scratch;  // (rows, V)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x + r0 * C, C, W, C, 0.0f, logits, V);
-#pragma omp parallel for schedule(static) reduction(+ : total)
+    if (W.b16) {
+      matmul_bf16(logits, x + r0 * C, W.b16, rows, C, V, scratch + kChunk * V);
+    } else {
+      blas_threads();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x + r0 * C, C, W.f32, C, 0.0f, logits,
+                  V);
+    }
+#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(threads())
     for (int64_t r = 0; r < rows; ++r) {
       float* z = logits + r * V;
       const int32_t target = targets[r0 + r];
@@ -61,7 +77,7 @@ double lm_head_loss(float* dx, float* dW, const float* x, const float* W, const 
     }
     if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, W, C, 0.0f,
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f,
                   dx + r0 * C, C);
       cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW,
                   C);

@@ -1,9 +1,9 @@
-// routing.cpp — the depth-routing kernel (see routing.h for the math and the
-// conventions).  Tokens are cut into fixed chunks of kChunk rows; OpenMP
+// routing.cpp — the depth-routing kernel (see ops/backend.h for the math and
+// the conventions).  Tokens are cut into fixed chunks of kChunk rows; OpenMP
 // threads take whole chunks, and every token-sum is first a per-chunk partial
 // (double) added in chunk order afterwards, so a result never depends on how
 // many threads ran or which chunk each took.
-#include "ops/routing.h"
+#include "ops/cpu/cpu_backend.h"
 
 #include <cmath>
 #include <cstring>
@@ -121,8 +121,8 @@ inline double dot_row(const float* a, const float* b, int64_t d) {
 
 }  // namespace
 
-void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
-#pragma omp parallel for schedule(static)
+void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t n = 0; n < N; ++n) {
     const float* x = v + n * d;
     double ss = 0.0;
@@ -132,7 +132,7 @@ void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
   }
 }
 
-int64_t route_scratch_floats(int64_t N, int64_t d, int64_t S) {
+int64_t CpuBackend::route_workspace(int64_t N, int64_t d, int64_t S) const {
   return Scratch::head_floats(d) + num_chunks(N) * Scratch(nullptr, d, S).chunk_floats;
 }
 
@@ -141,19 +141,19 @@ int64_t route_scratch_floats(int64_t N, int64_t d, int64_t S) {
 // Per token:  z_i = r_i·(q·v_i)  (dot_row, stored as float),
 // α = softmax(z),  out = a·base + c·Σ α_i v_i.  The source rows of one token
 // (S·d floats) stay in cache between the two passes.
-void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
-                   const float* gamma, const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                   float* scratch, RouteStats* stats) {
+void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
+                               const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
+                               int64_t d, RouteStats* stats) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
   ATTNRES_CHECK(!stats || static_cast<int64_t>(stats->weight_sum.size()) == S, "stats sized for another router");
-  const Scratch sc(scratch, d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   fold_query(sc, w, gamma);
   const float* q = sc.qf();
   const int64_t nc = num_chunks(N);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
@@ -218,14 +218,14 @@ void route_forward(float* out, float* logits, const RouteSource* src, int64_t S,
   }
 }
 
-void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
-               const float* gate, Combine combine, int64_t N, int64_t d, float* scratch) {
+void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
+                           const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
-  const Scratch sc(scratch, d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   const int64_t nc = num_chunks(N);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
@@ -238,15 +238,15 @@ void route_mix(float* out, const float* logits, const RouteSource* src, int64_t 
   }
 }
 
-void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
-                      int64_t N, int64_t d, float* scratch) {
+void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S,
+                                  const float* gate, int64_t N, int64_t d) {
   check_sources(src, S);
   const int64_t first = src[0].broadcast ? 1 : 0;
   ATTNRES_CHECK(first < S, "route_mix_stream: no stream sources");
   const Mix m = mix_coefficients(Combine::kAdd, gate);
-  const Scratch sc(scratch, d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   const int64_t nc = num_chunks(N);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     float* x = sc.tq(ch);
@@ -284,10 +284,11 @@ void route_mix_stream(float* out, const float* logits, const RouteSource* src, i
 // Per token: pass 1 computes dα_i (dot_row; and R when gated), pass 2 the
 // source gradients (float) and this token's share of dq (float over the
 // sources, then double into the chunk's partial).
-void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
-                    const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                    const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                    float* scratch, const RouteRebuild* rebuild, bool accumulate_src) {
+void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
+                                const float* dout, const float* logits, const RouteSource* src, int64_t S,
+                                const float* w, const float* gamma, const float* base, const float* gate,
+                                Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
+                                bool accumulate_src) {
   check_sources(src, S);
   Mix m2{0.0f, 1.0f};
   int64_t first2 = 0;
@@ -303,14 +304,14 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
   const Mix m = mix_coefficients(combine, gate);
   const bool replace_gate = gate && combine == Combine::kReplace;
   ATTNRES_CHECK(!replace_gate || base, "a gated replacement needs its base in the backward");
-  const Scratch sc(scratch, d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   fold_query(sc, w, gamma);
   const float* qf = sc.qf();
   const int64_t nc = num_chunks(N);
   const bool null0 = src[0].broadcast;
   const double inv_d = 1.0 / static_cast<double>(d);
 
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t ch = 0; ch < nc; ++ch) {
     double* dq = sc.dq(ch);
     double* dnull = sc.dnull(ch);
@@ -420,11 +421,6 @@ void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, 
   if (null0)
     for (int64_t c = 0; c < d; ++c) dsrc[0][c] += static_cast<float>(dnull[c]);
   if (gate) *dgate += static_cast<float>(dg);
-}
-
-void sub(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
 }
 
 }  // namespace attnres

@@ -3,17 +3,20 @@
 // each row, and the backward rebuilds P tile by tile (as FlashAttention does,
 // but with SGEMM on tiles instead of a fused register kernel).
 //
-// Layout: q[B,T,H,hd], k,v[B,T,KV,hd], y[B,T,H,hd], lse[B,H,T].
-// Query head h reads KV head h / (H/KV).
+// Layout: q[B,T,H,hd], y[B,T,H,hd], lse[B,H,T]; keys and values are rows of
+// KV·hd floats (KeyValues: the block's own k,v[B,T,KV,hd] in training, a KV
+// cache at inference).  Query head h reads KV head h / (H/KV).
 #include <cblas.h>
+#include <omp.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
-#include "core/parallel.h"
-#include "ops/fast_exp.h"
-#include "ops/ops.h"
+#include "core/error.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/fast_exp.h"
 
 namespace attnres {
 
@@ -21,31 +24,38 @@ namespace {
 constexpr int64_t kTile = 64;  // query rows per tile
 }
 
-int64_t attention_scratch_floats(int64_t T) { return 2 * kTile * T; }
+// Per thread: S (or P) and dP, each (kTile, max_keys).
+int64_t CpuBackend::attention_workspace(int64_t max_keys) const { return threads() * 2 * kTile * max_keys; }
 
-void attention_forward(float* y, float* lse, const float* q, const float* k, const float* v, int64_t B, int64_t T,
-                       int64_t H, int64_t KV, int64_t hd, float* scratch) {
+void CpuBackend::attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
+                                   int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-#pragma omp parallel
+  int64_t max_keys = 0;
+  for (int64_t b = 0; b < B; ++b) max_keys = std::max(max_keys, (kv.pos ? kv.pos[b] : 0) + T);
+  float* scratch = ctx_.workspace(attention_workspace(max_keys));
+  const int64_t per_thread = 2 * kTile * max_keys;
+#pragma omp parallel num_threads(threads())
   {
-    float* S = scratch + omp_get_thread_num() * attention_scratch_floats(T);  // (kTile, T)
+    float* S = scratch + omp_get_thread_num() * per_thread;  // (kTile, max_keys), row stride max_keys
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
       const int64_t b = bh / H, h = bh % H, g = h / group;
+      const int64_t p0 = kv.pos ? kv.pos[b] : 0, seq = kv.slot ? kv.slot[b] : b;
       const float* Q = q + b * T * ldq + h * hd;
-      const float* K = k + b * T * ldk + g * hd;
-      const float* Vv = v + b * T * ldk + g * hd;
+      const float* K = kv.k + seq * kv.stride + g * hd;
+      const float* Vv = kv.v + seq * kv.stride + g * hd;
       float* Y = y + b * T * ldq + h * hd;
-      float* L = lse + (b * H + h) * T;
+      float* L = lse ? lse + (b * H + h) * T : nullptr;
       for (int64_t t0 = 0; t0 < T; t0 += kTile) {
         const int64_t t1 = t0 + kTile < T ? t0 + kTile : T, tq = t1 - t0;
-        // S[tq, t1] = scale · Q[t0:t1] · K[0:t1]ᵀ
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, t1, hd, scale, Q + t0 * ldq, ldq, K, ldk, 0.0f,
-                    S, T);
+        const int64_t nk = p0 + t1;  // keys the tile's last query sees
+        // S[tq, nk] = scale · Q[t0:t1] · K[0:nk]ᵀ
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, nk, hd, scale, Q + t0 * ldq, ldq, K, ldk, 0.0f,
+                    S, max_keys);
         for (int64_t r = 0; r < tq; ++r) {
-          float* s = S + r * T;
-          const int64_t n = t0 + r + 1;  // keys 0..t (causal)
+          float* s = S + r * max_keys;
+          const int64_t n = p0 + t0 + r + 1;  // keys 0..p0+t (causal)
           float mx = -std::numeric_limits<float>::infinity();
 #pragma omp simd reduction(max : mx)
           for (int64_t c = 0; c < n; ++c) mx = s[c] > mx ? s[c] : mx;
@@ -58,27 +68,28 @@ void attention_forward(float* y, float* lse, const float* q, const float* k, con
           const float inv = 1.0f / sum;
 #pragma omp simd
           for (int64_t c = 0; c < n; ++c) s[c] *= inv;
-          for (int64_t c = n; c < t1; ++c) s[c] = 0.0f;
-          L[t0 + r] = mx + std::log(sum);
+          for (int64_t c = n; c < nk; ++c) s[c] = 0.0f;
+          if (L) L[t0 + r] = mx + std::log(sum);
         }
-        // Y[t0:t1] = P[tq, t1] · V[0:t1]
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, t1, 1.0f, S, T, Vv, ldk, 0.0f,
+        // Y[t0:t1] = P[tq, nk] · V[0:nk]
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tq, hd, nk, 1.0f, S, max_keys, Vv, ldk, 0.0f,
                     Y + t0 * ldq, ldq);
       }
     }
   }
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
-                        const float* v, const float* y, const float* lse, int64_t B, int64_t T, int64_t H,
-                        int64_t KV, int64_t hd, float* scratch) {
+void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                    const float* k, const float* v, const float* y, const float* lse, int64_t B,
+                                    int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // One work item per (b, KV head): it owns dK, dV of that head, so the heads
   // of a group accumulate into them without races.
-#pragma omp parallel
+  float* scratch = ctx_.workspace(attention_workspace(T));
+#pragma omp parallel num_threads(threads())
   {
-    float* P = scratch + omp_get_thread_num() * attention_scratch_floats(T);  // (kTile, T)
+    float* P = scratch + omp_get_thread_num() * attention_workspace(T) / threads();  // (kTile, T)
     float* dP = P + kTile * T;                                                // (kTile, T)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < B * KV; ++bg) {

@@ -2,13 +2,13 @@
 #include <cmath>
 
 #include "core/parallel.h"
-#include "ops/ops.h"
+#include "ops/cpu/cpu_backend.h"
 
 namespace attnres {
 
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
-                     float eps) {
-#pragma omp parallel for schedule(static)
+void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                                 int64_t C, float eps) {
+#pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float* y = out + i * C;
@@ -24,12 +24,13 @@ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* wei
 //   ∂r/∂x = −r³·x/C  ⇒  dx = r·g − r³·x·(g·x)/C = r·(g − x̂·(g·x̂)/C)
 //   dw = Σ_rows dy∘x̂
 // dweight is reduced first, so dinp may alias dout (in-place backward).
-void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                      const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) {
+void CpuBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                  const float* weight, const float* rstd, int64_t N, int64_t C,
+                                  bool accumulate_dinp) {
   if (dweight) {
     // Each thread owns a range of columns and walks all rows: deterministic,
     // no scratch, contiguous reads within a row.
-#pragma omp parallel
+#pragma omp parallel num_threads(threads())
     {
       const auto [c0, c1] = thread_range(C);
       if (c1 > c0) {
@@ -49,7 +50,7 @@ void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const floa
     }
   }
   if (dinp) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) num_threads(threads())
     for (int64_t i = 0; i < N; ++i) {
       const float* x = inp + i * C;
       const float* dy = dout + i * C;

@@ -1,0 +1,269 @@
+// generate.cpp — `attnres generate`: text from a checkpoint, with a KV cache.
+//
+// One prompt (--prompt TEXT, text on stdin, or --prompt-ids 1,2,3) streams its
+// text to stdout as it is produced (--json: one object at the end instead;
+// ids in and no tokenizer: the new ids, comma-separated).
+// A file of prompts (--prompts FILE, JSONL: {"prompt": TEXT} or
+// {"prompt_ids": [...]} per line) is decoded --batch sequences at a time and
+// answered with one JSON line per prompt, in order.  The tokenizer is the
+// model directory's tokenizer.json (or --tokenizer); with ids in and --json
+// out none is needed.  Sampling defaults to greedy; generation_config.json's
+// settings apply when it asks for sampling (do_sample), flags override both.
+// End-of-sequence ids: generation_config.json, else config.json, else the
+// tokenizer's <|endoftext|>.
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/context.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "infer/generate.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "model/model.h"
+
+namespace attnres {
+
+namespace {
+
+std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
+  std::vector<int32_t> ids;
+  if (s.find_first_not_of(" ") == std::string::npos) return ids;  // empty: reported as an empty prompt
+  size_t i = 0;
+  while (i < s.size()) {
+    const size_t j = std::min(s.find(',', i), s.size());
+    const std::string item = s.substr(i, j - i);
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < INT32_MIN || v > INT32_MAX)
+      fail(what, ": '", item, "' is not a token id (expected comma-separated integers)");
+    ids.push_back(static_cast<int32_t>(v));
+    i = j + 1;
+  }
+  return ids;
+}
+
+// Sampling defaults of a model directory's generation_config.json (greedy
+// unless it says do_sample).
+SamplingOptions sampling_defaults(const std::string& dir) {
+  SamplingOptions s;
+  const std::string path = dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) return s;
+  try {
+    const auto j = nlohmann::json::parse(read_file(path));
+    if (j.is_object() && j.value("do_sample", false)) {
+      s.temperature = j.value("temperature", 1.0);
+      s.top_k = j.value("top_k", int64_t{0});
+      s.top_p = j.value("top_p", 1.0);
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": ", e.what());
+  }
+  return s;
+}
+
+// JSON text of j; bytes of generated text that are not UTF-8 (a token may end
+// inside a character) become U+FFFD, as Hugging Face's decode does.
+std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  Flags f("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).",
+          {
+              {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
+              {"prompt", "", "prompt text (default: read from stdin)"},
+              {"prompt-ids", "", "prompt as comma-separated token ids instead of text"},
+              {"prompts", "", "JSONL file of prompts ({\"prompt\": TEXT} or {\"prompt_ids\": [...]}) -> JSONL out"},
+              {"max-new-tokens", "64", "tokens to generate at most per prompt"},
+              {"temperature", "", "0 = greedy (default: greedy, or generation_config.json's when it samples)"},
+              {"top-k", "", "sample among the k most likely tokens (0 = all)"},
+              {"top-p", "", "sample among the most likely tokens of total probability p, in (0, 1]"},
+              {"seed", "0", "sampling seed"},
+              {"stop", "", "stop when the text contains this string (may be repeated)"},
+              {"ignore-eos", "false", "do not stop at end-of-sequence tokens"},
+              {"tokenizer", "", "tokenizer.json to use (default: the model directory's)"},
+              {"batch", "8", "sequences decoded together (--prompts)"},
+              {"dtype", "f32", "weight matrices held as f32 or bf16 (half the bytes per token; products in f32)"},
+              {"threads", "0", "threads (0 = all cores)"},
+              {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  if (f.str("model").empty()) fail("--model is required");
+  const std::string dir = resolve_model_dir(f.str("model"));
+  const Config c = Config::load(dir + "/config.json");
+
+  // Sampling and stopping.
+  GenerateOptions g;
+  g.max_new_tokens = f.i64("max-new-tokens");
+  g.sampling = sampling_defaults(dir);
+  if (f.given("temperature")) g.sampling.temperature = f.f64("temperature");
+  if (f.given("top-k")) g.sampling.top_k = f.i64("top-k");
+  if (f.given("top-p")) g.sampling.top_p = f.f64("top-p");
+  g.sampling.validate();
+  g.seed = static_cast<uint64_t>(f.i64("seed"));
+  g.stop = f.all("stop");
+  if (g.max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", g.max_new_tokens);
+
+  // The tokenizer, when there is one.
+  std::optional<Tokenizer> tok;
+  const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
+  if (!f.str("tokenizer").empty() || std::filesystem::exists(tok_path)) {
+    tok = Tokenizer::load(tok_path);
+    if (static_cast<int64_t>(tok->vocab_size()) > c.V)
+      fail(tok_path, ": the tokenizer has ", tok->vocab_size(), " tokens, more than the model's vocab_size ", c.V,
+           " (", dir, "/config.json): they do not belong together");
+    g.tokenizer = &*tok;
+  }
+  const bool json = f.on("json");
+  auto need_tokenizer = [&](const char* why) {
+    if (!tok)
+      fail(why, " needs a tokenizer, and ", dir, " has no tokenizer.json: pass --tokenizer FILE",
+           json ? " or give ids with --prompt-ids" : " (or --prompt-ids with --json)");
+  };
+  if (!g.stop.empty()) need_tokenizer("--stop");
+  if (!f.on("ignore-eos")) {
+    g.eos_ids = read_eos_ids(dir);
+    if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
+      g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
+  }
+
+  // The prompts.
+  struct Prompt {
+    std::vector<int32_t> ids;
+    bool from_ids = false;
+  };
+  std::vector<Prompt> prompts;
+  const bool batch_file = !f.str("prompts").empty();
+  if (batch_file) {
+    const std::string path = f.str("prompts");
+    const std::string text = read_file(path);
+    size_t line_no = 0, at = 0;
+    while (at < text.size()) {
+      const size_t end = std::min(text.find('\n', at), text.size());
+      const std::string line = text.substr(at, end - at);
+      at = end + 1;
+      ++line_no;
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception&) {
+        fail(path, ":", line_no, ": not a JSON object");
+      }
+      Prompt p;
+      if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
+        for (const auto& x : j["prompt_ids"]) {
+          if (!x.is_number_integer()) fail(path, ":", line_no, ": prompt_ids must be integers");
+          p.ids.push_back(x.get<int32_t>());
+        }
+        p.from_ids = true;
+      } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
+        need_tokenizer(cat(path, ":", line_no, ": a text prompt").c_str());
+        for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
+      } else {
+        fail(path, ":", line_no, ": expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
+      }
+      prompts.push_back(std::move(p));
+    }
+    if (prompts.empty()) fail(path, ": no prompts");
+  } else if (f.given("prompt-ids")) {
+    prompts.push_back({parse_ids(f.str("prompt-ids"), "--prompt-ids"), true});
+  } else {
+    std::string text = f.given("prompt") ? f.str("prompt")
+                                         : std::string(std::istreambuf_iterator<char>(std::cin), {});
+    need_tokenizer("a text prompt");
+    Prompt p;
+    for (uint32_t id : tok->encode(text)) p.ids.push_back(static_cast<int32_t>(id));
+    prompts.push_back(std::move(p));
+  }
+
+  // The model: an inference model with a KV cache sized for these prompts.
+  const int64_t batch = batch_file ? std::min<int64_t>(f.i64("batch"), static_cast<int64_t>(prompts.size())) : 1;
+  if (batch < 1) fail("--batch must be positive");
+  int64_t longest = 0;
+  for (const Prompt& p : prompts) {
+    if (p.ids.empty()) fail("the prompt is empty (give text, or ids with --prompt-ids)");
+    longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
+  }
+  const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
+  Context ctx(static_cast<int>(f.i64("threads")));
+  ModelOptions mo;
+  mo.training = false;
+  mo.batch = batch;
+  mo.seq_len = std::min<int64_t>(longest, 512);  // prefill chunk
+  mo.rows = std::max(mo.batch, mo.seq_len);
+  mo.cache_len = std::max<int64_t>(cache_len, 1);
+  mo.cache_seqs = batch;
+  mo.weights = parse_weight_type(f.str("dtype"));
+  for (const Prompt& p : prompts) {
+    // Bad prompts are reported before the weights are read.
+    for (size_t t = 0; t < p.ids.size(); ++t)
+      if (p.ids[t] < 0 || p.ids[t] >= c.V)
+        fail("prompt token id ", p.ids[t], " at position ", t, " is outside [0, vocab_size=", c.V, ")");
+    const int64_t need = static_cast<int64_t>(p.ids.size()) + g.max_new_tokens;
+    if (need > c.max_position_embeddings)
+      fail("the prompt (", p.ids.size(), " tokens) plus --max-new-tokens ", g.max_new_tokens, " is ", need,
+           " positions, beyond max_position_embeddings ", c.max_position_embeddings);
+  }
+  Model model(ctx, c, mo);
+  model.load(dir + "/model.safetensors");
+
+  auto result_json = [&](const Prompt& p, const GenerateResult& r, const GenerateTimes& t) {
+    nlohmann::json j = {{"prompt_ids", p.ids}, {"ids", r.ids}, {"finish_reason", r.finish_reason}};
+    if (tok) j["text"] = r.text;
+    j["prefill_tok_per_s"] = t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0;
+    j["decode_tok_per_s"] = t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0;
+    return j;
+  };
+
+  if (batch_file) {
+    for (size_t i0 = 0; i0 < prompts.size(); i0 += static_cast<size_t>(batch)) {
+      const size_t m = std::min(prompts.size() - i0, static_cast<size_t>(batch));
+      std::vector<std::vector<int32_t>> ids;
+      for (size_t i = i0; i < i0 + m; ++i) ids.push_back(prompts[i].ids);
+      GenerateTimes t;
+      const auto results = generate(model, ids, g, &t);
+      for (size_t i = 0; i < m; ++i) {
+        nlohmann::json j = result_json(prompts[i0 + i], results[i], t);
+        j["index"] = i0 + i;
+        std::printf("%s\n", dump(j).c_str());
+      }
+      std::fflush(stdout);
+    }
+    return 0;
+  }
+
+  GenerateTimes t;
+  OnText stream;
+  if (!json && tok)
+    stream = [](size_t, std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  const auto results = generate(model, {prompts[0].ids}, g, &t, stream);
+  if (json) {
+    std::printf("%s\n", dump(result_json(prompts[0], results[0], t)).c_str());
+  } else {
+    if (!tok)  // ids in, no tokenizer: the ids out
+      for (size_t i = 0; i < results[0].ids.size(); ++i) std::printf("%s%d", i ? "," : "", results[0].ids[i]);
+    std::printf("\n");
+    std::fprintf(stderr, "generate: %lld prompt tokens at %.1f tok/s, %zu new tokens (%s), decode %.1f tok/s\n",
+                 static_cast<long long>(t.prefill_tokens),
+                 t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0, results[0].ids.size(),
+                 results[0].finish_reason.c_str(),
+                 t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace attnres

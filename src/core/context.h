@@ -1,0 +1,49 @@
+// context.h — where and how the ops of a model run: the backend (CPU today),
+// its thread count, and the workspace its kernels take scratch from.
+//
+// Every kernel runs with exactly threads() threads (an explicit num_threads on
+// each parallel region) and sizes per-thread scratch from the same number, so
+// no kernel reads the process-wide OpenMP state: a model built under one
+// omp_set_num_threads() runs safely under any other.  One Context runs one op
+// at a time (the workspace is shared by them); use one per concurrent model.
+// It is not a thread pool: OpenMP's is.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/buffer.h"
+
+namespace attnres {
+
+class Backend;
+
+class Context {
+ public:
+  // threads: 0 = every core of this machine.  backend: "cpu" (the only one today).
+  explicit Context(int threads = 0, const std::string& backend = "cpu");
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int threads() const { return threads_; }
+  Backend& ops() const { return *ops_; }
+
+  // The workspace: scratch shared by the ops, grown by reserve() when a model
+  // is built (never in a step) and handed out by workspace(), which checks
+  // that the request was reserved.  Contents do not survive from op to op.
+  void reserve(int64_t floats);
+  float* workspace(int64_t floats);
+  int64_t reserved() const { return static_cast<int64_t>(workspace_.size()); }
+
+ private:
+  int threads_;
+  std::unique_ptr<Backend> ops_;
+  Buffer workspace_;
+};
+
+// Threads of this machine (the OpenMP processor count).
+int hardware_threads();
+
+}  // namespace attnres

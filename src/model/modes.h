@@ -1,0 +1,80 @@
+// modes.h — the routing modes as one table of facts (docs/routing.md): what
+// each router reads, how its result makes the sublayer input, whether there is
+// a residual stream, blocks, a final router, a null source, and what a
+// training forward keeps for the backward.  params.cpp and model.cpp read
+// these facts from here and nowhere else.
+//
+// Adding a mode: a Mode enumerator, a row below (the static_asserts check that
+// every enumerator has its row, in order), and its wiring in model.cpp, whose
+// switches over Mode have no default so that the compiler names each one left
+// out (-Wswitch; -Werror in CI).  tests: model/modes_test.cpp checks the table
+// against the parameters and routers a model of each mode builds.
+#pragma once
+
+#include <cstddef>
+
+#include "model/config.h"
+#include "ops/route_types.h"
+
+namespace attnres {
+
+// What the routers of a mode read.
+enum class Sources {
+  kNone,         // no routing (baseline)
+  kOutputs,      // e and every sublayer output so far (full, delta)
+  kPartialSums,  // the completed block sums and the current partial sum (block)
+  kBlockDeltas,  // e and what each completed block added (delta_block)
+};
+
+struct ModeSpec {
+  Mode mode;
+  const char* name;        // attnres_mode in config.json, as the reference code names it
+  const char* paper_name;  // as the papers name it
+  Sources sources;
+  Combine combine;    // kReplace: input = R;  kAdd: input = x + R
+  bool stream;        // a residual stream x += out that the final norm reads
+  bool final_router;  // the final norm reads a router over every source instead
+  bool null_source;   // attnres_use_null_source applies (a learned source 0)
+  bool stores_inputs;  // training keeps each sublayer input; otherwise it is
+                       // rebuilt in the backward from the stored logits and sources
+
+  bool routed() const { return sources != Sources::kNone; }
+  bool blocks() const { return sources == Sources::kPartialSums || sources == Sources::kBlockDeltas; }
+  // Sublayers write their output straight into a source (no separate output buffer).
+  bool outputs_are_sources() const { return sources == Sources::kOutputs || sources == Sources::kPartialSums; }
+};
+
+inline constexpr ModeSpec kModeSpecs[] = {
+    // mode               name           paper name           sources                combine            stream final  null   stores
+    {Mode::kBaseline, "baseline", "standard residual", Sources::kNone, Combine::kAdd, true, false, false, true},
+    {Mode::kBlock, "block", "AttnRes (Block)", Sources::kPartialSums, Combine::kReplace, false, true, false, false},
+    {Mode::kFull, "full", "Full AttnRes", Sources::kOutputs, Combine::kReplace, false, true, false, false},
+    {Mode::kDelta, "delta", "Delta AttnRes", Sources::kOutputs, Combine::kAdd, true, false, true, false},
+    {Mode::kDeltaBlock, "delta_block", "Delta Block", Sources::kBlockDeltas, Combine::kAdd, true, false, true, true},
+};
+
+inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
+
+// The row of each mode.  A switch with no default: a Mode added to the enum
+// and left out here is a compile error (-Wswitch), and the static_assert
+// holds every row to its place.
+constexpr size_t mode_row(Mode m) {
+  switch (m) {
+    case Mode::kBaseline: return 0;
+    case Mode::kBlock: return 1;
+    case Mode::kFull: return 2;
+    case Mode::kDelta: return 3;
+    case Mode::kDeltaBlock: return 4;
+  }
+  return kNumModes;
+}
+constexpr bool rows_in_place() {
+  for (size_t i = 0; i < kNumModes; ++i)
+    if (mode_row(kModeSpecs[i].mode) != i) return false;
+  return true;
+}
+static_assert(rows_in_place(), "kModeSpecs: one row per Mode, at the index mode_row gives");
+
+inline const ModeSpec& mode_spec(Mode m) { return kModeSpecs[mode_row(m)]; }
+
+}  // namespace attnres

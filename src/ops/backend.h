@@ -1,0 +1,236 @@
+// backend.h — the op interface of attnres: every kernel, memory copy and fill,
+// and optimizer loop that the model and the trainer run, one virtual function
+// per op and direction (outputs first, gradients prefixed d).  The CPU backend
+// (ops/cpu/) is the only implementation today and the reference the per-op
+// tests hold any other against; a second backend is a directory beside it
+// plus one line in make_backend (ops/cpu/cpu_backend.cpp), with no change to
+// the model or the trainer.
+//
+// Dimension letters: N rows (tokens, B·T), C channels, B batch, T time,
+// H query heads, KV key/value heads, hd head_dim, F intermediate, V vocab,
+// d hidden size, S sources of one router.  All tensors are row-major float32
+// in memory from alloc() (weights may be bfloat16 for inference: Weight).
+// Reductions accumulate in double where a row is long (norms, softmax sums).
+//
+// Gradient convention: parameter gradients accumulate (+=); activation
+// gradients assign (=) unless the flag says accumulate (the activation feeds
+// several consumers).  Arrays marked "host" are small per-call metadata read
+// on the host (positions, cache slots).
+//
+// Scratch comes from the Context's workspace: the *_workspace functions give
+// the floats an op needs, which a model reserves when it is built.
+#pragma once
+
+#include <cstdint>
+
+#include "core/bf16.h"
+#include "core/buffer.h"
+#include "core/context.h"
+#include "ops/route_types.h"
+
+namespace attnres {
+
+// A weight matrix [O, I] (or an embedding table [V, C]) as a forward reads
+// it: float32, or bfloat16 held for inference.  Exactly one is set.
+struct Weight {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+  Weight() = default;
+  Weight(const float* w) : f32(w) {}  // NOLINT: a float32 matrix is the common case
+  Weight(const bf16* w) : b16(w) {}   // NOLINT
+};
+
+// The keys and values a block of queries attends to.  Batch row b reads the
+// sequence slot[b]: its keys are the rows of KV·hd floats at k + slot[b]·stride,
+// positions 0 … pos[b] + T − 1; query t of the block is at position pos[b] + t
+// and sees keys 0 … pos[b] + t (causal).  Training: the block's own keys,
+// slot = b, pos = 0, stride = T·KV·hd.  Inference with a KV cache: the cache.
+struct KeyValues {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t stride = 0;             // floats from one sequence to the next
+  const int64_t* slot = nullptr;  // (B) host; null: slot b = b
+  const int64_t* pos = nullptr;   // (B) host; null: every block starts at position 0
+};
+
+// One AdamW update of a tensor (PyTorch semantics), at 1-based step t:
+//   p ← p·decay;  m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
+//   p ← p − step_size · m / (sqrt(v)·inv_sqrt_bc2 + eps)
+// with decay = 1 − lr·wd (decayed tensors) or 1, step_size = lr/(1−β1ᵗ),
+// inv_sqrt_bc2 = 1/sqrt(1−β2ᵗ).
+struct AdamWUpdate {
+  float beta1, beta2, eps, decay, step_size, inv_sqrt_bc2;
+};
+
+class Backend {
+ public:
+  explicit Backend(Context& ctx) : ctx_(ctx) {}
+  virtual ~Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+  virtual const char* name() const = 0;
+  Context& context() const { return ctx_; }
+
+  // ---- memory -------------------------------------------------------------------
+  // Zero-filled memory of this backend.  It is addressable from the host once
+  // synchronize() returned (CPU: plain memory), which checkpoint I/O relies on.
+  virtual Buffer alloc(size_t bytes) = 0;
+  virtual void synchronize() = 0;
+  virtual void copy(float* dst, const float* src, int64_t n) = 0;
+  // rows × cols floats between strided row layouts (ld: floats per row).
+  virtual void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                         int64_t cols) = 0;
+  virtual void fill(float* dst, float value, int64_t n) = 0;
+  // Host ↔ backend bytes (token ids in, losses and logits out).
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+
+  // ---- matmul: out[N,O] = inp[N,I] · W[O,I]ᵀ  (nn.Linear without bias) ----------
+  virtual int64_t matmul_workspace(int64_t I) const = 0;  // bf16 weights with many rows
+  virtual void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) = 0;
+  // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
+  // Either of dinp/dW may be null to skip it.
+  virtual void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                               int64_t N, int64_t I, int64_t O, bool accumulate_dinp = false) = 0;
+
+  // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
+  // rstd may be null (not kept).
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+                               int64_t C, float eps) = 0;
+  // With x̂ = inp·rstd:  dweight += Σ_rows dout∘x̂;
+  // dinp = rstd·(g − x̂·mean(g∘x̂)),  g = dout∘weight.   (accumulate: dinp +=)
+  // dinp may alias dout when accumulate_dinp is false.
+  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                                const float* weight, const float* rstd, int64_t N, int64_t C,
+                                bool accumulate_dinp = false) = 0;
+
+  // ---- RoPE (HF rotate_half convention) on x[B,T,heads,hd], in place ----
+  // Tables [P, hd/2] for positions 0 … P−1: angle(p, j) = p · theta^(-2j/hd).
+  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) = 0;
+  // out[j] = x[j]c − x[j+h]s,  out[j+h] = x[j+h]c + x[j]s   (h = hd/2), with the
+  // angle of position pos[b] + t (pos: (B) host, null = 0).
+  virtual void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) = 0;
+  // The transpose rotation (positions 0 … T−1): dx[j] = dy[j]c + dy[j+h]s,  dx[j+h] = dy[j+h]c − dy[j]s.
+  virtual void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+                             int64_t heads, int64_t hd) = 0;
+
+  // ---- causal grouped-query attention ----
+  // q[B,T,H,hd] and the keys/values of kv → y[B,T,H,hd] (query head h reads
+  // KV head h/(H/KV)), and, when lse is not null, lse[B,H,T]: the log-sum-exp
+  // of each scaled score row, kept so the backward can rebuild P.
+  // max_keys: the most keys one sequence will have (pos + T).
+  virtual int64_t attention_workspace(int64_t max_keys) const = 0;
+  virtual void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
+                                 int64_t T, int64_t H, int64_t KV, int64_t hd) = 0;
+  // Keys of the block itself (training).  S = s·QKᵀ (s = hd^-½), P = softmax(S)
+  // (causal), Y = PV.  With D = rowsum(dY∘Y):
+  //   dP = dY Vᵀ,  dS = P∘(dP − D),  dQ = s·dS K,  dK = s·dSᵀQ,  dV = PᵀdY.
+  // dq, dk, dv are assigned.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+                                  const float* k, const float* v, const float* y, const float* lse, int64_t B,
+                                  int64_t T, int64_t H, int64_t KV, int64_t hd) = 0;
+
+  // ---- SwiGLU: h = silu(g)∘u over n elements ----
+  virtual void swiglu_forward(float* h, const float* g, const float* u, int64_t n) = 0;
+  // dg = dh∘u∘σ(g)(1 + g(1−σ(g))),  du = dh∘silu(g).
+  virtual void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
+                               int64_t n) = 0;
+
+  // ---- embedding: out[N,C] = table[tokens[n]] ----
+  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) = 0;
+  virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
+                                  int64_t C) = 0;
+
+  // ---- elementwise ----
+  virtual void add_inplace(float* y, const float* x, int64_t n) = 0;           // y += x
+  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // out = a + b (may alias)
+  virtual void sub(float* out, const float* a, const float* b, int64_t n) = 0;  // out = a − b (may alias)
+  virtual void scale(float* x, float c, int64_t n) = 0;                         // x *= c
+  // Σ x² in double; the same bits for the same thread count.
+  virtual double sum_squares(const float* x, int64_t n) = 0;
+
+  // ---- LM head + softmax cross-entropy, fused, in row chunks ----
+  // logits = x[N,C] · W[V,C]ᵀ, loss_i = logsumexp(logits_i) − logits_i[target_i].
+  // Returns Σ_i loss_i.  If dx is non-null (W float32) also computes, with
+  // dlogits_i = scale·(softmax_i − onehot(target_i)):  dx = dlogits·W
+  // (assigned), dW += dlogitsᵀ·x.  Targets < 0 are ignored (no loss, no
+  // gradient); losses_out (N), when not null, gets each row's loss (0 there).
+  // The [N, V] logits never exist at once: chunks of rows are computed,
+  // reduced and pushed through the backward in turn.
+  virtual int64_t lm_head_workspace(int64_t C, int64_t V) const = 0;
+  virtual double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+                              int64_t C, int64_t V, float scale, float* losses_out = nullptr) = 0;
+
+  // ---- depth routing (docs/routing.md) ----
+  // A router has a pseudo-query w (d) and an RMSNorm weight γ (d); for a token
+  // with source rows v_1..v_S (each d):
+  //
+  //   r_i = (mean(v_i²) + eps)^(-1/2)     per source and token, computed ONCE when
+  //                                       the source is made (source_rstd) and
+  //                                       shared by every router reading it
+  //   q   = w∘γ                           (d) folded once per call
+  //   z_i = w·RMSNorm_γ(v_i) = r_i (q·v_i)  logits (N, S); normalised keys are never built
+  //   α   = softmax_i(z)                  recomputed from z where needed
+  //   R   = Σ_i α_i v_i
+  //   out = a·base + c·R                  the combination:
+  //
+  //     combine   gate   a       c     meaning
+  //     kReplace  none   0       1     out = R                        (full, block)
+  //     kReplace  g      1 − g   g     out = (1−g)·base + g·R         (base = the router's last source)
+  //     kAdd      none   1       1     out = base + R                 (delta modes, base = stream x)
+  //     kAdd      g      1       g     out = base + g·R
+  //
+  // g is the raw learnable scalar (no sigmoid); gate is a pointer to it or null.
+  // Token-sum reductions (dw, dγ, null source, gate) go through fixed 64-token
+  // chunk partials added in chunk order in double, so results do not depend on
+  // the thread count.
+  //
+  // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
+  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) = 0;
+  virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S) const = 0;
+  // out (N, d) and logits z (N, S) assigned.  base (N, d) may be null for
+  // kReplace without gate.  stats, when non-null, accumulates this call's
+  // statistics (weight_sum has S entries); null costs nothing.  out must not
+  // alias base or a source.
+  virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
+                             const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
+                             int64_t d, RouteStats* stats = nullptr) = 0;
+  // The combination alone from stored logits: exactly route_forward's out
+  // (same arithmetic, same bits).  out may alias base.
+  virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
+                         const float* gate, Combine combine, int64_t N, int64_t d) = 0;
+  // Delta's sublayer input rebuilt in one pass over the sources: out = x + g·R
+  // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
+  // sources in order — the delta stream, bit-identical to the forward's
+  // running `x += out` — and the same bits as route_mix with that base.
+  virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S,
+                                const float* gate, int64_t N, int64_t d) = 0;
+  // Given dout (N, d), the gradient of out:
+  //   dsrc[i] (N, d) or (d) if broadcast  += ∂/∂v_i   (with accumulate_src = false the
+  //                                       (N, d) ones are assigned: the first router of a backward)
+  //   dbase   (N, d)                      += a·dout   (may be null; may alias dsrc[S−1])
+  //   dw, dgamma (d)                      += ∂/∂w, ∂/∂γ
+  //   dgate   ()                          += ∂/∂g     (only with a gate)
+  // base is read only for kReplace with a gate (dg needs R − base).
+  // With z_i = r_i (q·v_i):  dα_i = c·dout·v_i;  dz_i = α_i (dα_i − Σ_j α_j dα_j);
+  //   dv_i += α_i c dout + dz_i r_i (q − (q·v_i) r_i² v_i / d);  dq = Σ_tokens Σ_i dz_i r_i v_i,
+  //   dw += dq∘γ,  dγ += dq∘w;  dbase += a·dout;  dg += dout·(R − base) or dout·R.
+  virtual void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
+                              const float* dout, const float* logits, const RouteSource* src, int64_t S,
+                              const float* w, const float* gamma, const float* base, const float* gate,
+                              Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild = nullptr,
+                              bool accumulate_src = true) = 0;
+
+  // ---- optimizer ----
+  // One AdamW update of n elements of a tensor (see AdamWUpdate).
+  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) = 0;
+
+ protected:
+  Context& ctx_;
+};
+
+// The backend called `name` ("cpu"), running on ctx; Error for an unknown name.
+std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx);
+
+}  // namespace attnres

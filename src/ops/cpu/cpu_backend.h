@@ -1,0 +1,92 @@
+// cpu_backend.h — the CPU backend: the ops of ops/backend.h (where their math
+// is written down) as OpenMP kernels, with every matmul through CBLAS
+// (OpenBLAS, its OpenMP build).  One file per op family in this directory.
+//
+// Threading: every parallel region runs exactly ctx.threads() threads
+// (num_threads clause) and per-thread scratch is sized from the same count.
+// BLAS calls made inside our parallel regions run single-threaded (OpenBLAS
+// does so inside an OpenMP region), so the one OpenMP pool is never
+// oversubscribed; BLAS calls made outside one use ctx.threads() threads
+// (blas_threads() sets that before each, a no-op when it already holds).
+#pragma once
+
+#include "ops/backend.h"
+
+namespace attnres {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(Context& ctx) : Backend(ctx) {}
+  const char* name() const override { return "cpu"; }
+
+  Buffer alloc(size_t bytes) override { return Buffer::host_bytes(bytes); }
+  void synchronize() override {}
+  void copy(float* dst, const float* src, int64_t n) override;
+  void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                 int64_t cols) override;
+  void fill(float* dst, float value, int64_t n) override;
+  void upload(void* dst, const void* host_src, size_t bytes) override;
+  void download(void* host_dst, const void* src, size_t bytes) override;
+
+  int64_t matmul_workspace(int64_t I) const override;
+  void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) override;
+  void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W, int64_t N,
+                       int64_t I, int64_t O, bool accumulate_dinp) override;
+
+  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
+                       float eps) override;
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) override;
+
+  void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) override;
+  void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads,
+                    int64_t hd, const int64_t* pos) override;
+  void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads,
+                     int64_t hd) override;
+
+  int64_t attention_workspace(int64_t max_keys) const override;
+  void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T,
+                         int64_t H, int64_t KV, int64_t hd) override;
+  void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
+                          const float* v, const float* y, const float* lse, int64_t B, int64_t T, int64_t H,
+                          int64_t KV, int64_t hd) override;
+
+  void swiglu_forward(float* h, const float* g, const float* u, int64_t n) override;
+  void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) override;
+  void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) override;
+  void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override;
+  void add_inplace(float* y, const float* x, int64_t n) override;
+  void add(float* out, const float* a, const float* b, int64_t n) override;
+  void sub(float* out, const float* a, const float* b, int64_t n) override;
+  void scale(float* x, float c, int64_t n) override;
+  double sum_squares(const float* x, int64_t n) override;
+
+  int64_t lm_head_workspace(int64_t C, int64_t V) const override;
+  double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
+                      int64_t V, float scale, float* losses_out) override;
+
+  void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) override;
+  int64_t route_workspace(int64_t N, int64_t d, int64_t S) const override;
+  void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
+                     const float* gamma, const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
+                     RouteStats* stats) override;
+  void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
+                 const float* gate, Combine combine, int64_t N, int64_t d) override;
+  void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
+                        int64_t N, int64_t d) override;
+  void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
+                      const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
+                      const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
+                      const RouteRebuild* rebuild, bool accumulate_src) override;
+
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) override;
+
+ private:
+  int threads() const { return ctx_.threads(); }
+  void blas_threads() const;  // BLAS outside our parallel regions uses threads()
+  // out[N,O] = inp · Wᵀ for bf16 W: tiles of W widened to float in `scratch`
+  // (matmul_workspace(I) floats), or a row-streaming kernel for few rows.
+  void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
+};
+
+}  // namespace attnres

@@ -1,0 +1,126 @@
+// elementwise.cpp — memory, SwiGLU, embedding lookup, small vector ops and the
+// AdamW update: one pass over the elements each, threaded over ranges.
+#include <cmath>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/parallel.h"
+#include "ops/cpu/cpu_backend.h"
+
+namespace attnres {
+
+void CpuBackend::copy(float* dst, const float* src, int64_t n) {
+  if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
+}
+
+void CpuBackend::copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
+                           int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(dst + r * ld_dst, src + r * ld_src, static_cast<size_t>(cols) * sizeof(float));
+}
+
+void CpuBackend::fill(float* dst, float value, int64_t n) {
+  if (value == 0.0f) {
+    if (n > 0) std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
+    return;
+  }
+  for (int64_t i = 0; i < n; ++i) dst[i] = value;
+}
+
+void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+
+void CpuBackend::swiglu_forward(float* h, const float* g, const float* u, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-g[i]));
+    h[i] = g[i] * s * u[i];
+  }
+}
+
+// h = g·σ(g)·u.  ∂h/∂u = g·σ(g) = silu(g);  ∂h/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
+void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + std::exp(-g[i]));
+    const float dhi = dh[i];
+    du[i] = dhi * g[i] * s;
+    dg[i] = dhi * u[i] * s * (1.0f + g[i] * (1.0f - s));
+  }
+}
+
+void CpuBackend::embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
+#pragma omp parallel for schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < N; ++i) {
+    const int64_t row = static_cast<int64_t>(tokens[i]) * C;
+    if (table.f32) {
+      std::memcpy(out + i * C, table.f32 + row, static_cast<size_t>(C) * sizeof(float));
+    } else {
+      for (int64_t c = 0; c < C; ++c) out[i * C + c] = bf16_to_float(table.b16[row + c]);
+    }
+  }
+}
+
+// Serial: tokens repeat, and N·C adds are cheap next to the matmuls.
+void CpuBackend::embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) {
+  for (int64_t i = 0; i < N; ++i) {
+    float* row = dtable + static_cast<int64_t>(tokens[i]) * C;
+    const float* d = dout + i * C;
+    for (int64_t c = 0; c < C; ++c) row[c] += d[c];
+  }
+}
+
+void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+}
+
+void CpuBackend::sub(float* out, const float* a, const float* b, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
+}
+
+void CpuBackend::scale(float* x, float c, int64_t n) {
+#pragma omp parallel for simd schedule(static) num_threads(threads())
+  for (int64_t i = 0; i < n; ++i) x[i] *= c;
+}
+
+// Each thread sums its contiguous range in double; the partials are added in
+// thread order, so the result is the same for the same thread count.
+double CpuBackend::sum_squares(const float* x, int64_t n) {
+  constexpr int kMaxThreads = 1024;
+  ATTNRES_CHECK(threads() <= kMaxThreads, "threads ", threads());
+  double partial[kMaxThreads] = {};
+#pragma omp parallel num_threads(threads())
+  {
+    const auto [b, e] = thread_range(n);
+    double s = 0.0;
+    for (int64_t i = b; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
+    partial[omp_get_thread_num()] = s;
+  }
+  double total = 0.0;
+  for (int t = 0; t < threads(); ++t) total += partial[t];
+  return total;
+}
+
+void CpuBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) {
+  const float b1 = u.beta1, b2 = u.beta2;
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n > 65536)
+  for (int64_t i = 0; i < n; ++i) {
+    m[i] = b1 * m[i] + (1.0f - b1) * g[i];
+    v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
+    const float denom = std::sqrt(v[i]) * u.inv_sqrt_bc2 + u.eps;
+    p[i] = p[i] * u.decay - u.step_size * m[i] / denom;
+  }
+}
+
+}  // namespace attnres

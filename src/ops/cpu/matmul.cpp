@@ -1,0 +1,135 @@
+// matmul.cpp — linear layers.  Weights are [out, in] (PyTorch).
+//
+// Many rows (training, prefill): CBLAS SGEMM; bf16 weights are widened to
+// float tile by tile (64 output rows at a time, each thread its own tile) and
+// fed to single-threaded SGEMMs.  Few rows (decoding one token per sequence):
+// the product is bound by reading the weights, so each weight row is streamed
+// once and dotted with every input row while it sits in L1 (`skinny`): no
+// packing copy of the weights, which SGEMM would make.
+#include <cblas.h>
+#include <omp.h>
+
+#include <cstring>
+
+#include "core/error.h"
+#include "ops/cpu/cpu_backend.h"
+
+namespace attnres {
+
+namespace {
+
+constexpr int64_t kSkinnyRows = 16;  // at most this many input rows: the streaming kernel
+constexpr int64_t kTileOut = 64;     // bf16 weights: output rows widened per tile
+
+inline float widen(float x) { return x; }
+inline float widen(bf16 x) { return bf16_to_float(x); }
+
+// Σ_i w[i]·x[i] with 64 independent float partial sums (four AVX-512, eight
+// AVX2 registers): the loop runs at load bandwidth rather than at the latency
+// of one chain of fused multiply-adds.
+template <class WT>
+inline float dot_stream(const WT* w, const float* x, int64_t n) {
+  float acc[64] = {};
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+#pragma omp simd
+    for (int j = 0; j < 64; ++j) acc[j] += widen(w[i + j]) * x[i + j];
+  }
+  float s = 0.0f;
+  for (; i < n; ++i) s += widen(w[i]) * x[i];
+  for (int j = 0; j < 64; ++j) s += acc[j];
+  return s;
+}
+
+// out[n, o] = Σ_i inp[n, i] W[o, i] for the output rows [o0, o1), N ≤ kSkinnyRows:
+// each weight row is read from memory once.  Compiled for AVX-512, AVX2 and
+// the portable baseline; the loader picks one for this CPU.
+template <class WT>
+inline void skinny_rows(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int64_t o0,
+                        int64_t o1) {
+  for (int64_t o = o0; o < o1; ++o) {
+    const WT* w = W + o * I;
+    for (int64_t n = 0; n < N; ++n) out[n * O + o] = dot_stream(w, inp + n * I, I);
+  }
+}
+#define ATTNRES_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ATTNRES_CLONES void skinny_rows_f32(float* out, const float* inp, const float* W, int64_t N, int64_t I, int64_t O,
+                                    int64_t o0, int64_t o1) {
+  skinny_rows(out, inp, W, N, I, O, o0, o1);
+}
+ATTNRES_CLONES void skinny_rows_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
+                                     int64_t o0, int64_t o1) {
+  skinny_rows(out, inp, W, N, I, O, o0, o1);
+}
+ATTNRES_CLONES void widen_rows(float* dst, const bf16* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+}
+#undef ATTNRES_CLONES
+
+// Threads split the output rows in blocks of 16 (a cache line of outputs per row).
+template <class WT>
+void skinny(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int threads) {
+  const int64_t blocks = (O + 15) / 16;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t o0 = 16 * b, o1 = o0 + 16 < O ? o0 + 16 : O;
+    if constexpr (sizeof(WT) == 2) skinny_rows_bf16(out, inp, W, N, I, O, o0, o1);
+    else skinny_rows_f32(out, inp, W, N, I, O, o0, o1);
+  }
+}
+
+}  // namespace
+
+void CpuBackend::blas_threads() const {
+  if (!omp_in_parallel() && omp_get_max_threads() != threads()) omp_set_num_threads(threads());
+}
+
+int64_t CpuBackend::matmul_workspace(int64_t I) const { return threads() * kTileOut * I; }
+
+void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) {
+  if (W.b16) {
+    matmul_bf16(out, inp, W.b16, N, I, O, ctx_.workspace(matmul_workspace(I)));
+    return;
+  }
+  if (N <= kSkinnyRows) {
+    skinny(out, inp, W.f32, N, I, O, threads());
+    return;
+  }
+  // out[N,O] = inp[N,I] · W[O,I]ᵀ
+  blas_threads();
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, I, 1.0f, inp, I, W.f32, I, 0.0f, out, O);
+}
+
+void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
+                             float* scratch) {
+  if (N <= kSkinnyRows) {
+    skinny(out, inp, W, N, I, O, threads());
+    return;
+  }
+  const int64_t tiles = (O + kTileOut - 1) / kTileOut;
+#pragma omp parallel num_threads(threads())
+  {
+    float* tile = scratch + omp_get_thread_num() * kTileOut * I;  // (kTileOut, I)
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tiles; ++t) {
+      const int64_t o0 = t * kTileOut, rows = o0 + kTileOut <= O ? kTileOut : O - o0;
+      widen_rows(tile, W + o0 * I, rows * I);
+      // out[:, o0:o0+rows] = inp · tileᵀ   (single-threaded inside the region)
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, I, 1.0f, inp, I, tile, I, 0.0f, out + o0, O);
+    }
+  }
+}
+
+void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+                                 int64_t N, int64_t I, int64_t O, bool accumulate_dinp) {
+  blas_threads();
+  // dinp[N,I] = dout[N,O] · W[O,I]
+  if (dinp)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, I, O, 1.0f, dout, O, W, I,
+                accumulate_dinp ? 1.0f : 0.0f, dinp, I);
+  // dW[O,I] += dout[N,O]ᵀ · inp[N,I]
+  if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
+}
+
+}  // namespace attnres

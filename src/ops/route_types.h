@@ -1,0 +1,47 @@
+// route_types.h — the types of the depth-routing ops (ops/backend.h), shared
+// with the model's table of modes (model/modes.h).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace attnres {
+
+// A routing source: (N, d) rows, or one (d) row broadcast to every token
+// (the learned null source of the delta modes, allowed as source 0 only).
+struct RouteSource {
+  const float* v = nullptr;     // (N, d) rows, or one (d) row when broadcast
+  const float* rstd = nullptr;  // (N), or (1) when broadcast
+  bool broadcast = false;
+};
+
+// How a router's result R makes the sublayer input (see route_forward).
+enum class Combine { kReplace, kAdd };
+
+// Routing statistics of one router, summed over the tokens of every forward
+// while attached (routing statistics of docs/routing.md).
+struct RouteStats {
+  std::vector<double> weight_sum;  // (S)  Σ_tokens α_i
+  double token_max_sum = 0;        // Σ_tokens max_i α_i
+  double entropy_sum = 0;          // Σ_tokens −Σ_i α_i ln α_i          (nats)
+  double cosine_sum = 0;           // Σ_tokens mean_{i<j} cos(v_i, v_j)  (S ≥ 2; a zero row has cos 0)
+  int64_t tokens = 0;
+};
+
+// route_backward may also rebuild another router's output in the same pass
+// over the token rows: the backward walks the sublayers in reverse, and the
+// input of sublayer k−1 (which the backward needs next) is made by a router
+// whose sources are mostly this one's, already in cache.  Same bits as
+// route_mix (stream = false) or route_mix_stream (stream = true).
+struct RouteRebuild {
+  float* out = nullptr;              // (N, d); must not alias anything route_backward reads
+  const float* logits = nullptr;     // (N, S) that router's stored logits
+  const RouteSource* src = nullptr;  // (S) its sources; S ≤ the backward's S
+  int64_t S = 0;
+  const float* base = nullptr;       // as route_mix (unused when stream)
+  const float* gate = nullptr;
+  Combine combine = Combine::kReplace;
+  bool stream = false;               // kAdd, base = Σ of the non-broadcast sources (route_mix_stream)
+};
+
+}  // namespace attnres
