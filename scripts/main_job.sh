@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job: set everything up, prepare the built-in default corpus (real
 # English text from Debian packages, tokenized with a BPE trained on it), train
-# the default tiny model for the time budget, and print validation perplexity.
+# the default tiny model for the time budget, print validation perplexity, and
+# let the trained model continue a prompt.
 #
 # Usage: scripts/main_job.sh [--minutes M] [--mode MODE]
 #   --minutes M   wall-clock budget for the whole job (default 15); scales the run
@@ -40,4 +41,8 @@ build/attnres train --config tiny --mode "$MODE" \
   --data data/default/train.bin --val-data data/default/val.bin --val-tokens 500000 \
   --out "$RUN" --steps "$STEPS" --batch $B --seq-len $T --lr 3e-3 --lr-min 3e-4 --warmup $((STEPS / 20 + 1)) \
   --val-every $((STEPS / 3 + 1)) --time-budget "$TRAIN_S"
+# The checkpoint carries the corpus tokenizer: a sample of what the model writes.
+echo "main_job: a sample (attnres generate, temperature 0.8, top-p 0.95):"
+build/attnres generate --model "$RUN" --prompt "The Python interpreter" --max-new-tokens 48 \
+  --temperature 0.8 --top-p 0.95 --seed 1
 echo "main_job: done in $(( $(date +%s) - START )) s; checkpoint and log.jsonl in $RUN"

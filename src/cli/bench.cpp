@@ -121,6 +121,13 @@ nlohmann::json run_worker(std::vector<std::string> args, const std::string& what
   return nlohmann::json::parse(text);
 }
 
+// A machine rate (SGEMM GFLOP/s, copy GB/s) measured in a process of its own:
+// a worker spawned later would inherit this process's peak RSS (Linux keeps
+// the high-water mark across fork and exec), so the parent allocates nothing big.
+double measured(const Flags& f, const std::string& what) {
+  return run_worker({"--measure", what, "--threads", f.str("threads")}, what)["value"].get<double>();
+}
+
 // The training benchmark of one mode, in its own process.
 nlohmann::json bench_in_child(const std::string& mode, const Flags& f, double peak_gflops) {
   std::vector<std::string> args = {"--mode", mode, "--peak-gflops", cat(peak_gflops)};
@@ -255,7 +262,7 @@ int bench_generate(const Flags& f, Context& ctx) {
     return 0;
   }
   const bool json = f.on("json");
-  const double copy = measure_copy_gb_per_s(ctx);
+  const double copy = measured(f, "copy");
   if (!json)
     std::printf("bench --generate: %d threads, STREAM-like copy bandwidth %.1f GB/s; prefill of %lld tokens, "
                 "decode of %lld tokens after %lld-token prompts\n",
@@ -316,9 +323,19 @@ int cmd_bench(int argc, char** argv) {
               {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"},
               {"no-train-forward", "false", "--generate: skip the training-forward comparison"},
               {"worker", "false", "internal: run one mode in this process and print its JSON"},
+              {"measure", "", "internal: print the machine's 'sgemm' GFLOP/s or 'copy' GB/s"},
           });
   if (!f.parse(argc, argv)) return 0;
   Context ctx(static_cast<int>(f.i64("threads")));
+  if (!f.str("measure").empty()) {
+    const std::string what = f.str("measure");
+    if (what != "sgemm" && what != "copy") fail("--measure expects sgemm or copy");
+    std::printf("%s\n", nlohmann::json({{"value", what == "sgemm" ? measure_sgemm_gflops(ctx.threads())
+                                                                   : measure_copy_gb_per_s(ctx)}})
+                            .dump()
+                            .c_str());
+    return 0;
+  }
   if (f.on("generate")) return bench_generate(f, ctx);
   const int threads = ctx.threads();
   Config base = load_config(f.str("config"));
@@ -335,7 +352,7 @@ int cmd_bench(int argc, char** argv) {
   if (m == "all") modes = {Mode::kBaseline, Mode::kBlock, Mode::kFull, Mode::kDelta, Mode::kDeltaBlock};
   else modes = {m.empty() ? base.mode : parse_mode(m)};
   double peak = f.f64("peak-gflops");
-  if (peak <= 0) peak = measure_sgemm_gflops(threads);
+  if (peak <= 0) peak = measured(f, "sgemm");
   const bool json = f.on("json");
   if (!json)
     std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s\n", f.str("config").c_str(),

@@ -2,10 +2,11 @@
 //
 // A Buffer owns one allocation; everything else (parameters, gradients,
 // activations) is a non-owning pointer or std::span into one.  Host buffers
-// are anonymous mmap()s: page-aligned, zero-filled by the kernel, and resident
-// only once a page is touched — so an arena may be laid out for every tensor
-// while only the ones used cost memory (the bf16 weights of an inference model
-// leave the float32 slots of their matrices untouched).  A backend with memory
+// are anonymous mmap()s: page-aligned and zero-filled by the kernel, made
+// resident at once (MAP_POPULATE: no page faults inside a step), or lazily —
+// resident only once a page is touched, so that an arena may be laid out for
+// every tensor while only the ones used cost memory (the bf16 weights of an
+// inference model leave the float32 slots of their matrices untouched).  A backend with memory
 // of its own adopts its allocation with its own release function.
 // Allocation happens when a model is built, never in a step loop.
 #pragma once
@@ -39,10 +40,11 @@ class Buffer {
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
 
-  // Zero-filled host memory of `bytes` bytes.
-  static Buffer host_bytes(size_t bytes) {
+  // Zero-filled host memory of `bytes` bytes, resident now or (lazy) when touched.
+  static Buffer host_bytes(size_t bytes, bool lazy = false) {
     if (bytes == 0) return {};
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (lazy ? 0 : MAP_POPULATE);
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     return {p, bytes, [](void* q, size_t n) { ::munmap(q, n); }};
   }

@@ -52,8 +52,11 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   cache_seqs_ = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
 
   const int64_t total = layout_.total();
-  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float));
-  if (o.weights == WeightType::kBF16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16));
+  // With bf16 weights both arenas are laid out for every tensor and each holds
+  // half of them (float32: the vectors; bf16: the matrices): lazily backed.
+  const bool b16 = o.weights == WeightType::kBF16;
+  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16);
+  if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
   if (train) {
     grads_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float));

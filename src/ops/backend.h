@@ -74,7 +74,9 @@ class Backend {
   // ---- memory -------------------------------------------------------------------
   // Zero-filled memory of this backend.  It is addressable from the host once
   // synchronize() returned (CPU: plain memory), which checkpoint I/O relies on.
-  virtual Buffer alloc(size_t bytes) = 0;
+  // lazy: pages need not be backed until first written (an arena laid out for
+  // more tensors than it will hold).
+  virtual Buffer alloc(size_t bytes, bool lazy = false) = 0;
   virtual void synchronize() = 0;
   virtual void copy(float* dst, const float* src, int64_t n) = 0;
   // rows × cols floats between strided row layouts (ld: floats per row).

@@ -14,12 +14,17 @@
 
 namespace attnres {
 
+// Elements of work below which an elementwise or row kernel runs on the
+// calling thread alone: waking the team costs microseconds, more than such a
+// kernel (decoding one token of a small model runs hundreds of them).
+inline constexpr int64_t kParallelMin = int64_t{1} << 15;
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(Context& ctx) : Backend(ctx) {}
   const char* name() const override { return "cpu"; }
 
-  Buffer alloc(size_t bytes) override { return Buffer::host_bytes(bytes); }
+  Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
   void copy(float* dst, const float* src, int64_t n) override;
   void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,

@@ -35,7 +35,7 @@ void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::swiglu_forward(float* h, const float* g, const float* u, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-g[i]));
     h[i] = g[i] * s * u[i];
@@ -44,7 +44,7 @@ void CpuBackend::swiglu_forward(float* h, const float* g, const float* u, int64_
 
 // h = g·σ(g)·u.  ∂h/∂u = g·σ(g) = silu(g);  ∂h/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
 void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-g[i]));
     const float dhi = dh[i];
@@ -54,7 +54,7 @@ void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const fl
 }
 
 void CpuBackend::embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) * C;
     if (table.f32) {
@@ -75,22 +75,22 @@ void CpuBackend::embedding_backward(float* dtable, const float* dout, const int3
 }
 
 void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
 void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
 void CpuBackend::sub(float* out, const float* a, const float* b, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
 }
 
 void CpuBackend::scale(float* x, float c, int64_t n) {
-#pragma omp parallel for simd schedule(static) num_threads(threads())
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) x[i] *= c;
 }
 

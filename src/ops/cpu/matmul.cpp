@@ -21,23 +21,54 @@ namespace {
 constexpr int64_t kSkinnyRows = 16;  // at most this many input rows: the streaming kernel
 constexpr int64_t kTileOut = 64;     // bf16 weights: output rows widened per tile
 
-inline float widen(float x) { return x; }
-inline float widen(bf16 x) { return bf16_to_float(x); }
 
-// Σ_i w[i]·x[i] with 64 independent float partial sums (four AVX-512, eight
-// AVX2 registers): the loop runs at load bandwidth rather than at the latency
-// of one chain of fused multiply-adds.
+// 16 floats as one value (GCC vector extensions): one zmm register in the
+// AVX-512 clone below, two ymm in the AVX2 one, four xmm in the portable one.
+// These helpers are inlined into the clones and never cross a call: the
+// warning that passing them would change with the ISA does not apply.
+#pragma GCC diagnostic ignored "-Wpsabi"
+typedef float v16f __attribute__((vector_size(64), aligned(4)));
+typedef float v8f __attribute__((vector_size(32)));
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint16_t v16h __attribute__((vector_size(32), aligned(2)));
+typedef uint32_t v16u __attribute__((vector_size(64)));
+
+#define ATTNRES_INLINE inline __attribute__((always_inline))  // into each ISA clone
+ATTNRES_INLINE v16f load16(const float* p) {
+  v16f v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+ATTNRES_INLINE v16f load16(const bf16* p) {  // bf16 → float: the 16 bits become the upper half
+  v16h h;
+  std::memcpy(&h, p, sizeof h);
+  return reinterpret_cast<v16f>(__builtin_convertvector(h, v16u) << 16);
+}
+ATTNRES_INLINE float widen1(float x) { return x; }
+ATTNRES_INLINE float widen1(bf16 x) { return bf16_to_float(x); }
+ATTNRES_INLINE float hsum(v16f a) {
+  const v8f b = __builtin_shufflevector(a, a, 0, 1, 2, 3, 4, 5, 6, 7) +
+                __builtin_shufflevector(a, a, 8, 9, 10, 11, 12, 13, 14, 15);
+  const v4f c = __builtin_shufflevector(b, b, 0, 1, 2, 3) + __builtin_shufflevector(b, b, 4, 5, 6, 7);
+  return (c[0] + c[2]) + (c[1] + c[3]);
+}
+
+// Σ_i w[i]·x[i] with four independent 16-lane partial sums: the loop runs at
+// load bandwidth rather than at the latency of one chain of fused
+// multiply-adds; the lanes are then added as a tree.
 template <class WT>
-inline float dot_stream(const WT* w, const float* x, int64_t n) {
-  float acc[64] = {};
+ATTNRES_INLINE float dot_stream(const WT* w, const float* x, int64_t n) {
+  v16f a0 = {}, a1 = {}, a2 = {}, a3 = {};
   int64_t i = 0;
   for (; i + 64 <= n; i += 64) {
-#pragma omp simd
-    for (int j = 0; j < 64; ++j) acc[j] += widen(w[i + j]) * x[i + j];
+    a0 += load16(w + i) * load16(x + i);
+    a1 += load16(w + i + 16) * load16(x + i + 16);
+    a2 += load16(w + i + 32) * load16(x + i + 32);
+    a3 += load16(w + i + 48) * load16(x + i + 48);
   }
-  float s = 0.0f;
-  for (; i < n; ++i) s += widen(w[i]) * x[i];
-  for (int j = 0; j < 64; ++j) s += acc[j];
+  for (; i + 16 <= n; i += 16) a0 += load16(w + i) * load16(x + i);
+  float s = hsum((a0 + a1) + (a2 + a3));
+  for (; i < n; ++i) s += widen1(w[i]) * x[i];
   return s;
 }
 
@@ -45,7 +76,7 @@ inline float dot_stream(const WT* w, const float* x, int64_t n) {
 // each weight row is read from memory once.  Compiled for AVX-512, AVX2 and
 // the portable baseline; the loader picks one for this CPU.
 template <class WT>
-inline void skinny_rows(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int64_t o0,
+ATTNRES_INLINE void skinny_rows(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int64_t o0,
                         int64_t o1) {
   for (int64_t o = o0; o < o1; ++o) {
     const WT* w = W + o * I;
@@ -66,12 +97,13 @@ ATTNRES_CLONES void widen_rows(float* dst, const bf16* src, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
 }
 #undef ATTNRES_CLONES
+#undef ATTNRES_INLINE
 
 // Threads split the output rows in blocks of 16 (a cache line of outputs per row).
 template <class WT>
 void skinny(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int threads) {
   const int64_t blocks = (O + 15) / 16;
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads) if (O * I >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t o0 = 16 * b, o1 = o0 + 16 < O ? o0 + 16 : O;
     if constexpr (sizeof(WT) == 2) skinny_rows_bf16(out, inp, W, N, I, O, o0, o1);

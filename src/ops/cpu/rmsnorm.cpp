@@ -8,7 +8,7 @@ namespace attnres {
 
 void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                                  int64_t C, float eps) {
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float* y = out + i * C;

@@ -24,7 +24,7 @@ namespace {
 void rotate(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads, int64_t hd,
             const int64_t* pos, float sign, int threads) {
   const int64_t half = hd / 2;
-#pragma omp parallel for schedule(static) num_threads(threads)
+#pragma omp parallel for schedule(static) num_threads(threads) if (B * T * heads * hd >= kParallelMin)
   for (int64_t bt = 0; bt < B * T; ++bt) {
     const int64_t p = bt % T + (pos ? pos[bt / T] : 0);
     const float* c = cos_t + p * half;

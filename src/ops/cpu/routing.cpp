@@ -122,7 +122,7 @@ inline double dot_row(const float* a, const float* b, int64_t d) {
 }  // namespace
 
 void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = v + n * d;
     double ss = 0.0;
@@ -153,7 +153,7 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
   const float* q = sc.qf();
   const int64_t nc = num_chunks(N);
 
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
@@ -225,7 +225,7 @@ void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* s
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   const int64_t nc = num_chunks(N);
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
@@ -246,7 +246,7 @@ void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSo
   const Mix m = mix_coefficients(Combine::kAdd, gate);
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   const int64_t nc = num_chunks(N);
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     float* x = sc.tq(ch);
@@ -311,7 +311,7 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
   const bool null0 = src[0].broadcast;
   const double inv_d = 1.0 / static_cast<double>(d);
 
-#pragma omp parallel for schedule(static) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
     double* dq = sc.dq(ch);
     double* dnull = sc.dnull(ch);
