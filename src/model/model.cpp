@@ -103,11 +103,16 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   take(logits_, B * c.V);
   k_cache_.assign(static_cast<size_t>(c.L), nullptr);
   v_cache_.assign(static_cast<size_t>(c.L), nullptr);
-  if (o.cache_len > 0)
+  if (o.cache_len > 0) {
+    // The KV cache is memory of its own, backed lazily: a sequence costs the
+    // positions it has used, not the cache_len it may grow to.
+    const int64_t per = cache_seqs_ * o.cache_len * kvd;  // floats of one layer's keys (or values)
+    kv_cache_ = ops_.alloc(static_cast<size_t>(2 * c.L * per) * sizeof(float), /*lazy=*/true);
     for (int64_t l = 0; l < c.L; ++l) {
-      take(k_cache_[l], cache_seqs_ * o.cache_len * kvd);
-      take(v_cache_[l], cache_seqs_ * o.cache_len * kvd);
+      k_cache_[l] = kv_cache_.data() + (2 * l) * per;
+      v_cache_[l] = kv_cache_.data() + (2 * l + 1) * per;
     }
+  }
   take(ln_, N * d);
   take(qr_, N * qd);
   take(kr_, N * kvd);
@@ -355,14 +360,21 @@ void Model::init(Rng& rng) {
     init_params(layout_, cfg_, params_.data(), rng);
     return;
   }
-  // The same draws as float32, one tensor at a time; matrices rounded to bf16.
+  // The same draws as float32; the matrices are rounded to bf16 a piece at a time.
   std::vector<float> tmp;
   for (const auto& s : layout_.specs()) {
-    const bool matrix = s.matrix();
-    tmp.resize(static_cast<size_t>(s.numel));
-    init_tensor(s, cfg_, matrix ? tmp.data() : params_.data() + s.offset, rng);
-    if (matrix)
-      for (int64_t i = 0; i < s.numel; ++i) params16_.as<bf16>()[s.offset + i] = float_to_bf16(tmp[i]);
+    if (!s.matrix()) {
+      init_tensor(s, cfg_, params_.data() + s.offset, rng);
+      continue;
+    }
+    constexpr int64_t kPiece = 1 << 16;
+    for (int64_t i0 = 0; i0 < s.numel; i0 += kPiece) {
+      TensorSpec piece = s;
+      piece.numel = std::min(kPiece, s.numel - i0);
+      tmp.resize(static_cast<size_t>(piece.numel));
+      init_tensor(piece, cfg_, tmp.data(), rng);
+      for (int64_t i = 0; i < piece.numel; ++i) params16_.as<bf16>()[s.offset + i0 + i] = float_to_bf16(tmp[i]);
+    }
   }
 }
 

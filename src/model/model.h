@@ -213,7 +213,8 @@ class Model {
   float* rope_cos_ = nullptr; // (P, hd/2)  P = max(T, cache_len) positions
   float* rope_sin_ = nullptr; // (P, hd/2)
   float* logits_ = nullptr;   // (B, V)  logits of one row per sequence
-  std::vector<float*> k_cache_, v_cache_;  // (L) of (cache_seqs, cache_len, KV·hd)
+  Buffer kv_cache_;                        // the KV cache, lazily backed
+  std::vector<float*> k_cache_, v_cache_;  // (L) of (cache_seqs, cache_len, KV·hd), in kv_cache_
   // Scratch, reused by every layer.
   float* ln_ = nullptr;       // (N, d)
   float* qr_ = nullptr;       // (N, H·hd)   normed + rotated q

@@ -97,22 +97,26 @@ TEST_P(Matmul, Float32WeightsSkinnyAndTiled) {
 // for the streaming kernel (N ≤ 16) and the widened tiles (64 output rows;
 // O = 131 leaves a partial one).
 TEST_P(Matmul, Bf16WeightsMatchTheRoundedReference) {
-  const int64_t I = 37, O = 131;
-  auto w = randn(O * I, 42);
-  std::vector<bf16> w16(w.size());
-  std::vector<float> rounded(w.size());
-  for (size_t i = 0; i < w.size(); ++i) {
-    w16[i] = float_to_bf16(w[i]);
-    rounded[i] = bf16_to_float(w16[i]);
-  }
-  auto w16_d = dev(ops, w16);
-  ctx.reserve(ops.matmul_workspace(I));
-  for (int64_t N : {1, 3, 16, 17, 70}) {
-    auto x = randn(N * I, 43 + N);
-    auto x_d = dev(ops, x);
-    DeviceVec<float> out_d(ops, N * O);
-    ops.matmul_forward(out_d.data(), x_d.data(), w16_d.data(), N, I, O);
-    EXPECT_TRUE(matmul_matches(out_d.host(), x, rounded, N, I, O, 1e-5));
+  // I odd (widening loads), I even (weights read in pairs against the split
+  // input) with a tail of pairs, and a multiple of the vector width.
+  for (int64_t I : {37, 70, 128}) {
+    const int64_t O = 131;
+    auto w = randn(O * I, 42);
+    std::vector<bf16> w16(w.size());
+    std::vector<float> rounded(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w16[i] = float_to_bf16(w[i]);
+      rounded[i] = bf16_to_float(w16[i]);
+    }
+    auto w16_d = dev(ops, w16);
+    ctx.reserve(ops.matmul_workspace(I));
+    for (int64_t N : {1, 3, 16, 17, 70}) {
+      auto x = randn(N * I, 43 + N);
+      auto x_d = dev(ops, x);
+      DeviceVec<float> out_d(ops, N * O);
+      ops.matmul_forward(out_d.data(), x_d.data(), w16_d.data(), N, I, O);
+      EXPECT_TRUE(matmul_matches(out_d.host(), x, rounded, N, I, O, 1e-5)) << "I=" << I << " N=" << N;
+    }
   }
 }
 

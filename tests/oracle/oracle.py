@@ -1,7 +1,7 @@
 """Independent PyTorch oracle for attnres: Qwen3 with depth routing.
 
 What it is: a plain, float64, autograd-based implementation of the model in
-/work/shared/DESIGN.md (sections 1 and 2), written from that document and from
+docs/DESIGN.md (sections 1 and 2), written from that document and from
 the facts recorded in tests/oracle/README.md. It exists to produce golden
 files (see make_golden.py) that the C++ engine is tested against.
 

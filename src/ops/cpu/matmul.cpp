@@ -72,25 +72,83 @@ ATTNRES_INLINE float dot_stream(const WT* w, const float* x, int64_t n) {
   return s;
 }
 
+// The same for two weight rows at once: twice the loads in flight, and the
+// two trees of the final sums overlap.
+template <class WT>
+ATTNRES_INLINE void dot_stream2(const WT* w0, const WT* w1, const float* x, int64_t n, float* s0, float* s1) {
+  v16f a0 = {}, a1 = {}, b0 = {}, b1 = {};
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const v16f x0 = load16(x + i), x1 = load16(x + i + 16);
+    a0 += load16(w0 + i) * x0;
+    a1 += load16(w0 + i + 16) * x1;
+    b0 += load16(w1 + i) * x0;
+    b1 += load16(w1 + i + 16) * x1;
+  }
+  for (; i + 16 <= n; i += 16) {
+    const v16f x0 = load16(x + i);
+    a0 += load16(w0 + i) * x0;
+    b0 += load16(w1 + i) * x0;
+  }
+  float r0 = hsum(a0 + a1), r1 = hsum(b0 + b1);
+  for (; i < n; ++i) r0 += widen1(w0[i]) * x[i], r1 += widen1(w1[i]) * x[i];
+  *s0 = r0;
+  *s1 = r1;
+}
+
+// bf16 weights two at a time: 32 bits hold w[2k] (low half) and w[2k+1]
+// (high half), so one load gives both as floats with a shift and a mask — no
+// widening shuffles, which would bound the loop below memory speed — against
+// the input split into its even (xe) and odd (xo) elements.  pairs = I/2.
+ATTNRES_INLINE v16u load16u(const bf16* p) {
+  v16u v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+ATTNRES_INLINE float dot_bf16_pairs(const bf16* w, const float* xe, const float* xo, int64_t pairs) {
+  v16f a0 = {}, a1 = {}, b0 = {}, b1 = {};
+  int64_t k = 0;
+  for (; k + 32 <= pairs; k += 32) {
+    const v16u u0 = load16u(w + 2 * k), u1 = load16u(w + 2 * k + 32);
+    a0 += reinterpret_cast<v16f>(u0 << 16) * load16(xe + k);
+    b0 += reinterpret_cast<v16f>(u0 & 0xFFFF0000u) * load16(xo + k);
+    a1 += reinterpret_cast<v16f>(u1 << 16) * load16(xe + k + 16);
+    b1 += reinterpret_cast<v16f>(u1 & 0xFFFF0000u) * load16(xo + k + 16);
+  }
+  float s = hsum((a0 + a1) + (b0 + b1));
+  for (; k < pairs; ++k) s += bf16_to_float(w[2 * k]) * xe[k] + bf16_to_float(w[2 * k + 1]) * xo[k];
+  return s;
+}
+
 // out[n, o] = Σ_i inp[n, i] W[o, i] for the output rows [o0, o1), N ≤ kSkinnyRows:
 // each weight row is read from memory once.  Compiled for AVX-512, AVX2 and
 // the portable baseline; the loader picks one for this CPU.
 template <class WT>
 ATTNRES_INLINE void skinny_rows(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int64_t o0,
-                        int64_t o1) {
-  for (int64_t o = o0; o < o1; ++o) {
-    const WT* w = W + o * I;
-    for (int64_t n = 0; n < N; ++n) out[n * O + o] = dot_stream(w, inp + n * I, I);
-  }
+                                int64_t o1) {
+  int64_t o = o0;
+  for (; o + 2 <= o1; o += 2)
+    for (int64_t n = 0; n < N; ++n) dot_stream2(W + o * I, W + (o + 1) * I, inp + n * I, I, &out[n * O + o], &out[n * O + o + 1]);
+  for (; o < o1; ++o)
+    for (int64_t n = 0; n < N; ++n) out[n * O + o] = dot_stream(W + o * I, inp + n * I, I);
 }
 #define ATTNRES_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 ATTNRES_CLONES void skinny_rows_f32(float* out, const float* inp, const float* W, int64_t N, int64_t I, int64_t O,
                                     int64_t o0, int64_t o1) {
   skinny_rows(out, inp, W, N, I, O, o0, o1);
 }
-ATTNRES_CLONES void skinny_rows_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
-                                     int64_t o0, int64_t o1) {
+// For an odd I (no pairs): the widening loads.
+ATTNRES_CLONES void skinny_rows_bf16_odd(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
+                                         int64_t o0, int64_t o1) {
   skinny_rows(out, inp, W, N, I, O, o0, o1);
+}
+// split: (N, I) the input rows as [even elements | odd elements] (I even).
+ATTNRES_CLONES void skinny_rows_bf16(float* out, const float* split, const bf16* W, int64_t N, int64_t I, int64_t O,
+                                     int64_t o0, int64_t o1) {
+  const int64_t pairs = I / 2;
+  for (int64_t o = o0; o < o1; ++o)
+    for (int64_t n = 0; n < N; ++n)
+      out[n * O + o] = dot_bf16_pairs(W + o * I, split + n * I, split + n * I + pairs, pairs);
 }
 ATTNRES_CLONES void widen_rows(float* dst, const bf16* src, int64_t n) {
 #pragma omp simd
@@ -102,12 +160,17 @@ ATTNRES_CLONES void widen_rows(float* dst, const bf16* src, int64_t n) {
 // Threads split the output rows in blocks of 16 (a cache line of outputs per row).
 template <class WT>
 void skinny(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int64_t O, int threads) {
+  // bf16 with an even I: `inp` is the input split into even and odd elements.
   const int64_t blocks = (O + 15) / 16;
 #pragma omp parallel for schedule(static) num_threads(threads) if (O * I >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
     const int64_t o0 = 16 * b, o1 = o0 + 16 < O ? o0 + 16 : O;
-    if constexpr (sizeof(WT) == 2) skinny_rows_bf16(out, inp, W, N, I, O, o0, o1);
-    else skinny_rows_f32(out, inp, W, N, I, O, o0, o1);
+    if constexpr (sizeof(WT) == 2) {
+      if (I % 2 == 0) skinny_rows_bf16(out, inp, W, N, I, O, o0, o1);
+      else skinny_rows_bf16_odd(out, inp, W, N, I, O, o0, o1);
+    } else {
+      skinny_rows_f32(out, inp, W, N, I, O, o0, o1);
+    }
   }
 }
 
@@ -136,6 +199,11 @@ void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t 
 void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
                              float* scratch) {
   if (N <= kSkinnyRows) {
+    if (I % 2 == 0) {  // each row as [even elements | odd elements], in the scratch (64·I ≥ N·I floats)
+      for (int64_t n = 0; n < N; ++n)
+        for (int64_t i = 0; i < I; ++i) scratch[n * I + (i % 2) * (I / 2) + i / 2] = inp[n * I + i];
+      inp = scratch;
+    }
     skinny(out, inp, W, N, I, O, threads());
     return;
   }

@@ -46,7 +46,7 @@ struct Scratch {
 inline const float* row(const RouteSource& s, int64_t n, int64_t d) { return s.broadcast ? s.v : s.v + n * d; }
 inline float rstd_at(const RouteSource& s, int64_t n) { return s.broadcast ? s.rstd[0] : s.rstd[n]; }
 
-// (a, c) of out = a·base + c·R; see the table in routing.h.
+// (a, c) of out = a·base + c·R; see the table in ops/backend.h.
 struct Mix {
   float a, c;
 };
