@@ -257,6 +257,7 @@ int cmd_generate(int argc, char** argv) {
     if (!tok)  // ids in, no tokenizer: the ids out
       for (size_t i = 0; i < results[0].ids.size(); ++i) std::printf("%s%d", i ? "," : "", results[0].ids[i]);
     std::printf("\n");
+    std::fflush(stdout);  // the text ends before the speed line on stderr
     std::fprintf(stderr, "generate: %lld prompt tokens at %.1f tok/s, %zu new tokens (%s), decode %.1f tok/s\n",
                  static_cast<long long>(t.prefill_tokens),
                  t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0, results[0].ids.size(),
