@@ -190,9 +190,10 @@ int cmd_generate(int argc, char** argv) {
   // The model: an inference model with a KV cache sized for these prompts.
   const int64_t batch = batch_file ? std::min<int64_t>(f.i64("batch"), static_cast<int64_t>(prompts.size())) : 1;
   if (batch < 1) fail("--batch must be positive");
+  // Bad prompts are reported before the weights are read.
   int64_t longest = 0;
   for (const Prompt& p : prompts) {
-    if (p.ids.empty()) fail("the prompt is empty (give text, or ids with --prompt-ids)");
+    check_prompt(c, c.max_position_embeddings, p.ids, g.max_new_tokens);
     longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
   }
   const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
@@ -205,16 +206,6 @@ int cmd_generate(int argc, char** argv) {
   mo.cache_len = std::max<int64_t>(cache_len, 1);
   mo.cache_seqs = batch;
   mo.weights = parse_weight_type(f.str("dtype"));
-  for (const Prompt& p : prompts) {
-    // Bad prompts are reported before the weights are read.
-    for (size_t t = 0; t < p.ids.size(); ++t)
-      if (p.ids[t] < 0 || p.ids[t] >= c.V)
-        fail("prompt token id ", p.ids[t], " at position ", t, " is outside [0, vocab_size=", c.V, ")");
-    const int64_t need = static_cast<int64_t>(p.ids.size()) + g.max_new_tokens;
-    if (need > c.max_position_embeddings)
-      fail("the prompt (", p.ids.size(), " tokens) plus --max-new-tokens ", g.max_new_tokens, " is ", need,
-           " positions, beyond max_position_embeddings ", c.max_position_embeddings);
-  }
   Model model(ctx, c, mo);
   model.load(dir + "/model.safetensors");
 

@@ -49,8 +49,7 @@ struct Live {
 
 }  // namespace
 
-void check_prompt(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
-  const Config& c = model.config();
+void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
   if (prompt.empty()) fail("the prompt is empty (give text, or ids with --prompt-ids)");
   for (size_t t = 0; t < prompt.size(); ++t)
     if (prompt[t] < 0 || prompt[t] >= c.V)
@@ -60,9 +59,9 @@ void check_prompt(const Model& model, const std::vector<int32_t>& prompt, int64_
   if (need > c.max_position_embeddings)
     fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens, " is ", need,
          " positions, beyond max_position_embeddings ", c.max_position_embeddings);
-  if (need > model.cache_len())
+  if (need > cache_len)
     fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens,
-         " does not fit the KV cache of ", model.cache_len(), " positions");
+         " does not fit the KV cache of ", cache_len, " positions");
 }
 
 std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
@@ -73,7 +72,7 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
     if (s.empty()) fail("a stop string is empty");
   const int64_t n = static_cast<int64_t>(prompts.size());
   if (n > model.cache_seqs()) fail(n, " prompts, but the KV cache holds ", model.cache_seqs(), " sequences");
-  for (const auto& p : prompts) check_prompt(model, p, opt.max_new_tokens);
+  for (const auto& p : prompts) check_prompt(model.config(), model.cache_len(), p, opt.max_new_tokens);
   const int64_t V = model.config().V;
   GenerateTimes tm;
   std::vector<GenerateResult> out(static_cast<size_t>(n));

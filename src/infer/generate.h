@@ -48,9 +48,10 @@ struct GenerateTimes {
 // Called with text of sequence i as soon as it is final (streaming).
 using OnText = std::function<void(size_t i, std::string_view piece)>;
 
-// Checks a prompt against the model: not empty, ids in [0, V), and room for
-// max_new_tokens within the cache and max_position_embeddings.  Error otherwise.
-void check_prompt(const Model& model, const std::vector<int32_t>& prompt, int64_t max_new_tokens);
+// Checks a prompt against a model's config: not empty, ids in [0, V), and
+// room for max_new_tokens within max_position_embeddings and a KV cache of
+// cache_len positions.  Error otherwise.
+void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens);
 
 std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& opt, GenerateTimes* times = nullptr,
