@@ -269,7 +269,9 @@ int bench_generate(const Flags& f, Context& ctx) {
                 ctx.threads(), copy, static_cast<long long>(f.i64("prompt-len")),
                 static_cast<long long>(f.i64("new-tokens")), static_cast<long long>(f.i64("decode-prompt-len")));
   const std::string Bd = f.str("decode-batch");
-  for (const std::string& config : split_commas(f.str("config"))) {
+  // --generate without --config: the three shapes of the targets.
+  const std::string configs = f.given("config") ? f.str("config") : "tiny,bench-small,qwen3-0.6b";
+  for (const std::string& config : split_commas(configs)) {
     for (const std::string& dtype : split_commas(f.str("dtype"))) {
       std::vector<std::string> args = {"--generate", "--config", config, "--dtype", dtype};
       for (const char* name : {"mode", "threads", "prompt-len", "decode-prompt-len", "new-tokens", "decode-batch"})
@@ -315,7 +317,8 @@ int cmd_bench(int argc, char** argv) {
               {"threads", "0", "threads (0 = all cores)"},
               {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure SGEMM 2048^3 now)"},
               {"json", "false", "one JSON object per line"},
-              {"generate", "false", "benchmark generation instead: --config may list several, --dtype f32,bf16"},
+              {"generate", "false", "benchmark generation instead: --config may list several (default with "
+                                    "--generate: tiny,bench-small,qwen3-0.6b), --dtype f32,bf16"},
               {"dtype", "f32,bf16", "--generate: weight types to run"},
               {"prompt-len", "512", "--generate: prefill prompt length"},
               {"decode-prompt-len", "64", "--generate: prompt length before decoding"},
