@@ -106,6 +106,24 @@ TEST_F(Cli, BenchJson) {
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 1e6);
 }
 
+TEST_F(Cli, BenchGenerateJson) {
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  Result r = run("bench --generate --config " + dir_ + "/bench.json --dtype f32,bf16 --prompt-len 8 "
+                 "--decode-prompt-len 4 --new-tokens 2 --decode-batch 2 --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  int lines = 0;
+  for (size_t at = 0; at < r.out.size(); ++lines) {
+    const size_t end = r.out.find('\n', at);
+    const auto j = nlohmann::json::parse(r.out.substr(at, end - at));
+    for (const char* k : {"prefill_tok_per_s", "decode_tok_per_s_b1", "decode_tok_per_s_b2", "peak_rss_bytes",
+                          "bytes_per_token", "bound_tok_per_s", "train_forward_tok_per_s"})
+      EXPECT_GT(j[k].get<double>(), 0) << k;
+    EXPECT_EQ(j["dtype"], lines == 0 ? "f32" : "bf16");
+    at = end + 1;
+  }
+  EXPECT_EQ(lines, 2);
+}
+
 TEST_F(Cli, RoutingStatisticsJson) {
   // A delta_block model with random pseudo-queries, so the weights are not uniform.
   Config c = cfg_;
