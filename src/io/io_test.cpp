@@ -240,6 +240,21 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   auto mode = j;
   mode["attnres_mode"] = "sideways";
   expect_error([&] { Config::from_json(mode, "cfg.json"); }, {"cfg.json", "unknown attnres_mode \"sideways\""});
+  // What a published Qwen3 config carries with its plain values loads; fields
+  // whose other values change the math are refused by name.
+  auto plain = j;
+  plain.update({{"rope_scaling", nullptr}, {"use_sliding_window", false}, {"sliding_window", nullptr},
+                {"attention_bias", false}, {"hidden_act", "silu"}});
+  EXPECT_NO_THROW(Config::from_json(plain, "cfg.json"));
+  for (const auto& [key, bad] : std::vector<std::pair<std::string, nlohmann::json>>{
+           {"rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}},
+           {"use_sliding_window", true},
+           {"attention_bias", true},
+           {"hidden_act", "gelu"}}) {
+    auto c = plain;
+    c[key] = bad;
+    expect_error([&] { Config::from_json(c, "cfg.json"); }, {"cfg.json", "field \"" + key + "\"", "not implemented"});
+  }
   // Round trip through to_json.
   Config back = Config::from_json(ok.to_json(), "back");
   EXPECT_EQ(back.to_json(), ok.to_json());

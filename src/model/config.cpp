@@ -39,8 +39,28 @@ Mode parse_mode(const std::string& s) {
   fail("unknown attnres_mode \"", s, "\" (expected one of: ", names, ")");
 }
 
+// Fields of HF configs that change the math in ways this engine does not
+// implement: present with anything but their plain value, they are an error
+// naming the field, never silently ignored.
+static void refuse_unsupported(const nlohmann::json& j, const std::string& where) {
+  auto value = [&](const char* key) { return j.contains(key) ? j[key] : nlohmann::json(); };
+  auto refuse = [&](const char* key, const char* what) {
+    const std::string v = value(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    fail(where, ": field \"", key, "\" is ", v.size() > 80 ? v.substr(0, 80) + "..." : v, ": ", what,
+         " is not implemented");
+  };
+  if (!value("rope_scaling").is_null()) refuse("rope_scaling", "RoPE scaling (YaRN, dynamic, linear)");
+  if (value("use_sliding_window").is_boolean() && value("use_sliding_window").get<bool>())
+    refuse("use_sliding_window", "sliding-window attention");
+  if (value("attention_bias").is_boolean() && value("attention_bias").get<bool>())
+    refuse("attention_bias", "biases on q/k/v/o projections");
+  if (!value("hidden_act").is_null() && value("hidden_act") != "silu")
+    refuse("hidden_act", "an MLP activation other than silu");
+}
+
 Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, ": config must be a JSON object");
+  refuse_unsupported(j, where);
   Config c;
   c.d = need_int(j, "hidden_size", where);
   c.L = need_int(j, "num_hidden_layers", where);

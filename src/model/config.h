@@ -1,9 +1,11 @@
 // config.h — the model configuration, read from a Hugging Face style config.json.
 //
 // Field names are those of HF Qwen3 (DESIGN.md §1) plus the attnres_* fields of
-// the reference AttnRes code (§2).  Unknown fields are ignored; a missing
-// required field, a wrong type or an inconsistent value is an Error naming the
-// file and the field.
+// the reference AttnRes code (§2).  Unknown fields are ignored, except those
+// that change the math in ways the engine does not implement (rope_scaling
+// not null, use_sliding_window true, attention_bias true, hidden_act other
+// than silu), which are refused; a missing required field, a wrong type or an
+// inconsistent value is an Error naming the file and the field.
 #pragma once
 
 #include <cstdint>
