@@ -55,11 +55,15 @@ void fsync_dir(const std::string& dir) {
 }
 
 void write_file_atomic(const std::string& path, std::string_view bytes) {
+  write_file_atomic(path, [&](int fd) { write_all(fd, bytes.data(), bytes.size(), path); });
+}
+
+void write_file_atomic(const std::string& path, const std::function<void(int fd)>& fill) {
   std::string tmp = cat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, ": cannot write: ", errno_text());
   try {
-    write_all(fd, bytes.data(), bytes.size(), path);
+    fill(fd);
     if (::fsync(fd) != 0) fail(path, ": fsync failed: ", errno_text());
   } catch (...) {
     ::close(fd);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -13,6 +14,9 @@ std::string read_file(const std::string& path);
 // Writes `bytes` to `path` atomically: `path.tmp.<pid>` is written and fsynced,
 // then renamed over `path`, then the directory is fsynced.
 void write_file_atomic(const std::string& path, std::string_view bytes);
+// The same with the bytes written by `fill` to the temporary file's descriptor
+// (a large file streamed piece by piece, never whole in memory).
+void write_file_atomic(const std::string& path, const std::function<void(int fd)>& fill);
 // Renames the finished temporary file `tmp` over `path` and fsyncs the
 // directory; on failure removes `tmp` and throws an Error naming `path`.
 void rename_into_place(const std::string& tmp, const std::string& path);

@@ -250,34 +250,43 @@ std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const 
   return out;
 }
 
-void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
-  entries_.push_back({name, "F32", std::move(shape),
-                      std::string(reinterpret_cast<const char*>(data.data()), data.size_bytes())});
+void SafeTensorsWriter::add(const std::string& name, const char* dtype, std::vector<int64_t> shape, const void* data,
+                            size_t bytes, bool own) {
+  Entry e{name, dtype, std::move(shape), data, bytes, {}};
+  if (own) e.owned.assign(static_cast<const char*>(data), static_cast<const char*>(data) + bytes);
+  entries_.push_back(std::move(e));
 }
 
+void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
+  add(name, "F32", std::move(shape), data.data(), data.size_bytes(), false);
+}
+void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::vector<float>&& data) {
+  add(name, "F32", std::move(shape), data.data(), data.size() * sizeof(float), true);
+}
 void SafeTensorsWriter::add_i32(const std::string& name, std::vector<int64_t> shape,
                                 std::span<const int32_t> data) {
-  entries_.push_back({name, "I32", std::move(shape),
-                      std::string(reinterpret_cast<const char*>(data.data()), data.size_bytes())});
+  add(name, "I32", std::move(shape), data.data(), data.size_bytes(), false);
+}
+void SafeTensorsWriter::add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data) {
+  add(name, "I32", std::move(shape), data.data(), data.size() * sizeof(int32_t), true);
 }
 
-std::string SafeTensorsWriter::serialize() const {
+void SafeTensorsWriter::write(const std::string& path) const {
   nlohmann::ordered_json header;
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   size_t offset = 0;
   for (const auto& e : entries_) {
-    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes.size()}}};
-    offset += e.bytes.size();
+    header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    offset += e.bytes;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  uint64_t n = h.size();
-  std::string out(reinterpret_cast<const char*>(&n), 8);
-  out += h;
-  for (const auto& e : entries_) out += e.bytes;
-  return out;
+  const uint64_t n = h.size();
+  write_file_atomic(path, [&](int fd) {
+    write_all(fd, &n, 8, path);
+    write_all(fd, h.data(), h.size(), path);
+    for (const auto& e : entries_) write_all(fd, e.owned.empty() ? e.data : e.owned.data(), e.bytes, path);
+  });
 }
-
-void SafeTensorsWriter::write(const std::string& path) const { write_file_atomic(path, serialize()); }
 
 }  // namespace attnres

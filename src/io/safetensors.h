@@ -8,8 +8,8 @@
 // overlaps) and converts F32/F16/BF16/F64 to float (or to bf16) on read.  It
 // keeps only the header in memory: each tensor is read from the file when
 // asked for (pread, in bounded pieces when converting), so loading a model
-// costs its weights and not the file's size again.  The writer writes F32
-// (and I32) atomically.  Not a general tensor library.
+// costs its weights and not the file's size again.  The writer streams F32
+// (and I32) tensors to the file, atomically.  Not a general tensor library.
 #pragma once
 
 #include <cstdint>
@@ -62,24 +62,32 @@ class SafeTensorsReader {
   void convert(const TensorInfo& t, const std::string& name, size_t first, std::span<float> out) const;
 };
 
+// Tensors are added as views of memory that must stay valid until write()
+// (the arenas of a model), or — for small temporaries — as vectors it keeps.
+// write() streams header and tensors to the file one by one: a checkpoint
+// costs no second copy of the weights in memory.
 class SafeTensorsWriter {
  public:
   void add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
+  void add_f32(const std::string& name, std::vector<int64_t> shape, std::vector<float>&& data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
+  void add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
-  // The whole file as bytes (header + data).
-  std::string serialize() const;
-  // serialize() written atomically (temp, fsync, rename).
+  // The file written atomically (temp, fsync, rename), tensor by tensor.
   void write(const std::string& path) const;
 
  private:
   struct Entry {
     std::string name, dtype;
     std::vector<int64_t> shape;
-    std::string bytes;
+    const void* data = nullptr;  // a view, or owned.data()
+    size_t bytes = 0;
+    std::vector<char> owned;     // the bytes of an added temporary
   };
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;
+  void add(const std::string& name, const char* dtype, std::vector<int64_t> shape, const void* data, size_t bytes,
+           bool own);
 };
 
 }  // namespace attnres
