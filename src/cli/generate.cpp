@@ -52,25 +52,6 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
   return ids;
 }
 
-// Sampling defaults of a model directory's generation_config.json (greedy
-// unless it says do_sample).
-SamplingOptions sampling_defaults(const std::string& dir) {
-  SamplingOptions s;
-  const std::string path = dir + "/generation_config.json";
-  if (!std::filesystem::exists(path)) return s;
-  try {
-    const auto j = nlohmann::json::parse(read_file(path));
-    if (j.is_object() && j.value("do_sample", false)) {
-      s.temperature = j.value("temperature", 1.0);
-      s.top_k = j.value("top_k", int64_t{0});
-      s.top_p = j.value("top_p", 1.0);
-    }
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": ", e.what());
-  }
-  return s;
-}
-
 // JSON text of j; bytes of generated text that are not UTF-8 (a token may end
 // inside a character) become U+FFFD, as Hugging Face's decode does.
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
@@ -105,7 +86,7 @@ int cmd_generate(int argc, char** argv) {
   // Sampling and stopping.
   GenerateOptions g;
   g.max_new_tokens = f.i64("max-new-tokens");
-  g.sampling = sampling_defaults(dir);
+  g.sampling = read_sampling_defaults(dir);
   if (f.given("temperature")) g.sampling.temperature = f.f64("temperature");
   if (f.given("top-k")) g.sampling.top_k = f.i64("top-k");
   if (f.given("top-p")) g.sampling.top_p = f.f64("top-p");

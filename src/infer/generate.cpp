@@ -171,16 +171,24 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
   return out;
 }
 
+namespace {
+
+// The JSON object of a model directory's file, or null when the file is absent.
+nlohmann::json read_json_if_present(const std::string& path) {
+  if (!std::filesystem::exists(path)) return nullptr;
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": malformed JSON: ", e.what());
+  }
+}
+
+}  // namespace
+
 std::vector<int32_t> read_eos_ids(const std::string& model_dir) {
   for (const char* name : {"generation_config.json", "config.json"}) {
     const std::string path = model_dir + "/" + name;
-    if (!std::filesystem::exists(path)) continue;
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(read_file(path));
-    } catch (const nlohmann::json::exception& e) {
-      fail(path, ": malformed JSON: ", e.what());
-    }
+    const nlohmann::json j = read_json_if_present(path);
     if (!j.is_object() || !j.contains("eos_token_id") || j["eos_token_id"].is_null()) continue;
     const auto& e = j["eos_token_id"];
     std::vector<int32_t> ids;
@@ -195,6 +203,22 @@ std::vector<int32_t> read_eos_ids(const std::string& model_dir) {
     return ids;
   }
   return {};
+}
+
+SamplingOptions read_sampling_defaults(const std::string& model_dir) {
+  SamplingOptions s;
+  const std::string path = model_dir + "/generation_config.json";
+  const nlohmann::json j = read_json_if_present(path);
+  if (!j.is_object()) return s;
+  try {
+    if (!j.value("do_sample", false)) return s;
+    s.temperature = j.value("temperature", 1.0);
+    s.top_k = j.value("top_k", int64_t{0});
+    s.top_p = j.value("top_p", 1.0);
+  } catch (const nlohmann::json::exception& e) {
+    fail(path, ": ", e.what());
+  }
+  return s;
 }
 
 }  // namespace attnres

@@ -60,5 +60,8 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
 // End-of-sequence ids of a model directory: generation_config.json's
 // eos_token_id, else config.json's (an id or a list); empty when neither has one.
 std::vector<int32_t> read_eos_ids(const std::string& model_dir);
+// Sampling settings of generation_config.json when it asks for sampling
+// (do_sample: its temperature, top_k, top_p); greedy otherwise or without one.
+SamplingOptions read_sampling_defaults(const std::string& model_dir);
 
 }  // namespace attnres

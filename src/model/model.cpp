@@ -758,15 +758,22 @@ void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
   forward_();
 }
 
+// Checks targets (N) against the vocabulary, uploads them, returns how many count (≥ 0).
+int64_t Model::upload_targets_(const int32_t* targets, int64_t N) {
+  int64_t count = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (targets[i] >= cfg_.V) fail("target token id ", targets[i], " at position ", i, " is >= vocab_size ", cfg_.V);
+    count += targets[i] >= 0;
+  }
+  ops_.upload(targets_, targets, static_cast<size_t>(N) * sizeof(int32_t));
+  return count;
+}
+
 Model::LossSum Model::loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   forward(inputs, B, T);
   const int64_t N = B * T;
   LossSum r;
-  for (int64_t i = 0; i < N; ++i) {
-    if (targets[i] >= cfg_.V) fail("target token id ", targets[i], " at position ", i, " is >= vocab_size ", cfg_.V);
-    r.count += targets[i] >= 0;
-  }
-  ops_.upload(targets_, targets, static_cast<size_t>(N) * sizeof(int32_t));
+  r.count = upload_targets_(targets, N);
   r.sum = ops_.lm_head_loss(nullptr, nullptr, xf_, W_(w_.lm_head), targets_, N, cfg_.d, cfg_.V, 1.0f,
                             token_loss_.data());
   return r;
@@ -776,13 +783,8 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bo
   ATTNRES_CHECK(!backward || opt_.training, "a backward needs a training model");
   const int64_t B = opt_.batch, T = opt_.seq_len, N = B * T;
   forward(inputs, B, T);
-  int64_t count = 0;
-  for (int64_t i = 0; i < N; ++i) {
-    if (targets[i] >= cfg_.V) fail("target token id ", targets[i], " at position ", i, " is >= vocab_size ", cfg_.V);
-    count += targets[i] >= 0;
-  }
+  const int64_t count = upload_targets_(targets, N);
   if (count == 0) return 0.0;
-  ops_.upload(targets_, targets, static_cast<size_t>(N) * sizeof(int32_t));
   // d(mean loss)/d(logits) = (softmax − onehot)/count, times the accumulation scale.
   const float scale = grad_scale / static_cast<float>(count);
   const double sum = ops_.lm_head_loss(backward ? dln_ : nullptr, g_.lm_head, xf_, W_(w_.lm_head), targets_, N,

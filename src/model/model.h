@@ -257,6 +257,7 @@ class Model {
 
   Weight W_(const float* matrix) const;  // a matrix as held: float32 or its bf16 copy
   void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
+  int64_t upload_targets_(const int32_t* targets, int64_t N);
   void forward_();
   void attention_forward_(int64_t l, const float* x, float* out);
   void mlp_forward_(int64_t l, const float* x, float* out);
