@@ -260,5 +260,40 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   EXPECT_EQ(back.to_json(), ok.to_json());
 }
 
+// Defaults follow whoever wrote the config (docs/DESIGN.md §2), and routed
+// models are written the way the reference code writes them.
+TEST(Config, DefaultsFollowTheWriterAndRoutedModelsAreWrittenAsQwen3AttnRes) {
+  const nlohmann::json plain = {{"model_type", "qwen3"},  {"hidden_size", 8}, {"num_hidden_layers", 1},
+                                {"num_attention_heads", 2}, {"intermediate_size", 12}, {"vocab_size", 11}};
+  Config c = Config::from_json(plain, "plain");
+  EXPECT_EQ(c.mode, Mode::kBaseline);
+  EXPECT_EQ(c.block_delta, BlockDelta::kTrue);  // models created here
+  // The reference code: qwen3_attnres, no attnres_block_delta, maybe no attnres_mode.
+  auto ref = plain;
+  ref["model_type"] = "qwen3_attnres";
+  c = Config::from_json(ref, "ref");
+  EXPECT_EQ(c.mode, Mode::kBlock);
+  EXPECT_EQ(c.block_delta, BlockDelta::kReference);
+  ref["attnres_mode"] = "delta_block";
+  ref["attnres_num_blocks"] = 4;
+  c = Config::from_json(ref, "ref");
+  EXPECT_EQ(c.mode, Mode::kDeltaBlock);
+  EXPECT_EQ(c.block_delta, BlockDelta::kReference);
+  ref["attnres_block_delta"] = "true";
+  EXPECT_EQ(Config::from_json(ref, "ref").block_delta, BlockDelta::kTrue);
+  // Written here: every attnres key explicit; routed modes as qwen3_attnres.
+  c.mode = Mode::kDeltaBlock;
+  nlohmann::json j = c.to_json("bfloat16");
+  EXPECT_EQ(j["model_type"], "qwen3_attnres");
+  EXPECT_EQ(j["architectures"], nlohmann::json::array({"Qwen3AttnResForCausalLM"}));
+  EXPECT_EQ(j["torch_dtype"], "bfloat16");
+  for (const char* key : {"attnres_mode", "attnres_num_blocks", "attnres_block_delta", "attnres_use_null_source",
+                          "attnres_gate_type", "attnres_query_init"})
+    EXPECT_TRUE(j.contains(key)) << key;
+  c.mode = Mode::kBaseline;
+  EXPECT_EQ(c.to_json()["model_type"], "qwen3");
+  EXPECT_EQ(c.to_json()["architectures"], nlohmann::json::array({"Qwen3ForCausalLM"}));
+}
+
 }  // namespace
 }  // namespace attnres

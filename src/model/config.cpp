@@ -75,14 +75,23 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   c.tied = opt<bool>(j, "tie_word_embeddings", true, where);
   c.max_position_embeddings = opt<int64_t>(j, "max_position_embeddings", 4096, where);
 
-  std::string mode = opt<std::string>(j, "attnres_mode", "baseline", where);
+  // Which code wrote the config decides the defaults of the attnres keys
+  // (docs/DESIGN.md §2): the reference code writes model_type "qwen3_attnres"
+  // and never an attnres_block_delta key (it always computes the block delta
+  // as x − last source, our "reference"), and its default mode is block;
+  // configs written here carry every key.  A plain Qwen3 config is baseline.
+  const bool reference_type = j.contains("model_type") && j["model_type"] == "qwen3_attnres";
+  bool has_attnres_key = false;
+  for (auto it = j.begin(); it != j.end(); ++it) has_attnres_key |= it.key().rfind("attnres_", 0) == 0;
+  std::string mode = opt<std::string>(j, "attnres_mode", reference_type ? "block" : "baseline", where);
   try {
     c.mode = parse_mode(mode);
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }
   c.num_blocks = opt<int64_t>(j, "attnres_num_blocks", 8, where);
-  std::string bd = opt<std::string>(j, "attnres_block_delta", "true", where);
+  std::string bd = opt<std::string>(j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true",
+                                    where);
   if (bd == "true") c.block_delta = BlockDelta::kTrue;
   else if (bd == "reference") c.block_delta = BlockDelta::kReference;
   else fail(where, ": attnres_block_delta must be \"true\" or \"reference\", got \"", bd, "\"");
@@ -129,10 +138,13 @@ Config Config::load(const std::string& path) {
   return from_json(j, path);
 }
 
-nlohmann::json Config::to_json() const {
+nlohmann::json Config::to_json(const std::string& torch_dtype) const {
   nlohmann::json j;
-  j["architectures"] = {"Qwen3ForCausalLM"};
-  j["model_type"] = "qwen3";
+  // Routed models are written as the reference code writes them, so a loader
+  // that dispatches on model_type builds the routed model.
+  const bool routed = mode != Mode::kBaseline;
+  j["architectures"] = {routed ? "Qwen3AttnResForCausalLM" : "Qwen3ForCausalLM"};
+  j["model_type"] = routed ? "qwen3_attnres" : "qwen3";
   j["hidden_size"] = d;
   j["num_hidden_layers"] = L;
   j["num_attention_heads"] = H;
@@ -146,7 +158,7 @@ nlohmann::json Config::to_json() const {
   j["max_position_embeddings"] = max_position_embeddings;
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
-  j["torch_dtype"] = "float32";
+  j["torch_dtype"] = torch_dtype;
   j["attnres_mode"] = mode_name(mode);
   j["attnres_num_blocks"] = num_blocks;
   j["attnres_block_delta"] = block_delta == BlockDelta::kTrue ? "true" : "reference";

@@ -1,7 +1,11 @@
 // config.h — the model configuration, read from a Hugging Face style config.json.
 //
 // Field names are those of HF Qwen3 (DESIGN.md §1) plus the attnres_* fields of
-// the reference AttnRes code (§2).  Unknown fields are ignored, except those
+// the reference AttnRes code (§2).  Missing attnres_* fields take the
+// defaults of whoever wrote the config: a plain Qwen3 is baseline; a
+// "qwen3_attnres" config without attnres_mode is block, and any config with
+// attnres keys but no attnres_block_delta came from the reference code, so
+// its block delta is "reference".  Unknown fields are ignored, except those
 // that change the math in ways the engine does not implement (rope_scaling
 // not null, use_sliding_window true, attention_bias true, hidden_act other
 // than silu), which are refused; a missing required field, a wrong type or an
@@ -46,7 +50,10 @@ struct Config {
   // `where` names the source in error messages (a path, or "<json>").
   static Config from_json(const nlohmann::json& j, const std::string& where);
   static Config load(const std::string& path);
-  nlohmann::json to_json() const;
+  // Every field, attnres_* included; routed modes as model_type
+  // "qwen3_attnres" (architectures Qwen3AttnResForCausalLM), as the reference
+  // code writes them.  torch_dtype names the dtype of the weights written beside it.
+  nlohmann::json to_json(const std::string& torch_dtype = "float32") const;
   void validate(const std::string& where) const;
 };
 

@@ -83,6 +83,14 @@ TrainResult train(const TrainOptions& opt) {
     const std::string dir = resolve_model_dir(opt.resume);
     TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v());
     nlohmann::json want = opt.resume_settings();
+    // The model is compared as a Config, so that how it is spelled in JSON
+    // (model_type, key order, a newer writer's extra keys) does not matter.
+    if (st.settings.contains("model")) {
+      try {
+        st.settings["model"] = Config::from_json(st.settings["model"], dir + "/trainer_state.json").to_json();
+      } catch (const Error&) {
+      }
+    }
     for (auto it = want.begin(); it != want.end(); ++it)
       if (st.settings.contains(it.key()) && st.settings[it.key()] != it.value())
         fail(dir, ": cannot resume: setting '", it.key(), "' was ", st.settings[it.key()].dump(), ", now ",
