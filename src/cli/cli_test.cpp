@@ -185,7 +185,7 @@ TEST_F(Cli, BadSafetensors) {
   write_model_files(dir_ + "/model", other, ol, p.data());
   write_file_atomic(dir_ + "/model/config.json", cfg_.to_json().dump());
   expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin"),
-                     {"model.safetensors", "mlp.gate_proj.weight has shape [20, 16], expected [24, 16]"});
+                     {"model.safetensors", "mlp.gate_proj.weight has shape [20, 16], but the model's config implies [24, 16]"});
 }
 
 TEST_F(Cli, BadTokenFiles) {

@@ -42,7 +42,7 @@ int cmd_eval(int argc, char** argv) {
   mo.training = false;
   mo.weights = parse_weight_type(f.str("dtype"));
   Model model(ctx, c, mo);
-  model.load(dir + "/model.safetensors");
+  model.load(dir);
   EvalOptions eo;
   eo.max_tokens = f.i64("max-tokens");
   eo.progress = !f.on("quiet");

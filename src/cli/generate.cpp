@@ -188,7 +188,7 @@ int cmd_generate(int argc, char** argv) {
   mo.cache_seqs = batch;
   mo.weights = parse_weight_type(f.str("dtype"));
   Model model(ctx, c, mo);
-  model.load(dir + "/model.safetensors");
+  model.load(dir);
 
   auto result_json = [&](const Prompt& p, const GenerateResult& r, const GenerateTimes& t) {
     nlohmann::json j = {{"prompt_ids", p.ids}, {"ids", r.ids}, {"finish_reason", r.finish_reason}};

@@ -56,7 +56,7 @@ int cmd_routing(int argc, char** argv) {
   mo.seq_len = T;
   mo.training = false;
   Model model(ctx, c, mo);
-  model.load(dir + "/model.safetensors");
+  model.load(dir);
   RoutingStats stats = model.make_routing_stats();
   model.attach_routing_stats(&stats);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T));

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "io/file_util.h"
 #include "io/safetensors.h"
+#include "io/weight_files.h"
 
 namespace attnres {
 
@@ -21,24 +22,28 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
     w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
 }
 
-// Reads every tensor of the layout from r (names prefixed), into the float32
-// arena at `base`, or — for the matrices, when `base16` is given — into the
-// bf16 arena at the same offsets.
-int64_t read_arena(const SafeTensorsReader& r, const ParamLayout& layout, float* base, const std::string& prefix,
+// Reads every tensor of the layout from `files` (names prefixed), into the
+// float32 arena at `base`, or — for the matrices, when `base16` is given —
+// into the bf16 arena at the same offsets.
+int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* base, const std::string& prefix,
                    bf16* base16 = nullptr, bool keep_missing_routing = false) {
   int64_t kept = 0;
   for (const auto& s : layout.specs()) {
     const std::string name = prefix + s.name;
-    if (keep_missing_routing && !r.has(name) && is_routing_param(s.name)) {
+    if (keep_missing_routing && !files.has(name) && is_routing_param(s.name)) {
       ++kept;
       continue;
     }
+    const TensorInfo& t = files.info(name);
     // A 0-dim scalar (the reference's gates) is also accepted as [1].
     const std::vector<int64_t> one = {1};
-    const bool scalar_as_1 = s.shape.empty() && r.has(name) && r.info(name).shape == one;
+    const bool scalar_as_1 = s.shape.empty() && t.shape == one;
     const std::span<const int64_t> shape = scalar_as_1 ? std::span<const int64_t>(one) : s.shape;
-    if (base16 && s.matrix()) r.read_bf16(name, shape, {base16 + s.offset, static_cast<size_t>(s.numel)});
-    else r.read_float(name, shape, {base + s.offset, static_cast<size_t>(s.numel)});
+    if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
+      fail(files.file_of(name).path(), ": tensor ", name, " has shape ", shape_str(t.shape),
+           ", but the model's config implies ", shape_str(shape), " (config.json and the weights disagree)");
+    if (base16 && s.matrix()) files.read_bf16(name, shape, {base16 + s.offset, static_cast<size_t>(s.numel)});
+    else files.read_float(name, shape, {base + s.offset, static_cast<size_t>(s.numel)});
   }
   return kept;
 }
@@ -65,9 +70,9 @@ bool is_routing_param(const std::string& name) {
 }
 
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16,
-                    bool keep_missing_routing) {
-  SafeTensorsReader r(path);
-  return read_arena(r, layout, params, "", params16, keep_missing_routing);
+                    bool keep_missing_routing, int threads) {
+  WeightFiles files(path, threads);
+  return read_arena(files, layout, params, "", params16, keep_missing_routing);
 }
 
 std::string resolve_model_dir(const std::string& path) {
@@ -127,8 +132,8 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 }
 
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v) {
-  load_params(dir + "/model.safetensors", layout, params);
-  SafeTensorsReader opt(dir + "/optimizer.safetensors");
+  load_params(dir, layout, params);
+  WeightFiles opt(dir + "/optimizer.safetensors");
   read_arena(opt, layout, m, "exp_avg.");
   read_arena(opt, layout, v, "exp_avg_sq.");
   const std::string path = dir + "/trainer_state.json";

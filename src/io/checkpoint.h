@@ -26,14 +26,16 @@ namespace attnres {
 
 // Writes config.json and model.safetensors into an existing directory.
 void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params);
-// Loads every tensor of `layout` from `path` (a model.safetensors), checking
-// names, shapes and dtypes; BF16/F16/F64 are converted.  With params16, the
+// Loads every tensor of `layout` from `path` (a model directory — one
+// model.safetensors or the sharded form, io/weight_files.h — or one
+// .safetensors file), checking names, shapes and dtypes; BF16/F16/F64 are
+// converted, by `threads` threads.  With params16, the
 // matrices (TensorSpec::matrix) go there as bf16 instead, at the same offsets.
 // With keep_missing_routing, depth-routing tensors absent from the file keep
 // the values already in `params` (their init): this converts a plain Qwen3
 // checkpoint into a routed model for fine-tuning.  Returns how many were kept.
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16 = nullptr,
-                    bool keep_missing_routing = false);
+                    bool keep_missing_routing = false, int threads = 1);
 // True for the parameters that exist only with depth routing.
 bool is_routing_param(const std::string& name);
 

@@ -13,6 +13,7 @@
 #include "io/file_util.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
+#include "io/weight_files.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "testing/check.h"
@@ -124,7 +125,7 @@ TEST(SafeTensors, WrongShapeDtypeOrMissingTensorIsAnError) {
   std::vector<float> out(4);
   const std::vector<int64_t> wrong = {4};
   expect_error([&] { r.read_float("a", wrong, out); }, {"x.safetensors", "tensor a has shape [2, 2], expected [4]"});
-  expect_error([&] { r.read_float("i"); }, {"tensor i has dtype I32, expected a float type"});
+  expect_error([&] { r.read_float("i"); }, {"tensor i has dtype I32, which is not supported"});
   expect_error([&] { r.info("b"); }, {"x.safetensors", "missing tensor b"});
 }
 
@@ -169,6 +170,116 @@ TEST(Checkpoint, PlainQwen3CheckpointConvertsToARoutedLayout) {
   EXPECT_EQ(load_params(tmp / "model.safetensors", rl, q.data(), nullptr, true), 12);
   for (const auto& s : rl.specs())
     EXPECT_EQ(q[s.offset], is_routing_param(s.name) ? -1.f : 0.25f) << s.name;
+}
+
+// The hub's sharded form: an index naming shards.  It loads exactly like one
+// file, and each malformed variant is one clear error line.
+TEST(Checkpoint, ShardedDirectoriesLoadAndBadShardsAreNamed) {
+  TempDir tmp;
+  Config c = Config::from_json({{"hidden_size", 8}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 4}, {"intermediate_size", 12},
+                                {"vocab_size", 11}, {"tie_word_embeddings", false}},
+                               "test");
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total());
+  for (size_t i = 0; i < p.size(); ++i) p[i] = 0.001f * static_cast<float>(i);
+  // Shard k holds the tensors of layer k, shard 2 the rest; BF16 like the hub.
+  auto shard_of = [](const std::string& name) {
+    return name.find("layers.0.") != std::string::npos ? 0 : name.find("layers.1.") != std::string::npos ? 1 : 2;
+  };
+  auto file = [](int k) { return cat("model-0000", k + 1, "-of-00003.safetensors"); };
+  auto write_shards = [&](const std::string& dir, const char* dtype_of_shard1) {
+    std::filesystem::create_directories(dir);
+    nlohmann::json map;
+    for (int k = 0; k < 3; ++k) {
+      SafeTensorsWriter w;
+      for (const auto& s : layout.specs()) {
+        if (shard_of(s.name) != k) continue;
+        std::span<const float> v(p.data() + s.offset, static_cast<size_t>(s.numel));
+        if (k == 1 && std::string(dtype_of_shard1) == "F32") w.add_f32(s.name, s.shape, v);
+        else w.add_bf16(s.name, s.shape, v);
+        map[s.name] = file(k);
+      }
+      w.write(dir + "/" + file(k));
+    }
+    write_file_atomic(dir + "/model.safetensors.index.json",
+                      nlohmann::json({{"metadata", {{"total_size", 0}}}, {"weight_map", map}}).dump(1));
+    return map;
+  };
+  const std::string good = tmp / "good";
+  nlohmann::json map = write_shards(good, "BF16");
+  std::vector<float> q(layout.total());
+  load_params(good, layout, q.data(), nullptr, false, 2);
+  for (const auto& s : layout.specs())
+    for (int64_t i = 0; i < s.numel; ++i)
+      ASSERT_EQ(q[s.offset + i], bf16_to_float(float_to_bf16(p[s.offset + i]))) << s.name;
+  EXPECT_EQ(WeightFiles(good).dtype(), "BF16");
+  EXPECT_EQ(WeightFiles(good).num_files(), 3u);
+  const std::string index = good + "/model.safetensors.index.json";
+  auto with_index = [&](const nlohmann::json& m) {
+    write_file_atomic(index, nlohmann::json({{"weight_map", m}}).dump());
+  };
+  // An index naming a missing shard.
+  auto m = map;
+  m["model.norm.weight"] = "model-00009-of-00009.safetensors";
+  with_index(m);
+  expect_error([&] { WeightFiles f(good); }, {"index.json", "names shard model-00009-of-00009.safetensors",
+                                              "does not exist"});
+  // A shard path that leaves the directory.
+  m = map;
+  m["model.norm.weight"] = "../model-00001-of-00003.safetensors";
+  with_index(m);
+  expect_error([&] { WeightFiles f(good); }, {"index.json", "not a plain file name"});
+  // A tensor listed in a shard that does not hold it.
+  m = map;
+  m["model.layers.0.mlp.up_proj.weight"] = file(1);
+  with_index(m);
+  expect_error([&] { WeightFiles f(good); },
+               {"index.json", "lists tensor model.layers.0.mlp.up_proj.weight in " + file(1), "does not hold it"});
+  // A tensor listed but absent from every shard.
+  m = map;
+  m["model.layers.7.mlp.up_proj.weight"] = file(0);
+  with_index(m);
+  expect_error([&] { WeightFiles f(good); }, {"lists tensor model.layers.7.mlp.up_proj.weight", "does not hold it"});
+  // Malformed index.
+  write_file_atomic(index, "{\"weight_map\": [");
+  expect_error([&] { WeightFiles f(good); }, {"index.json", "malformed JSON"});
+  write_file_atomic(index, "{}");
+  expect_error([&] { WeightFiles f(good); }, {"index.json", "no \"weight_map\""});
+  with_index(map);
+  // A tensor in two shards.
+  {
+    SafeTensorsWriter w;
+    for (const auto& s : layout.specs())
+      if (shard_of(s.name) == 1 || s.name == "model.norm.weight")
+        w.add_bf16(s.name, s.shape, {p.data() + s.offset, static_cast<size_t>(s.numel)});
+    w.write(good + "/" + file(1));
+    expect_error([&] { WeightFiles f(good); }, {"tensor model.norm.weight is in two shards", file(1), file(2)});
+  }
+  // Shards that disagree on dtype.
+  const std::string mixed = tmp / "mixed";
+  write_shards(mixed, "F32");
+  expect_error([&] { WeightFiles f(mixed); }, {"shards disagree on dtype", "BF16", "F32"});
+  // An unsupported dtype: an I8 matrix is refused by name when read as a weight.
+  {
+    const std::string dir = tmp / "int8";
+    std::filesystem::create_directories(dir);
+    std::string header = R"({"model.norm.weight":{"dtype":"I8","shape":[8],"data_offsets":[0,8]}})";
+    write_file_atomic(dir + "/model.safetensors", raw_safetensors(header, 8));
+    WeightFiles f(dir);
+    std::vector<float> out(8);
+    const std::vector<int64_t> shape = {8};
+    expect_error([&] { f.read_float("model.norm.weight", shape, out); },
+                 {"model.norm.weight has dtype I8", "not supported", "F32, BF16, F16 or F64"});
+    header = R"({"model.norm.weight":{"dtype":"F8_E4M3","shape":[8],"data_offsets":[0,8]}})";
+    write_file_atomic(dir + "/model.safetensors", raw_safetensors(header, 8));
+    WeightFiles g(dir);
+    expect_error([&] { g.read_float("model.norm.weight", shape, out); }, {"dtype F8_E4M3", "not supported"});
+  }
+  // A directory with neither form.
+  expect_error([&] { WeightFiles f(tmp / "none"); }, {"none"});
+  std::filesystem::create_directories(tmp / "empty");
+  expect_error([&] { WeightFiles f(tmp / "empty"); }, {"holds neither model.safetensors nor"});
 }
 
 TEST(TokenFile, RoundTripBothVersions) {

@@ -2,6 +2,8 @@
 #include "io/safetensors.h"
 
 #include <fcntl.h>
+#include <omp.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 
 #include "core/error.h"
 #include "core/bf16.h"
+#include "core/parallel.h"
 #include "io/file_util.h"
 
 namespace attnres {
@@ -64,42 +67,52 @@ std::string shape_str(std::span<const int64_t> shape) {
 }
 
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail(path, ": cannot open: ", errno_text());
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", errno_text());
   struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
+  if (::fstat(fd, &st) != 0) {
     const std::string why = errno_text();
-    ::close(fd_);
+    ::close(fd);
     fail(path, ": cannot stat: ", why);
   }
-  const size_t file_size = static_cast<size_t>(st.st_size);
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ < 8) {
+    ::close(fd);
+    fail(path, ": not a safetensors file (", size_, " bytes)");
+  }
+  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+  const std::string why = errno_text();
+  ::close(fd);  // the mapping keeps the file
+  if (p == MAP_FAILED) fail(path, ": cannot map: ", why);
+  map_ = static_cast<const char*>(p);
   try {
-    parse_header(file_size);
+    parse_header(size_);
   } catch (...) {
-    ::close(fd_);
+    ::munmap(const_cast<char*>(map_), size_);
     throw;
   }
 }
 
 SafeTensorsReader::~SafeTensorsReader() {
-  if (fd_ >= 0) ::close(fd_);
+  if (map_) ::munmap(const_cast<char*>(map_), size_);
 }
 
 void SafeTensorsReader::read_bytes(void* dst, size_t bytes, size_t offset) const {
-  char* p = static_cast<char*>(dst);
-  size_t done = 0;
-  while (done < bytes) {
-    const ssize_t n = ::pread(fd_, p + done, bytes - done, static_cast<off_t>(data_start_ + offset + done));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) fail(path_, ": read failed: ", errno_text());
-    if (n == 0) fail(path_, ": file ended early (truncated while reading?)");
-    done += static_cast<size_t>(n);
-  }
+  ATTNRES_CHECK(data_start_ + offset + bytes <= size_, path_);
+  std::memcpy(dst, map_ + data_start_ + offset, bytes);
+}
+
+void SafeTensorsReader::release(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  size_t b = data_start_ + t.begin, e = data_start_ + t.end;
+  b = (b + page - 1) / page * page;  // whole pages inside the tensor only
+  e = e / page * page;
+  if (e > b) ::madvise(const_cast<char*>(map_) + b, e - b, MADV_DONTNEED);
 }
 
 void SafeTensorsReader::parse_header(size_t file_size) {
   const std::string& path = path_;
-  if (file_size < 8) fail(path, ": not a safetensors file (", file_size, " bytes)");
   uint64_t n = 0;
   data_start_ = 0;
   read_bytes(&n, 8, 0);
@@ -169,37 +182,38 @@ std::vector<std::string> SafeTensorsReader::names() const {
   return out;
 }
 
-// Elements [first, first + out.size()) of t as float: F32 straight into out,
-// the other types through a bounded buffer.
+// Elements [first, first + out.size()) of t as float, converted straight from
+// the mapped file by `threads_` threads.
 void SafeTensorsReader::convert(const TensorInfo& t, const std::string& name, size_t first,
                                 std::span<float> out) const {
-  const size_t n = out.size();
+  const int64_t n = static_cast<int64_t>(out.size());
+  const char* src = map_ + data_start_ + t.begin;
+  float* dst = out.data();
+  const int nt = n >= (1 << 16) ? threads_ : 1;
   if (t.dtype == "F32") {
-    read_bytes(out.data(), n * 4, t.begin + first * 4);
-    return;
-  }
-  size_t width = 0;
-  if (t.dtype == "F64") width = 8;
-  else if (t.dtype == "BF16" || t.dtype == "F16") width = 2;
-  else fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected a float type (F32, BF16, F16, F64)");
-  constexpr size_t kPiece = 1 << 16;  // elements per read
-  std::vector<char> buf(std::min(n, kPiece) * width);
-  for (size_t i0 = 0; i0 < n; i0 += kPiece) {
-    const size_t m = std::min(kPiece, n - i0);
-    read_bytes(buf.data(), m * width, t.begin + (first + i0) * width);
-    const char* src = buf.data();
-    float* dst = out.data() + i0;
-    for (size_t i = 0; i < m; ++i) {
-      if (width == 8) {
-        double x;
-        std::memcpy(&x, src + 8 * i, 8);
-        dst[i] = static_cast<float>(x);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * i, 2);
-        dst[i] = t.dtype == "BF16" ? bf16_to_float(h) : half_to_float(h);
-      }
+#pragma omp parallel num_threads(nt)
+    {
+      const Range r = thread_range(n);
+      std::memcpy(dst + r.begin, src + (first + r.begin) * 4, static_cast<size_t>(r.end - r.begin) * 4);
     }
+  } else if (t.dtype == "BF16" || t.dtype == "F16") {
+    const bool is_bf16 = t.dtype == "BF16";
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + 2 * (first + i), 2);
+      dst[i] = is_bf16 ? bf16_to_float(h) : half_to_float(h);
+    }
+  } else if (t.dtype == "F64") {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int64_t i = 0; i < n; ++i) {
+      double x;
+      std::memcpy(&x, src + 8 * (first + i), 8);
+      dst[i] = static_cast<float>(x);
+    }
+  } else {
+    fail(path_, ": tensor ", name, " has dtype ", t.dtype,
+         ", which is not supported (weights must be F32, BF16, F16 or F64)");
   }
 }
 
@@ -230,10 +244,17 @@ void SafeTensorsReader::read_bf16(const std::string& name, std::span<const int64
   check_shape(t, name, shape);
   ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
   if (t.dtype == "BF16") {
-    read_bytes(out.data(), out.size() * 2, t.begin);
+    const int64_t n = static_cast<int64_t>(out.size());
+#pragma omp parallel num_threads(n >= (1 << 16) ? threads_ : 1)
+    {
+      const Range r = thread_range(n);
+      std::memcpy(out.data() + r.begin, map_ + data_start_ + t.begin + 2 * r.begin,
+                  static_cast<size_t>(r.end - r.begin) * 2);
+    }
     return;
   }
-  constexpr size_t kPiece = 1 << 16;
+  // Other types through float, in pieces.
+  constexpr size_t kPiece = 1 << 20;
   std::vector<float> tmp(std::min(out.size(), kPiece));
   for (size_t i0 = 0; i0 < out.size(); i0 += kPiece) {
     const size_t m = std::min(kPiece, out.size() - i0);
@@ -263,6 +284,14 @@ void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> sh
 void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::vector<float>&& data) {
   add(name, "F32", std::move(shape), data.data(), data.size() * sizeof(float), true);
 }
+void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
+  add(name, "BF16", std::move(shape), data.data(), data.size() * 2, false);
+  entries_.back().f32_to_bf16 = true;
+}
+void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape,
+                                 std::span<const uint16_t> data) {
+  add(name, "BF16", std::move(shape), data.data(), data.size_bytes(), false);
+}
 void SafeTensorsWriter::add_i32(const std::string& name, std::vector<int64_t> shape,
                                 std::span<const int32_t> data) {
   add(name, "I32", std::move(shape), data.data(), data.size_bytes(), false);
@@ -285,7 +314,22 @@ void SafeTensorsWriter::write(const std::string& path) const {
   write_file_atomic(path, [&](int fd) {
     write_all(fd, &n, 8, path);
     write_all(fd, h.data(), h.size(), path);
-    for (const auto& e : entries_) write_all(fd, e.owned.empty() ? e.data : e.owned.data(), e.bytes, path);
+    std::vector<uint16_t> piece;
+    for (const auto& e : entries_) {
+      if (!e.f32_to_bf16) {
+        write_all(fd, e.owned.empty() ? e.data : e.owned.data(), e.bytes, path);
+        continue;
+      }
+      const float* src = static_cast<const float*>(e.data);
+      const size_t n = e.bytes / 2;
+      constexpr size_t kPiece = 1 << 18;
+      piece.resize(std::min(n, kPiece));
+      for (size_t i0 = 0; i0 < n; i0 += kPiece) {
+        const size_t m = std::min(kPiece, n - i0);
+        for (size_t i = 0; i < m; ++i) piece[i] = float_to_bf16(src[i0 + i]);
+        write_all(fd, piece.data(), m * 2, path);
+      }
+    }
   });
 }
 

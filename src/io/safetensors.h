@@ -6,9 +6,9 @@
 // The reader validates everything before any tensor is used (header length,
 // JSON, dtypes, shapes against byte ranges, ranges inside the file, no
 // overlaps) and converts F32/F16/BF16/F64 to float (or to bf16) on read.  It
-// keeps only the header in memory: each tensor is read from the file when
-// asked for (pread, in bounded pieces when converting), so loading a model
-// costs its weights and not the file's size again.  The writer streams F32
+// maps the file and converts each tensor straight from the mapping, in
+// parallel; release() hands a tensor's pages back once it is copied, so
+// loading a model costs its weights and not the file's size again.  The writer streams F32
 // (and I32) tensors to the file, atomically.  Not a general tensor library.
 #pragma once
 
@@ -48,11 +48,17 @@ class SafeTensorsReader {
   // The same into bfloat16 (round to nearest even; BF16 tensors are copied as they are).
   void read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const;
   std::vector<int32_t> read_i32(const std::string& name) const;
+  // Drops the tensor's pages from this process's memory (the page cache keeps them).
+  void release(const std::string& name) const;
+  // Threads that convert one tensor (OpenMP); 1 by default.
+  void set_threads(int n) { threads_ = n > 0 ? n : 1; }
 
  private:
   std::string path_;
-  int fd_ = -1;
+  const char* map_ = nullptr;  // the whole file, read-only
+  size_t size_ = 0;
   size_t data_start_ = 0;
+  int threads_ = 1;
   std::map<std::string, TensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
   void parse_header(size_t file_size);
@@ -64,12 +70,17 @@ class SafeTensorsReader {
 
 // Tensors are added as views of memory that must stay valid until write()
 // (the arenas of a model), or — for small temporaries — as vectors it keeps.
-// write() streams header and tensors to the file one by one: a checkpoint
-// costs no second copy of the weights in memory.
+// write() streams header and tensors to the file one by one (converting to
+// BF16 in bounded pieces where asked): a checkpoint costs no second copy of
+// the weights in memory.
 class SafeTensorsWriter {
  public:
   void add_f32(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
   void add_f32(const std::string& name, std::vector<int64_t> shape, std::vector<float>&& data);
+  // A float32 view written as BF16 (rounded to nearest even while streaming).
+  void add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
+  // BF16 values as they are (a view).
+  void add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const uint16_t> data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
@@ -81,8 +92,9 @@ class SafeTensorsWriter {
     std::string name, dtype;
     std::vector<int64_t> shape;
     const void* data = nullptr;  // a view, or owned.data()
-    size_t bytes = 0;
+    size_t bytes = 0;            // in the file
     std::vector<char> owned;     // the bytes of an added temporary
+    bool f32_to_bf16 = false;    // data is float32, written rounded to bf16
   };
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;

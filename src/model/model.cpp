@@ -381,7 +381,8 @@ void Model::init(Rng& rng) {
 int64_t Model::load(const std::string& path, bool keep_missing_routing) {
   ops_.synchronize();
   return load_params(path, layout_, params_.data(),
-                     opt_.weights == WeightType::kBF16 ? params16_.as<bf16>() : nullptr, keep_missing_routing);
+                     opt_.weights == WeightType::kBF16 ? params16_.as<bf16>() : nullptr, keep_missing_routing,
+                     ctx_.threads());
 }
 
 void Model::zero_grad() { ops_.fill(grads_.data(), 0.0f, layout_.total()); }

@@ -145,9 +145,10 @@ class Model {
 
   // Random init (params.h); with bf16 weights the matrices are rounded once.
   void init(Rng& rng);
-  // Loads every tensor from a model.safetensors (converting dtypes to what
-  // this model holds); with keep_missing_routing, routing tensors absent from
-  // the file keep their current values.  Returns how many were kept.
+  // Loads every tensor from a model directory (model.safetensors or shards +
+  // index) or one .safetensors file, converting dtypes to what this model
+  // holds, with the context's threads; with keep_missing_routing, routing
+  // tensors absent from the files keep their current values.  Returns how many were kept.
   int64_t load(const std::string& path, bool keep_missing_routing = false);
   void zero_grad();
 

@@ -109,7 +109,7 @@ TrainResult train(const TrainOptions& opt) {
         fail(dir, ": its model shape (config.json) differs from the model being trained");
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
-      const int64_t kept = model.load(dir + "/model.safetensors", /*keep_missing_routing=*/true);
+      const int64_t kept = model.load(dir, /*keep_missing_routing=*/true);
       if (!opt.quiet)
         std::printf("initialised from %s%s\n", dir.c_str(),
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
