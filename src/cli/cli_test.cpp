@@ -87,6 +87,29 @@ TEST_F(Cli, HelpListsCommandsAndFlags) {
   expect_clear_error(run("frobnicate"), {"unknown command 'frobnicate'"});
 }
 
+// Converting a plain checkpoint by flags: the run measures what the
+// conversion changes before the first step and says which conversion it is.
+TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
+  const std::string common = "train --init " + dir_ + "/model --data " + dir_ +
+                             "/ok.bin --steps 1 --batch 1 --seq-len 16 --threads 1 --mode delta_block --num-blocks 1 ";
+  Result exact = run(common + "--gate learnable_alpha --out " + dir_ + "/exact");
+  ASSERT_EQ(exact.status, 0) << exact.err;
+  EXPECT_NE(exact.out.find("conversion baseline -> delta_block: exact conversion"), std::string::npos) << exact.out;
+  EXPECT_NE(exact.out.find("max |logit change| 0.000e+00 (bit-identical logits)"), std::string::npos) << exact.out;
+  Result ref = run(common + "--lr-routing 5e-3 --freeze-base --out " + dir_ + "/ref");
+  ASSERT_EQ(ref.status, 0) << ref.err;
+  EXPECT_NE(ref.out.find("the reference's conversion"), std::string::npos) << ref.out;
+  EXPECT_EQ(ref.out.find("bit-identical"), std::string::npos) << ref.out;
+  EXPECT_NE(ref.out.find("frozen base:"), std::string::npos) << ref.out;
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(dir_ + "/ref/step_00000001/config.json"));
+  EXPECT_EQ(cfg["attnres_mode"], "delta_block");
+  EXPECT_EQ(cfg["attnres_num_blocks"], 1);
+  EXPECT_EQ(cfg["model_type"], "qwen3_attnres");
+  expect_clear_error(run(common + "--block-delta sideways --out " + dir_ + "/x"), {"attnres_block_delta"});
+  expect_clear_error(run(common + "--save-dtype f8 --out " + dir_ + "/x"), {"--save-dtype"});
+  expect_clear_error(run(common + "--mode baseline --freeze-base --out " + dir_ + "/x"), {"--freeze-base"});
+}
+
 TEST_F(Cli, EvalJson) {
   Result r = run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 3 --json");
   ASSERT_EQ(r.status, 0) << r.err;

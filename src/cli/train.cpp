@@ -1,6 +1,8 @@
 // train.cpp — `attnres train`: train from scratch, fine-tune, or resume.
 #include <cstdio>
 
+#include <nlohmann/json.hpp>
+
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
@@ -16,6 +18,12 @@ int cmd_train(int argc, char** argv) {
               {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json "
                                  "(default with --init/--resume: the checkpoint's)"},
               {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
+              {"num-blocks", "", "override attnres_num_blocks (block modes)"},
+              {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"},
+              {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"},
+              {"gate", "", "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
+                           "in the delta modes)"},
+              {"query-init", "", "override attnres_query_init: zero or normal"},
               {"init", "", "model or run directory to fine-tune from (default: random init)"},
               {"data", "", "training tokens: a .bin token file or a glob of shards (required)"},
               {"data-order", "random", "random: windows at random offsets; sequential: llm.c order"},
@@ -30,6 +38,10 @@ int cmd_train(int argc, char** argv) {
               {"accum", "1", "micro-batches per optimizer step"},
               {"lr", "3e-3", "peak learning rate"},
               {"lr-min", "3e-4", "final learning rate of the cosine decay"},
+              {"lr-routing", "", "peak learning rate of the routing parameters (default: --lr)"},
+              {"lr-min-routing", "", "final learning rate of the routing parameters (default: --lr-min, as the "
+                                     "reference script)"},
+              {"freeze-base", "false", "train the routing parameters only (no gradients or moments for the rest)"},
               {"warmup", "20", "linear warmup steps"},
               {"weight-decay", "0.1", "AdamW weight decay (matrices and embeddings only)"},
               {"beta1", "0.9", "AdamW beta1"},
@@ -40,6 +52,9 @@ int cmd_train(int argc, char** argv) {
               {"val-every", "0", "validate every N steps (0 = at the end only)"},
               {"val-tokens", "0", "validate on the first N tokens (0 = the whole file)"},
               {"ckpt-every", "0", "checkpoint every N steps (0 = at the end only)"},
+              {"keep-checkpoints", "3", "keep the newest N checkpoints, the final one included (0 = all)"},
+              {"save-optimizer", "true", "write the AdamW moments (false: weights-only checkpoints, no resume)"},
+              {"save-dtype", "f32", "checkpoint weights as f32 or bf16"},
               {"time-budget", "0", "stop (validate, checkpoint) after this many seconds (0 = none)"},
               {"routing-every", "0", "log routing statistics to log.jsonl every N steps (0 = off)"},
               {"threads", "0", "threads (0 = all cores)"},
@@ -53,7 +68,15 @@ int cmd_train(int argc, char** argv) {
   const std::string from = !f.str("resume").empty() ? f.str("resume") : f.str("init");
   o.model = f.given("config") || from.empty() ? load_config(f.str("config"))
                                               : Config::load(resolve_model_dir(from) + "/config.json");
-  if (!f.str("mode").empty()) o.model.mode = parse_mode(f.str("mode"));
+  // attnres_* overrides: converting a plain Qwen3 needs no hand-written config.
+  nlohmann::json j = o.model.to_json();
+  if (!f.str("mode").empty()) j["attnres_mode"] = f.str("mode");
+  if (!f.str("num-blocks").empty()) j["attnres_num_blocks"] = f.i64("num-blocks");
+  if (!f.str("block-delta").empty()) j["attnres_block_delta"] = f.str("block-delta");
+  if (!f.str("null-source").empty()) j["attnres_use_null_source"] = f.on("null-source");
+  if (!f.str("gate").empty()) j["attnres_gate_type"] = f.str("gate");
+  if (!f.str("query-init").empty()) j["attnres_query_init"] = f.str("query-init");
+  o.model = Config::from_json(j, "the train flags");
   o.init_from = f.str("init");
   o.data = f.str("data");
   o.data_order = f.str("data-order");
@@ -70,6 +93,18 @@ int cmd_train(int argc, char** argv) {
   o.lr = f.f64("lr");
   o.lr_min = f.f64("lr-min");
   o.warmup = f.i64("warmup");
+  if (!f.str("lr-routing").empty()) o.lr_routing = f.f64("lr-routing");
+  if (!f.str("lr-min-routing").empty()) o.lr_min_routing = f.f64("lr-min-routing");
+  if (o.lr_min_routing >= 0 && o.lr_routing < 0) fail("--lr-min-routing needs --lr-routing");
+  o.freeze_base = f.on("freeze-base");
+  if (o.freeze_base && o.model.mode == Mode::kBaseline)
+    fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
+  o.keep_checkpoints = f.i64("keep-checkpoints");
+  if (o.keep_checkpoints < 0) fail("--keep-checkpoints must be 0 (all) or positive");
+  o.save_optimizer = f.on("save-optimizer");
+  const std::string sd = f.str("save-dtype");
+  if (sd != "f32" && sd != "bf16") fail("--save-dtype must be f32 or bf16, got '", sd, "'");
+  o.save_bf16 = sd == "bf16";
   o.adamw.weight_decay = f.f64("weight-decay");
   o.adamw.beta1 = f.f64("beta1");
   o.adamw.beta2 = f.f64("beta2");

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -17,18 +18,25 @@ namespace fs = std::filesystem;
 
 namespace {
 
-void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* base, const std::string& prefix) {
-  for (const auto& s : layout.specs())
-    w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
+void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* base, const std::string& prefix,
+               bool bf16 = false, const std::function<bool(const TensorSpec&)>& which = nullptr) {
+  for (const auto& s : layout.specs()) {
+    if (which && !which(s)) continue;
+    const std::span<const float> v(base + s.offset, static_cast<size_t>(s.numel));
+    if (bf16) w.add_bf16(prefix + s.name, s.shape, v);
+    else w.add_f32(prefix + s.name, s.shape, v);
+  }
 }
 
 // Reads every tensor of the layout from `files` (names prefixed), into the
 // float32 arena at `base`, or — for the matrices, when `base16` is given —
 // into the bf16 arena at the same offsets.
 int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* base, const std::string& prefix,
-                   bf16* base16 = nullptr, bool keep_missing_routing = false) {
+                   bf16* base16 = nullptr, bool keep_missing_routing = false,
+                   const std::function<bool(const TensorSpec&)>& which = nullptr) {
   int64_t kept = 0;
   for (const auto& s : layout.specs()) {
+    if (which && !which(s)) continue;
     const std::string name = prefix + s.name;
     if (keep_missing_routing && !files.has(name) && is_routing_param(s.name)) {
       ++kept;
@@ -55,18 +63,26 @@ bool is_dir(const std::string& p) {
 
 }  // namespace
 
-void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params) {
-  write_file_atomic(dir + "/config.json", c.to_json().dump(2) + "\n");
+void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
+                       bool bf16) {
+  write_file_atomic(dir + "/config.json", c.to_json(bf16 ? "bfloat16" : "float32").dump(2) + "\n");
   SafeTensorsWriter w;
   w.set_metadata("format", "pt");
-  add_arena(w, layout, params, "");
+  add_arena(w, layout, params, "", bf16);
   w.write(dir + "/model.safetensors");
 }
 
-bool is_routing_param(const std::string& name) {
-  for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha"})
-    if (name.find(key) != std::string::npos) return true;
-  return false;
+std::vector<std::string> list_checkpoints(const std::string& out_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() == 13 && name.rfind("step_", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos && e.is_directory(ec))
+      out.push_back(e.path().string());
+  }
+  std::sort(out.begin(), out.end());  // step numbers are zero-padded
+  return out;
 }
 
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16,
@@ -90,7 +106,7 @@ std::string resolve_model_dir(const std::string& path) {
 
 std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainerState& st,
-                            const std::string& tokenizer_json) {
+                            const SaveOptions& so) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !is_dir(out_dir)) fail(out_dir, ": cannot create output directory: ", ec ? ec.message() : "not a directory");
@@ -101,18 +117,21 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   fs::remove_all(tmp_dir, ec);
   if (!fs::create_directory(tmp_dir, ec)) fail(tmp_dir, ": cannot create: ", ec.message());
 
-  write_model_files(tmp_dir, c, layout, params);
-  SafeTensorsWriter opt;
-  add_arena(opt, layout, m, "exp_avg.");
-  add_arena(opt, layout, v, "exp_avg_sq.");
-  opt.write(tmp_dir + "/optimizer.safetensors");
+  write_model_files(tmp_dir, c, layout, params, so.bf16);
+  if (so.optimizer) {
+    SafeTensorsWriter opt;
+    add_arena(opt, layout, m, "exp_avg.", false, so.trained);
+    add_arena(opt, layout, v, "exp_avg_sq.", false, so.trained);
+    opt.write(tmp_dir + "/optimizer.safetensors");
+  }
   nlohmann::json j;
   j["step"] = st.step;
   j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
   j["rng"] = st.rng;
   j["settings"] = st.settings;
   write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
-  if (!tokenizer_json.empty()) write_file_atomic(tmp_dir + "/tokenizer.json", read_file(tokenizer_json));
+  for (const std::string& f : so.copy_files)
+    write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
   fsync_dir(tmp_dir);
 
   // Replace an older checkpoint of the same step (a rerun) only after the new one is complete.
@@ -128,14 +147,24 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   if (replacing) fs::remove_all(old, ec);
   fsync_dir(out_dir);
   write_file_atomic(out_dir + "/latest", std::string(name) + "\n");
+  // Older checkpoints beyond the newest `keep` go only after `latest` names the new one.
+  if (so.keep > 0) {
+    std::vector<std::string> all = list_checkpoints(out_dir);
+    for (size_t i = 0; i + static_cast<size_t>(so.keep) < all.size(); ++i)
+      if (all[i] != final_dir) fs::remove_all(all[i], ec);
+  }
   return final_dir;
 }
 
-TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v) {
+TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
+                             const std::function<bool(const TensorSpec&)>& trained) {
   load_params(dir, layout, params);
+  if (!fs::exists(dir + "/optimizer.safetensors"))
+    fail(dir, ": holds no optimizer state (saved weights-only), so a run cannot resume from it; "
+              "fine-tune from it with --init instead");
   WeightFiles opt(dir + "/optimizer.safetensors");
-  read_arena(opt, layout, m, "exp_avg.");
-  read_arena(opt, layout, v, "exp_avg_sq.");
+  read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained);
+  read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained);
   const std::string path = dir + "/trainer_state.json";
   TrainerState st;
   try {

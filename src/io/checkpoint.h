@@ -1,9 +1,11 @@
 // checkpoint.h — checkpoint directories.
 //
 // A model directory holds `config.json` (HF compatible) and `model.safetensors`
-// (F32, HF tensor names), and `tokenizer.json` when the run knew its tokenizer.  A training checkpoint adds `optimizer.safetensors`
-// (AdamW moments, `exp_avg.<name>` / `exp_avg_sq.<name>`) and
-// `trainer_state.json` (step, data position, RNG, run settings).
+// (F32 or, on request, BF16; HF tensor names), and the tokenizer files and
+// generation_config.json when the run knew them.  A training checkpoint adds
+// `optimizer.safetensors` (AdamW moments, `exp_avg.<name>` / `exp_avg_sq.<name>`,
+// unless saved weights-only) and `trainer_state.json` (step, data position,
+// RNG, run settings).
 //
 // A run writes checkpoints as `<out>/step_00000100/`, each first built under a
 // temporary name with every file fsynced and then renamed into place, and then
@@ -13,7 +15,9 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -24,8 +28,10 @@
 
 namespace attnres {
 
-// Writes config.json and model.safetensors into an existing directory.
-void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params);
+// Writes config.json and model.safetensors (F32, or BF16 with bf16 = true)
+// into an existing directory.
+void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
+                       bool bf16 = false);
 // Loads every tensor of `layout` from `path` (a model directory — one
 // model.safetensors or the sharded form, io/weight_files.h — or one
 // .safetensors file), checking names, shapes and dtypes; BF16/F16/F64 are
@@ -36,8 +42,6 @@ void write_model_files(const std::string& dir, const Config& c, const ParamLayou
 // checkpoint into a routed model for fine-tuning.  Returns how many were kept.
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16 = nullptr,
                     bool keep_missing_routing = false, int threads = 1);
-// True for the parameters that exist only with depth routing.
-bool is_routing_param(const std::string& name);
 
 // A directory that holds config.json itself, or a run directory whose
 // `latest` names one; Error otherwise.
@@ -50,12 +54,27 @@ struct TrainerState {
   nlohmann::json settings;  // the run's flags, to check a resume against
 };
 
-// Writes <out>/step_<step>/ atomically and repoints <out>/latest; returns the
-// path.  A tokenizer.json given is copied in, so the checkpoint can generate text.
+struct SaveOptions {
+  bool optimizer = true;  // write optimizer.safetensors; false: a weights-only snapshot (no resume)
+  bool bf16 = false;      // weights as BF16 (half the size; a resume starts from the rounded weights)
+  // Whose moments optimizer.safetensors holds (null: every tensor's); a run
+  // with a frozen base saves the routing parameters' only.
+  std::function<bool(const TensorSpec&)> trained;
+  // Files copied into the checkpoint under their own names: the tokenizer
+  // (tokenizer.json, tokenizer_config.json, ...) and generation_config.json.
+  std::vector<std::string> copy_files;
+  int64_t keep = 0;  // keep the newest `keep` step_* checkpoints of out_dir and delete older ones (0 = all)
+};
+
+// Writes <out>/step_<step>/ atomically and repoints <out>/latest; returns the path.
 std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainerState& st,
-                            const std::string& tokenizer_json = "");
-// Loads parameters, moments and trainer state from a checkpoint directory.
-TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v);
+                            const SaveOptions& so = {});
+// Loads parameters, moments (of the tensors `trained` accepts; null: all) and
+// trainer state from a checkpoint directory.
+TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
+                             const std::function<bool(const TensorSpec&)>& trained = nullptr);
+// The step_* checkpoint directories of a run directory, oldest first.
+std::vector<std::string> list_checkpoints(const std::string& out_dir);
 
 }  // namespace attnres

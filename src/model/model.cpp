@@ -58,9 +58,21 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16);
   if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
+  if (o.freeze_base && (!train || c.mode == Mode::kBaseline))
+    fail("freezing the base weights needs a training model with depth routing (attnres_mode not baseline)");
   if (train) {
-    grads_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float));
+    // Frozen tensors get no gradient: their views are null, so the backward
+    // skips their weight-gradient products, and their part of the (lazily
+    // backed) arena is never touched, so it costs no memory.
+    grads_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/o.freeze_base);
     g_ = layout_.bind(grads_.data());
+    if (o.freeze_base) {
+      g_.embed = g_.final_norm = g_.lm_head = nullptr;
+      for (LayerWeights& g : g_.layers) {
+        const LayerWeights routers{.attn_router = g.attn_router, .mlp_router = g.mlp_router};
+        g = routers;
+      }
+    }
   }
   build_routers_();
 
@@ -385,7 +397,13 @@ int64_t Model::load(const std::string& path, bool keep_missing_routing) {
                      ctx_.threads());
 }
 
-void Model::zero_grad() { ops_.fill(grads_.data(), 0.0f, layout_.total()); }
+bool Model::trains(const TensorSpec& s) const { return !opt_.freeze_base || s.routing(); }
+
+void Model::zero_grad() {
+  if (!opt_.freeze_base) return ops_.fill(grads_.data(), 0.0f, layout_.total());
+  for (const TensorSpec& s : layout_.specs())
+    if (trains(s)) ops_.fill(grads_.data() + s.offset, 0.0f, s.numel);
+}
 
 double Model::flops_per_token(int64_t T) const {
   const Config& c = cfg_;
@@ -712,6 +730,7 @@ void Model::final_input_backward_() {
 
 // The gradient of e into the embedding table.
 void Model::embed_backward_() {
+  if (!g_.embed) return;  // frozen
   const int64_t N = rows(), d = cfg_.d;
   switch (cfg_.mode) {
     case Mode::kBaseline:

@@ -68,6 +68,7 @@ struct ModelOptions {
   int64_t cache_len = 0;  // inference: positions per sequence of a KV cache (0 = no cache)
   int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
   WeightType weights = WeightType::kF32;  // kBF16: matrices in bfloat16 (inference only)
+  bool freeze_base = false;  // training: only the routing parameters get gradients (--freeze-base)
 };
 
 // Activations of one layer.  Training keeps one per layer for the backward;
@@ -138,6 +139,9 @@ class Model {
   float* params() { return params_.data(); }
   const bf16* params_bf16() const { return params16_.as<bf16>(); }
   float* grads() { return grads_.data(); }  // null in inference
+  // Whether a parameter gets a gradient: all of them, or with freeze_base the
+  // routing parameters only (frozen ones' gradient arena is never touched).
+  bool trains(const TensorSpec& s) const;
   const Weights& w() const { return w_; }
   const Weights& g() const { return g_; }
   int64_t num_params() const;          // distinct parameters (the tied head counted once)

@@ -14,6 +14,7 @@
 #include <iterator>
 #include <vector>
 
+#include "core/error.h"
 #include "core/rng.h"
 #include "model/model.h"
 #include "testing/context.h"
@@ -200,6 +201,35 @@ TEST(Routing, RepeatableGradients) {
     EXPECT_EQ(l1, l2) << mode;
     EXPECT_EQ(0, std::memcmp(g1.data(), m.grads(), static_cast<size_t>(n) * sizeof(float))) << mode;
   }
+}
+
+// --freeze-base: the routing gradients are exactly those of the full model,
+// and no base gradient is computed.
+TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {
+  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+    const Config c = tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}});
+    Model full(testing::test_context(), c, kB, kT);
+    ModelOptions fo{kB, kT};
+    fo.freeze_base = true;
+    Model frozen(testing::test_context(), c, fo);
+    randomise(full, 10);
+    set_gates(full, 0.6f);
+    std::memcpy(frozen.params(), full.params(), static_cast<size_t>(full.layout().total()) * sizeof(float));
+    const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
+    full.zero_grad();
+    frozen.zero_grad();
+    EXPECT_EQ(full.forward_backward(in.data(), tg.data(), true), frozen.forward_backward(in.data(), tg.data(), true));
+    for (const TensorSpec& s : full.layout().specs()) {
+      EXPECT_EQ(frozen.trains(s), s.routing()) << s.name;
+      for (int64_t i = 0; i < s.numel; ++i) {
+        const float want = s.routing() ? full.grads()[s.offset + i] : 0.0f;
+        ASSERT_EQ(frozen.grads()[s.offset + i], want) << mode << " " << s.name << "[" << i << "]";
+      }
+    }
+  }
+  ModelOptions o{kB, kT};
+  o.freeze_base = true;
+  EXPECT_THROW(Model(testing::test_context(), tiny("baseline"), o), Error);
 }
 
 TEST(Routing, StatisticsOnlyWhenAttached) {

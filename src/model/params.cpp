@@ -98,4 +98,12 @@ void init_params(const ParamLayout& layout, const Config& c, float* params, Rng&
   for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, rng);
 }
 
+bool is_routing_param(const std::string& name) {
+  for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha"})
+    if (name.find(key) != std::string::npos) return true;
+  return false;
+}
+
+bool TensorSpec::routing() const { return is_routing_param(name); }
+
 }  // namespace attnres

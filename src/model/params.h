@@ -30,7 +30,13 @@ struct TensorSpec {
   // A weight matrix (embedding, projection, head): what a bf16 inference
   // model holds in bfloat16.  The same set as the decayed tensors.
   bool matrix() const { return decay; }
+  // A depth-routing parameter (pseudo-query, its norm, null source, gate):
+  // what --lr-routing schedules and --freeze-base keeps training.
+  bool routing() const;
 };
+
+// True for the names of parameters that exist only with depth routing.
+bool is_routing_param(const std::string& name);
 
 // A router's parameters (DESIGN.md §2); null where the config has none.
 struct RouterWeights {

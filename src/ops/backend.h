@@ -96,7 +96,7 @@ class Backend {
                                int64_t N, int64_t I, int64_t O, bool accumulate_dinp = false) = 0;
 
   // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
-  // rstd may be null (not kept).
+  // rstd may be null (not kept).  In the backward, dweight may be null (frozen).
   virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                                int64_t C, float eps) = 0;
   // With x̂ = inp·rstd:  dweight += Σ_rows dout∘x̂;
@@ -156,7 +156,7 @@ class Backend {
   // logits = x[N,C] · W[V,C]ᵀ, loss_i = logsumexp(logits_i) − logits_i[target_i].
   // Returns Σ_i loss_i.  If dx is non-null (W float32) also computes, with
   // dlogits_i = scale·(softmax_i − onehot(target_i)):  dx = dlogits·W
-  // (assigned), dW += dlogitsᵀ·x.  Targets < 0 are ignored (no loss, no
+  // (assigned), dW += dlogitsᵀ·x (skipped when dW is null: a frozen head).  Targets < 0 are ignored (no loss, no
   // gradient); losses_out (N), when not null, gets each row's loss (0 there).
   // The [N, V] logits never exist at once: chunks of rows are computed,
   // reduced and pushed through the backward in turn.

@@ -20,18 +20,32 @@ struct AdamWConfig {
 // lr_min + ½(lr_max − lr_min)(1 + cos(π·p)), p = (s − warmup)/max(1, total − warmup) ∈ [0, 1].
 double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min);
 
+class AdamW;
+
 // sqrt(Σ g²) over the arena, in double, deterministic for a given thread count.
 double global_norm(Backend& ops, const float* g, int64_t n);
 // g *= min(1, max_norm / (norm + 1e-6)) when max_norm > 0 (torch clip_grad_norm_).
 void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm);
+// The same over the tensors the optimizer trains (all of the arena unless the base is frozen).
+double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g);
+void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout, float* g, double norm,
+                    double max_norm);
 
+// Two parameter groups, as the reference fine-tuning script has them: the
+// routing parameters (TensorSpec::routing) and the base.  The routing group
+// may run at its own rate, and the base may be frozen: then it is neither
+// updated nor decayed, and its moments — in a lazily backed arena — are
+// never touched, so they cost no memory.
 class AdamW {
  public:
-  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg);
-  // One update at 1-based step t:  p ← p·(1 − lr·wd) (decayed tensors only);
+  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base = false);
+  // One update at 1-based step t, at rate lr (lr_routing for the routing
+  // group; < 0: lr), of every trained tensor:  p ← p·(1 − lr·wd) (decayed tensors only);
   // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
   // p ← p − lr · (m / (1 − β1ᵗ)) / (sqrt(v / (1 − β2ᵗ)) + eps).
-  void step(float* params, const float* grads, double lr, int64_t t);
+  void step(float* params, const float* grads, double lr, int64_t t, double lr_routing = -1);
+  bool trains(const TensorSpec& s) const { return !freeze_base_ || s.routing(); }
+  bool freeze_base() const { return freeze_base_; }
   float* m() { return m_.data(); }
   float* v() { return v_.data(); }
   const AdamWConfig& config() const { return cfg_; }
@@ -40,6 +54,7 @@ class AdamW {
   Backend& ops_;
   const ParamLayout& layout_;
   AdamWConfig cfg_;
+  bool freeze_base_ = false;
   Buffer m_, v_;
 };
 

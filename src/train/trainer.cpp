@@ -1,6 +1,7 @@
 // trainer.cpp — see trainer.h.
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -21,12 +22,73 @@ nlohmann::json TrainOptions::resume_settings() const {
   return {{"model", model.to_json()}, {"data", data},   {"data_order", data_order}, {"steps", steps},   {"batch", batch},
           {"seq_len", seq_len},      {"accum", accum}, {"lr", lr},         {"lr_min", lr_min},
           {"warmup", warmup},        {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
-          {"weight_decay", adamw.weight_decay}, {"clip", clip}, {"seed", seed}};
+          {"weight_decay", adamw.weight_decay}, {"clip", clip}, {"seed", seed}, {"lr_routing", lr_routing},
+          {"lr_min_routing", lr_min_routing}, {"freeze_base", freeze_base}};
 }
 
+namespace {
+
+int64_t trained_params(const ParamLayout& layout, const AdamW& adamw) {
+  int64_t n = 0;
+  for (const TensorSpec& s : layout.specs()) n += adamw.trains(s) ? s.numel : 0;
+  return n;
+}
+
+// Files of a model directory that travel with every checkpoint written from it.
+constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                           "vocab.json", "merges.txt"};
+
+// What a conversion changes, measured before the first step: the unconverted
+// model (as saved in `dir`) and the converted one (the model being trained, at
+// its init) run on the first `P` tokens of the first batch the run will draw.
+void report_conversion(Context& ctx, const TrainOptions& opt, const Config& saved, const std::string& dir,
+                       Rng rng) {
+  const Config& c = opt.model;
+  const int64_t P = std::min<int64_t>(opt.seq_len, 256), V = c.V;
+  ModelOptions mo;
+  mo.batch = 1;
+  mo.seq_len = P;
+  mo.training = false;
+  std::vector<float> conv(static_cast<size_t>(P * V)), base(conv.size());
+  std::vector<int32_t> in(static_cast<size_t>(opt.batch * opt.seq_len)), tg(in.size());
+  double loss_conv = 0, loss_base = 0;
+  {
+    Model m(ctx, c, mo);
+    m.init(rng);  // the draws the trained model's init makes
+    m.load(dir, /*keep_missing_routing=*/true);
+    DataLoader first(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &rng);
+    first.next(in.data(), tg.data());  // the run's first batch
+    m.forward_logits(in.data(), conv.data());
+    const Model::LossSum l = m.loss_sum(in.data(), tg.data(), 1, P);
+    loss_conv = l.sum / static_cast<double>(l.count);
+  }
+  {
+    Model m(ctx, saved, mo);
+    m.load(dir);
+    m.forward_logits(in.data(), base.data());
+    const Model::LossSum l = m.loss_sum(in.data(), tg.data(), 1, P);
+    loss_base = l.sum / static_cast<double>(l.count);
+  }
+  double max_diff = 0;
+  for (size_t i = 0; i < conv.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(conv[i]) - base[i]));
+  const bool delta = c.mode == Mode::kDelta || c.mode == Mode::kDeltaBlock;
+  const char* kind = c.gate == Gate::kLearnableAlpha
+                         ? (delta ? "exact conversion (learnable_alpha gate at 0: the routed term is switched off)"
+                                  : "learnable_alpha gate at 0 — not an identity in block/full (the gate mixes "
+                                    "with the partial sum / latest output), no exact conversion exists there")
+                         : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
+                           "from the start)";
+  std::printf("conversion %s -> %s: %s\n", mode_name(saved.mode), mode_name(c.mode), kind);
+  std::printf("  first %lld tokens of the first batch: loss %.6f -> %.6f (%+.3e), max |logit change| %.3e%s\n",
+              static_cast<long long>(P), loss_base, loss_conv, loss_conv - loss_base, max_diff,
+              max_diff == 0 ? " (bit-identical logits)" : "");
+}
+
+}  // namespace
+
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
-                     int64_t accum, double lr, int64_t t, double clip) {
-  const int64_t N = model.B() * model.T(), n = model.layout().total();
+                     int64_t accum, double lr, int64_t t, double clip, double lr_routing) {
+  const int64_t N = model.B() * model.T();
   // Scratch for one micro-batch; small next to the activations.
   thread_local std::vector<int32_t> inputs, targets;
   inputs.resize(static_cast<size_t>(N));
@@ -39,12 +101,12 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   }
   st.loss /= static_cast<double>(accum);
   Backend& ops = model.context().ops();
-  st.grad_norm = global_norm(ops, model.grads(), n);
+  st.grad_norm = global_norm(ops, adamw, model.layout(), model.grads());
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
     fail("step ", t, ": loss ", st.loss, ", gradient norm ", st.grad_norm,
          " — training diverged (try a lower --lr)");
-  clip_gradients(ops, model.grads(), n, st.grad_norm, clip);
-  adamw.step(model.params(), model.grads(), lr, t);
+  clip_gradients(ops, adamw, model.layout(), model.grads(), st.grad_norm, clip);
+  adamw.step(model.params(), model.grads(), lr, t, lr_routing);
   return st;
 }
 
@@ -76,12 +138,26 @@ TrainResult train(const TrainOptions& opt) {
   }
 
   Context ctx(opt.threads);
-  Model model(ctx, c, opt.batch, opt.seq_len);
-  AdamW adamw(ctx.ops(), model.layout(), opt.adamw);
+  // A conversion is measured first, with models of its own that are gone
+  // before the trained one (and its optimizer) take their memory.
+  std::string init_dir;
+  if (opt.resume.empty() && !opt.init_from.empty()) {
+    init_dir = resolve_model_dir(opt.init_from);
+    Config saved = Config::load(init_dir + "/config.json");
+    if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
+        saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
+      fail(init_dir, ": its model shape (config.json) differs from the model being trained");
+    if (saved.to_json() != c.to_json() && !opt.quiet) report_conversion(ctx, opt, saved, init_dir, rng);
+  }
+  ModelOptions mo{opt.batch, opt.seq_len};
+  mo.freeze_base = opt.freeze_base;
+  Model model(ctx, c, mo);
+  AdamW adamw(ctx.ops(), model.layout(), opt.adamw, opt.freeze_base);
+  auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
-    TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v());
+    TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained);
     nlohmann::json want = opt.resume_settings();
     // The model is compared as a Config, so that how it is spelled in JSON
     // (model_type, key order, a newer writer's extra keys) does not matter.
@@ -101,17 +177,14 @@ TrainResult train(const TrainOptions& opt) {
     if (!opt.quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
   } else {
     model.init(rng);
-    if (!opt.init_from.empty()) {
-      const std::string dir = resolve_model_dir(opt.init_from);
-      Config saved = Config::load(dir + "/config.json");
-      if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
-          saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
-        fail(dir, ": its model shape (config.json) differs from the model being trained");
+    if (!init_dir.empty()) {
+      const std::string& dir = init_dir;
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
+      const double t0 = now_seconds();
       const int64_t kept = model.load(dir, /*keep_missing_routing=*/true);
       if (!opt.quiet)
-        std::printf("initialised from %s%s\n", dir.c_str(),
+        std::printf("initialised from %s in %.1f s%s\n", dir.c_str(), now_seconds() - t0,
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
                          : "");
     }
@@ -145,9 +218,36 @@ TrainResult train(const TrainOptions& opt) {
   } else if (!std::filesystem::exists(tokenizer)) {
     fail(tokenizer, ": no such tokenizer file (--tokenizer)");
   }
-  if (!opt.quiet)
+  // The tokenizer's companion files beside it, and the generation config of
+  // the model the run started from, travel with every checkpoint too.
+  SaveOptions so;
+  so.optimizer = opt.save_optimizer;
+  so.bf16 = opt.save_bf16;
+  so.keep = opt.keep_checkpoints;
+  if (opt.freeze_base) so.trained = trained;
+  if (!tokenizer.empty()) {
+    so.copy_files.push_back(tokenizer);
+    const std::filesystem::path dir = std::filesystem::path(tokenizer).parent_path();
+    for (const char* name : kTokenizerFiles)
+      if (name != std::string("tokenizer.json") && std::filesystem::exists(dir / name))
+        so.copy_files.push_back((dir / name).string());
+  }
+  for (const std::string& d : {opt.resume, opt.init_from}) {
+    if (d.empty()) continue;
+    const std::string g = resolve_model_dir(d) + "/generation_config.json";
+    if (std::filesystem::exists(g)) {
+      so.copy_files.push_back(g);
+      break;
+    }
+  }
+  if (!opt.quiet) {
     std::printf("tokenizer: %s\n", tokenizer.empty() ? "none found (checkpoints will not carry one)"
                                                       : (tokenizer + " (copied into every checkpoint)").c_str());
+    if (opt.freeze_base)
+      std::printf("frozen base: %lld of %lld parameters train (the routing parameters)\n",
+                  static_cast<long long>(trained_params(model.layout(), adamw)),
+                  static_cast<long long>(model.layout().total()));
+  }
 
   TrainResult result;
   const double run_start = now_seconds();
@@ -155,7 +255,7 @@ TrainResult train(const TrainOptions& opt) {
     TrainerState st{step_done, loader.position(), rng.state(), opt.resume_settings()};
     ctx.ops().synchronize();  // the arenas are read from the host
     result.last_checkpoint =
-        save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, tokenizer);
+        save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
   };
   auto validate = [&](int64_t step_done) {
     EvalOptions eo;
@@ -183,13 +283,17 @@ TrainResult train(const TrainOptions& opt) {
   for (; step < opt.steps; ++step) {
     const double t0 = now_seconds();
     const double lr = lr_at(step, opt.warmup, opt.steps, opt.lr, opt.lr_min);
+    const double lr_routing = opt.lr_routing < 0 ? lr
+                                                 : lr_at(step, opt.warmup, opt.steps, opt.lr_routing,
+                                                         opt.lr_min_routing < 0 ? opt.lr_min : opt.lr_min_routing);
     const bool routing_step = log_routing && (step + 1) % opt.routing_every == 0;
     if (routing_step) {
       routing.clear();
       model.attach_routing_stats(&routing);
     }
     const StepStats st = train_step(
-        model, adamw, [&](int32_t* in, int32_t* tg) { loader.next(in, tg); }, opt.accum, lr, step + 1, opt.clip);
+        model, adamw, [&](int32_t* in, int32_t* tg) { loader.next(in, tg); }, opt.accum, lr, step + 1, opt.clip,
+        lr_routing);
     if (routing_step) {
       model.attach_routing_stats(nullptr);
       std::fprintf(log, "%s\n", nlohmann::json({{"step", step + 1}, {"routing", routing.to_json()}}).dump().c_str());

@@ -26,12 +26,19 @@ struct TrainOptions {
                            // the data (prepare writes it), else the one of --init / --resume
   int64_t steps = 100, batch = 8, seq_len = 256, accum = 1;
   double lr = 3e-3, lr_min = 3e-4;
+  // The routing parameters' own peak and final rate (< 0: lr, lr_min); each
+  // group warms up and decays on the same schedule (train/optimizer.h lr_at).
+  double lr_routing = -1, lr_min_routing = -1;
+  bool freeze_base = false;  // train the routing parameters only
   int64_t warmup = 10;
   AdamWConfig adamw;
   double clip = 1.0;
   uint64_t seed = 1337;
   int64_t val_every = 0, val_tokens = 0;  // 0: validate only at the end; 0 tokens = whole file
   int64_t ckpt_every = 0;                 // 0: only at the end
+  int64_t keep_checkpoints = 3;           // newest step_* checkpoints kept (the last one included); 0 = all
+  bool save_optimizer = true;             // false: weights-only checkpoints (no resume)
+  bool save_bf16 = false;                 // checkpoint weights in BF16
   double peak_flops = 160e9;              // for MFU
   double time_budget_s = 0;               // stop early (checkpointing) when exceeded; 0 = none
   int64_t routing_every = 0;              // log routing statistics of every N-th step to log.jsonl; 0 = off
@@ -55,12 +62,13 @@ TrainResult train(const TrainOptions& opt);
 class Model;
 class AdamW;
 // One optimizer step: `accum` micro-batches from next_batch(inputs, targets),
-// gradients averaged, clipped to `clip`, AdamW at 1-based step t with rate lr.
+// gradients averaged, clipped to `clip`, AdamW at 1-based step t with rate lr
+// (lr_routing for the routing parameters; < 0: lr).
 // Returns the mean loss and the gradient norm before clipping.
 struct StepStats {
   double loss = 0, grad_norm = 0;
 };
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
-                     int64_t accum, double lr, int64_t t, double clip);
+                     int64_t accum, double lr, int64_t t, double clip, double lr_routing = -1);
 
 }  // namespace attnres

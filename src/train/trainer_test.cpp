@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -12,7 +13,9 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
 #include "io/file_util.h"
+#include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/params.h"
 #include "train/data_loader.h"
@@ -172,6 +175,141 @@ TEST(Trainer, ResumeIsBitIdentical) {
     ADD_FAILURE() << "resume with another lr was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("setting 'lr'"), std::string::npos) << e.what();
+  }
+}
+
+// Resident bytes of [p, p + bytes) (mincore): what an arena costs in memory.
+size_t resident_bytes(const void* p, size_t bytes) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p) / page * page;
+  const size_t n = (reinterpret_cast<uintptr_t>(p) + bytes - b + page - 1) / page;
+  std::vector<unsigned char> v(n);
+  if (::mincore(reinterpret_cast<void*>(b), n * page, v.data()) != 0) return SIZE_MAX;
+  size_t r = 0;
+  for (unsigned char c : v) r += (c & 1) ? page : 0;
+  return r;
+}
+
+TEST(AdamW, RoutingGroupHasItsOwnRateAndAFrozenBaseNeitherMovesNorCostsMemory) {
+  Config c = Config::from_json({{"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 32}, {"intermediate_size", 128},
+                                {"vocab_size", 16384}, {"attnres_mode", "delta_block"}, {"attnres_num_blocks", 2}},
+                               "test");
+  ParamLayout layout(c);
+  std::vector<float> g(layout.total(), 0.5f);
+  for (bool freeze : {false, true}) {
+    std::vector<float> p(layout.total(), 1.0f);
+    AdamW opt(testing::test_context().ops(), layout, AdamWConfig{}, freeze);
+    opt.step(p.data(), g.data(), /*lr=*/1e-3, 1, /*lr_routing=*/1e-1);
+    for (const TensorSpec& s : layout.specs()) {
+      // First step: p ← p·(1 − lr·wd) − lr·g/(|g| + eps) ≈ p·(1 − lr·wd) − lr.
+      const double lr = s.routing() ? 1e-1 : 1e-3;
+      const double want = freeze && !s.routing() ? 1.0 : (s.decay ? 1.0 - lr * 0.1 : 1.0) - lr;
+      EXPECT_NEAR(p[s.offset], want, 1e-6) << s.name << (freeze ? " frozen" : "");
+    }
+    if (freeze) {  // the moments of the frozen tensors were never touched
+      // Routing tensors sit between base tensors: each may touch two pages.
+      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      size_t bound = 0;
+      for (const TensorSpec& s : layout.specs()) bound += s.routing() ? s.numel * 4 + 2 * page : 0;
+      EXPECT_LE(resident_bytes(opt.m(), layout.total() * 4), bound);
+      EXPECT_LE(resident_bytes(opt.v(), layout.total() * 4), bound);
+      EXPECT_GT(layout.total() * 4, 20 * bound);  // the bound means something
+    }
+  }
+}
+
+// Fine-tuning a plain checkpoint the paper's way: converted by flags, the base
+// frozen (bit-identical after training), the routing group at its own rate;
+// checkpoints carry the tokenizer files and generation config, keep the
+// newest N, and can be weights-only or BF16.
+TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
+  TempDir tmp("finetune");
+  const std::string dir = tmp.path();
+  std::vector<uint32_t> toks(3000);
+  uint64_t x = 11;
+  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
+  write_token_file(dir + "/train.bin", toks);
+  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true}\n");
+  write_file_atomic(dir + "/tokenizer_config.json", "{\"eos_token\": \"x\"}\n");
+
+  TrainOptions o;
+  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 4}, {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                               {"vocab_size", 64}},
+                              "test");
+  o.data = dir + "/train.bin";
+  o.steps = 2;
+  o.batch = 2;
+  o.seq_len = 16;
+  o.warmup = 1;
+  o.quiet = true;
+  o.out_dir = dir + "/base";
+  train(o);
+  const std::string base = dir + "/base/step_00000002";
+  write_file_atomic(base + "/generation_config.json", "{\"eos_token_id\": 3}\n");
+
+  o.init_from = base;
+  o.model.mode = Mode::kDeltaBlock;
+  o.model.num_blocks = 2;
+  o.freeze_base = true;
+  o.lr = 1e-3;
+  o.lr_routing = 5e-2;
+  o.steps = 4;
+  o.ckpt_every = 1;
+  o.keep_checkpoints = 2;
+  o.out_dir = dir + "/ft";
+  train(o);
+  std::vector<std::string> kept = list_checkpoints(dir + "/ft");
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(fs::path(kept[0]).filename(), "step_00000003");
+  const std::string ft = dir + "/ft/step_00000004";
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json", "generation_config.json"})
+    EXPECT_TRUE(fs::exists(ft + "/" + f)) << f;
+  EXPECT_EQ(nlohmann::json::parse(slurp(ft + "/config.json"))["model_type"], "qwen3_attnres");
+  SafeTensorsReader before(base + "/model.safetensors"), after(ft + "/model.safetensors");
+  int moved = 0;
+  for (const std::string& name : after.names()) {
+    const std::vector<float> b = is_routing_param(name) ? std::vector<float>() : before.read_float(name);
+    const std::vector<float> a = after.read_float(name);
+    if (is_routing_param(name)) {
+      moved += name.find("res_proj") != std::string::npos && a != std::vector<float>(a.size(), 0.0f);
+      continue;
+    }
+    EXPECT_TRUE(a == b) << name << " changed with a frozen base";
+  }
+  // Every pseudo-query of a router with two or more sources left zero: with
+  // 2 layers per block those are layer 2's MLP and layer 3's two routers (a
+  // one-source router has α = 1 and no gradient).
+  EXPECT_EQ(moved, 3);
+  SafeTensorsReader moments(ft + "/optimizer.safetensors");
+  for (const std::string& name : moments.names()) EXPECT_TRUE(is_routing_param(name)) << name;
+  EXPECT_EQ(moments.names().size(), 2u * 2 * 8);  // (m, v) × (proj, norm) × 8 routers
+  // Resuming the frozen run continues from its routing moments.
+  TrainOptions r = o;
+  r.resume = kept[0];
+  r.out_dir = dir + "/ft2";
+  r.keep_checkpoints = 0;
+  train(r);
+  EXPECT_TRUE(slurp(ft + "/model.safetensors") == slurp(dir + "/ft2/step_00000004/model.safetensors"));
+
+  // Weights-only, BF16.
+  o.save_optimizer = false;
+  o.save_bf16 = true;
+  o.steps = 1;
+  o.out_dir = dir + "/small";
+  train(o);
+  const std::string small = dir + "/small/step_00000001";
+  EXPECT_FALSE(fs::exists(small + "/optimizer.safetensors"));
+  EXPECT_EQ(SafeTensorsReader(small + "/model.safetensors").info("model.embed_tokens.weight").dtype, "BF16");
+  EXPECT_EQ(nlohmann::json::parse(slurp(small + "/config.json"))["torch_dtype"], "bfloat16");
+  r.resume = small;
+  r.out_dir = dir + "/nope";
+  try {
+    train(r);
+    ADD_FAILURE() << "resumed from a weights-only checkpoint";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no optimizer state"), std::string::npos) << e.what();
   }
 }
 

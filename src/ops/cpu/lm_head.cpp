@@ -79,8 +79,9 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f,
                   dx + r0 * C, C);
-      cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW,
-                  C);
+      if (dW)
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW,
+                    C);
     }
   }
   return total;
