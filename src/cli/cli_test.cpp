@@ -9,12 +9,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
 #include "io/file_util.h"
+#include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/config.h"
 #include "core/rng.h"
@@ -108,6 +110,39 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
   expect_clear_error(run(common + "--block-delta sideways --out " + dir_ + "/x"), {"attnres_block_delta"});
   expect_clear_error(run(common + "--save-dtype f8 --out " + dir_ + "/x"), {"--save-dtype"});
   expect_clear_error(run(common + "--mode baseline --freeze-base --out " + dir_ + "/x"), {"--freeze-base"});
+}
+
+// export: a plain HF directory, sharded above the limit, that loads back to
+// the same loss (f32) or to the rounded weights (bf16).
+TEST_F(Cli, ExportShardsAndLoadsBack) {
+  write_file_atomic(dir_ + "/model/tokenizer.json", "{}");
+  write_file_atomic(dir_ + "/model/generation_config.json", "{\"eos_token_id\": 1}");
+  Result r = run("export --model " + dir_ + "/model --out " + dir_ + "/hf --dtype f32 --max-shard-size 4KB");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("f32 weights in"), std::string::npos) << r.out;
+  for (const char* f : {"config.json", "model.safetensors.index.json", "tokenizer.json", "generation_config.json"})
+    EXPECT_TRUE(fs::exists(dir_ + "/hf/" + f)) << f;
+  EXPECT_FALSE(fs::exists(dir_ + "/hf/model.safetensors"));
+  const nlohmann::json index = nlohmann::json::parse(read_file(dir_ + "/hf/model.safetensors.index.json"));
+  std::set<std::string> shards;
+  for (auto it = index["weight_map"].begin(); it != index["weight_map"].end(); ++it) shards.insert(it.value());
+  EXPECT_GT(shards.size(), 2u);
+  for (const std::string& s : shards) EXPECT_LE(fs::file_size(dir_ + "/hf/" + s), 4000u + 4096u) << s;
+  auto loss = [&](const std::string& model) {
+    Result e = run("eval --model " + model + " --data " + dir_ + "/ok.bin --seq-len 16 --batch 3 --json --quiet");
+    EXPECT_EQ(e.status, 0) << e.err;
+    return nlohmann::json::parse(e.out)["loss"].get<double>();
+  };
+  EXPECT_EQ(loss(dir_ + "/hf"), loss(dir_ + "/model"));
+  r = run("export --model " + dir_ + "/model --out " + dir_ + "/hf16");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/hf16/model.safetensors"));
+  EXPECT_EQ(SafeTensorsReader(dir_ + "/hf16/model.safetensors").info("model.embed_tokens.weight").dtype, "BF16");
+  EXPECT_NEAR(loss(dir_ + "/hf16"), loss(dir_ + "/model"), 1e-2);
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/hf"), {"not an empty directory"});
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/x --max-shard-size 5XB"),
+                     {"--max-shard-size", "unknown unit"});
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/y --dtype f8"), {"--dtype"});
 }
 
 TEST_F(Cli, EvalJson) {

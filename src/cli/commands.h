@@ -12,5 +12,6 @@ int cmd_tokenizer_train(int argc, char** argv);
 int cmd_prepare(int argc, char** argv);
 int cmd_routing(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
+int cmd_export(int argc, char** argv);
 
 }  // namespace attnres

@@ -21,6 +21,7 @@ constexpr Command kCommands[] = {
     {"eval", attnres::cmd_eval, "loss and perplexity of a checkpoint over a token file"},
     {"routing", attnres::cmd_routing, "routing statistics of a checkpoint over a token file"},
     {"generate", attnres::cmd_generate, "text from a checkpoint (KV cache; greedy or sampled; batches of prompts)"},
+    {"export", attnres::cmd_export, "a checkpoint as a plain HF model directory (sharded, bf16) for the reference code"},
     {"bench", attnres::cmd_bench, "throughput, MFU and peak memory of full training steps"},
     {"tokenize", attnres::cmd_tokenize, "text -> token ids as JSON (or --decode ids -> text, --bench FILE)"},
     {"tokenizer-train", attnres::cmd_tokenizer_train, "learn a byte-level BPE tokenizer.json from a corpus"},

@@ -19,13 +19,9 @@ namespace fs = std::filesystem;
 namespace {
 
 void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* base, const std::string& prefix,
-               bool bf16 = false, const std::function<bool(const TensorSpec&)>& which = nullptr) {
-  for (const auto& s : layout.specs()) {
-    if (which && !which(s)) continue;
-    const std::span<const float> v(base + s.offset, static_cast<size_t>(s.numel));
-    if (bf16) w.add_bf16(prefix + s.name, s.shape, v);
-    else w.add_f32(prefix + s.name, s.shape, v);
-  }
+               const std::function<bool(const TensorSpec&)>& which = nullptr) {
+  for (const auto& s : layout.specs())
+    if (!which || which(s)) w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
 }
 
 // Reads every tensor of the layout from `files` (names prefixed), into the
@@ -63,13 +59,56 @@ bool is_dir(const std::string& p) {
 
 }  // namespace
 
-void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
-                       bool bf16) {
+int write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
+                      bool bf16, int64_t max_shard_bytes) {
   write_file_atomic(dir + "/config.json", c.to_json(bf16 ? "bfloat16" : "float32").dump(2) + "\n");
-  SafeTensorsWriter w;
-  w.set_metadata("format", "pt");
-  add_arena(w, layout, params, "", bf16);
-  w.write(dir + "/model.safetensors");
+  const int64_t width = bf16 ? 2 : 4;
+  // Shards: runs of tensors in layout order, each at most max_shard_bytes.
+  std::vector<std::vector<const TensorSpec*>> shards(1);
+  int64_t bytes = 0, total = 0;
+  for (const TensorSpec& s : layout.specs()) {
+    const int64_t b = s.numel * width;
+    if (max_shard_bytes > 0 && bytes > 0 && bytes + b > max_shard_bytes) {
+      shards.emplace_back();
+      bytes = 0;
+    }
+    shards.back().push_back(&s);
+    bytes += b;
+    total += b;
+  }
+  const int n = static_cast<int>(shards.size());
+  auto shard_name = [&](int k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05d-of-%05d.safetensors", k + 1, n);
+    return n == 1 ? std::string("model.safetensors") : std::string(name);
+  };
+  nlohmann::ordered_json weight_map;
+  for (int k = 0; k < n; ++k) {
+    SafeTensorsWriter w;
+    w.set_metadata("format", "pt");
+    for (const TensorSpec* s : shards[static_cast<size_t>(k)]) {
+      const std::span<const float> v(params + s->offset, static_cast<size_t>(s->numel));
+      if (bf16) w.add_bf16(s->name, s->shape, v);
+      else w.add_f32(s->name, s->shape, v);
+      weight_map[s->name] = shard_name(k);
+    }
+    w.write(dir + "/" + shard_name(k));
+  }
+  if (n > 1) {
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}};
+    index["weight_map"] = weight_map;
+    write_file_atomic(dir + "/model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  return n;
+}
+
+std::vector<std::string> companion_files(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+                           "merges.txt", "added_tokens.json", "generation_config.json"})
+    if (fs::exists(fs::path(dir) / name)) out.push_back((fs::path(dir) / name).string());
+  return out;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& out_dir) {
@@ -120,8 +159,8 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   write_model_files(tmp_dir, c, layout, params, so.bf16);
   if (so.optimizer) {
     SafeTensorsWriter opt;
-    add_arena(opt, layout, m, "exp_avg.", false, so.trained);
-    add_arena(opt, layout, v, "exp_avg_sq.", false, so.trained);
+    add_arena(opt, layout, m, "exp_avg.", so.trained);
+    add_arena(opt, layout, v, "exp_avg_sq.", so.trained);
     opt.write(tmp_dir + "/optimizer.safetensors");
   }
   nlohmann::json j;

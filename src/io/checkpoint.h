@@ -28,10 +28,16 @@
 
 namespace attnres {
 
-// Writes config.json and model.safetensors (F32, or BF16 with bf16 = true)
-// into an existing directory.
-void write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
-                       bool bf16 = false);
+// Writes config.json and the weights (F32, or BF16 with bf16 = true) into an
+// existing directory: one model.safetensors, or — when they exceed
+// max_shard_bytes > 0 — the hub's sharded form, model-0000K-of-0000N.safetensors
+// (tensors in layout order, a shard closed before it would pass the limit;
+// a tensor larger than the limit gets a shard of its own) and
+// model.safetensors.index.json.  Returns the number of weight files.
+int write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
+                      bool bf16 = false, int64_t max_shard_bytes = 0);
+// The tokenizer and generation files of a model directory, which travel with it.
+std::vector<std::string> companion_files(const std::string& dir);
 // Loads every tensor of `layout` from `path` (a model directory — one
 // model.safetensors or the sharded form, io/weight_files.h — or one
 // .safetensors file), checking names, shapes and dtypes; BF16/F16/F64 are

@@ -34,10 +34,6 @@ int64_t trained_params(const ParamLayout& layout, const AdamW& adamw) {
   return n;
 }
 
-// Files of a model directory that travel with every checkpoint written from it.
-constexpr const char* kTokenizerFiles[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                           "vocab.json", "merges.txt"};
-
 // What a conversion changes, measured before the first step: the unconverted
 // model (as saved in `dir`) and the converted one (the model being trained, at
 // its init) run on the first `P` tokens of the first batch the run will draw.
@@ -227,10 +223,10 @@ TrainResult train(const TrainOptions& opt) {
   if (opt.freeze_base) so.trained = trained;
   if (!tokenizer.empty()) {
     so.copy_files.push_back(tokenizer);
-    const std::filesystem::path dir = std::filesystem::path(tokenizer).parent_path();
-    for (const char* name : kTokenizerFiles)
-      if (name != std::string("tokenizer.json") && std::filesystem::exists(dir / name))
-        so.copy_files.push_back((dir / name).string());
+    for (const std::string& f : companion_files(std::filesystem::path(tokenizer).parent_path().string())) {
+      const std::string name = std::filesystem::path(f).filename().string();
+      if (name != "tokenizer.json" && name != "generation_config.json") so.copy_files.push_back(f);
+    }
   }
   for (const std::string& d : {opt.resume, opt.init_from}) {
     if (d.empty()) continue;

@@ -1,0 +1,96 @@
+// export.cpp — `attnres export`: a checkpoint as a plain Hugging Face model
+// directory that the reference code (and transformers) load.
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+
+namespace attnres {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// "5GB", "500MB", "2GiB", "123" (bytes) → bytes; the hub counts GB as 10⁹.
+int64_t parse_size(const std::string& s) {
+  size_t end = 0;
+  double x = 0;
+  try {
+    x = std::stod(s, &end);
+  } catch (const std::exception&) {
+    fail("--max-shard-size: expected a size like 5GB, 500MB or 2GiB, got '", s, "'");
+  }
+  const std::string unit = s.substr(end);
+  double mult = 0;
+  if (unit.empty() || unit == "B") mult = 1;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "KiB") mult = 1024.0;
+  else if (unit == "MiB") mult = 1024.0 * 1024;
+  else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
+  else fail("--max-shard-size: unknown unit '", unit, "' (B, KB, MB, GB, KiB, MiB, GiB)");
+  if (!(x > 0)) fail("--max-shard-size must be positive, got '", s, "'");
+  return static_cast<int64_t>(x * mult);
+}
+
+}  // namespace
+
+int cmd_export(int argc, char** argv) {
+  Flags f("export",
+          "Write a checkpoint as a plain Hugging Face model directory (config, safetensors, tokenizer, generation "
+          "config) that the reference code loads.",
+          {
+              {"model", "", "model, checkpoint or run directory (required)"},
+              {"out", "", "output directory, new or empty (required)"},
+              {"dtype", "bf16", "weights as bf16 (as published) or f32"},
+              {"max-shard-size", "5GB", "above this the weights are sharded with an index, as the hub does"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  if (f.str("model").empty() || f.str("out").empty()) fail("--model and --out are required");
+  const std::string dtype = f.str("dtype");
+  if (dtype != "bf16" && dtype != "f32") fail("--dtype must be bf16 or f32, got '", dtype, "'");
+  const int64_t max_shard = parse_size(f.str("max-shard-size"));
+  const std::string src = resolve_model_dir(f.str("model"));
+  const std::string out = f.str("out");
+  std::error_code ec;
+  if (fs::exists(out) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
+    fail(out, ": exists and is not an empty directory (export writes a fresh model directory)");
+  fs::create_directories(out, ec);
+  if (ec) fail(out, ": cannot create: ", ec.message());
+
+  const Config c = Config::load(src + "/config.json");
+  ParamLayout layout(c);
+  Buffer params = Buffer::host_bytes(static_cast<size_t>(layout.total()) * sizeof(float));
+  load_params(src, layout, params.data(), nullptr, false, static_cast<int>(std::thread::hardware_concurrency()));
+  const int files = write_model_files(out, c, layout, params.data(), dtype == "bf16", max_shard);
+  std::vector<std::string> copied;
+  for (const std::string& file : companion_files(src)) {
+    const std::string name = fs::path(file).filename().string();
+    write_file_atomic(out + "/" + name, read_file(file));
+    copied.push_back(name);
+  }
+  fsync_dir(out);
+  std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), mode_name(c.mode),
+              static_cast<long long>(layout.total()), out.c_str(), dtype.c_str(), files, files == 1 ? "" : "s");
+  for (size_t i = 0; i < copied.size(); ++i) std::printf("%s%s", i ? ", " : "; with ", copied[i].c_str());
+  std::printf("\n");
+  if (copied.empty() || !fs::exists(out + "/tokenizer.json"))
+    std::fprintf(stderr, "note: %s holds no tokenizer.json; the exported directory has none either\n", src.c_str());
+  // The released reference code always computes the block delta as x − last source.
+  if (c.mode == Mode::kDeltaBlock && c.block_delta == BlockDelta::kTrue &&
+      (c.L + c.layers_per_block() - 1) / c.layers_per_block() > 2)
+    std::fprintf(stderr,
+                 "note: attnres_block_delta is \"true\" (the paper's block delta); the released reference code "
+                 "ignores this key and computes x - last source, which differs from the third block on: it will "
+                 "not reproduce this model's outputs (attnres and the project's oracle do)\n");
+  return 0;
+}
+
+}  // namespace attnres
