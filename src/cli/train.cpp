@@ -57,6 +57,8 @@ int cmd_train(int argc, char** argv) {
               {"save-dtype", "f32", "checkpoint weights as f32 or bf16"},
               {"time-budget", "0", "stop (validate, checkpoint) after this many seconds (0 = none)"},
               {"routing-every", "0", "log routing statistics to log.jsonl every N steps (0 = off)"},
+              {"recompute", "false", "keep one layer's activations and recompute the rest in the backward "
+                                     "(a third more compute; the same gradients)"},
               {"threads", "0", "threads (0 = all cores)"},
               {"peak-gflops", "160", "machine peak GFLOP/s used for MFU (SGEMM 2048^3 here)"},
           });
@@ -97,6 +99,7 @@ int cmd_train(int argc, char** argv) {
   if (!f.str("lr-min-routing").empty()) o.lr_min_routing = f.f64("lr-min-routing");
   if (o.lr_min_routing >= 0 && o.lr_routing < 0) fail("--lr-min-routing needs --lr-routing");
   o.freeze_base = f.on("freeze-base");
+  o.recompute = f.on("recompute");
   if (o.freeze_base && o.model.mode == Mode::kBaseline)
     fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
   o.keep_checkpoints = f.i64("keep-checkpoints");

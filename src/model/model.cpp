@@ -47,6 +47,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   const bool train = o.training;
   if (train && (o.cache_len > 0 || o.weights != WeightType::kF32))
     fail("a KV cache and bf16 weights are for inference models only");
+  if (o.recompute && (!train || c.F < c.d))
+    fail("activation recomputation is for training models with intermediate_size >= hidden_size");
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
     fail("a KV cache of ", o.cache_len, " positions exceeds max_position_embeddings ", c.max_position_embeddings);
   cache_seqs_ = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
@@ -90,9 +92,21 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   take(targets, N);
   // Per-layer activations: training keeps every layer's, inference one set
   // that all layers share (set after carving).
+  // With recompute, training keeps every layer's inputs (stores_inputs modes)
+  // and one shared set of the rest, rebuilt per layer in the backward.
+  const bool shared_acts = !train || o.recompute;
   layer_.resize(static_cast<size_t>(c.L));
-  for (auto& a : layer_) {
-    if (mode.stores_inputs) take(a.x_attn, N * d);
+  for (size_t l = 0; l < layer_.size(); ++l) {
+    LayerActs& a = layer_[l];
+    if (mode.stores_inputs && train) {
+      take(a.x_attn, N * d);
+      take(a.x_mlp, N * d);
+    }
+    if (l > 0 && shared_acts) continue;
+    if (mode.stores_inputs && !train) {
+      take(a.x_attn, N * d);
+      take(a.x_mlp, N * d);
+    }
     take(a.rstd1, N);
     take(a.q, N * qd);
     take(a.k, N * kvd);
@@ -101,11 +115,9 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     take(a.k_rstd, N * c.KV);
     take(a.att, N * qd);
     if (train) take(a.lse, N * c.H);
-    if (mode.stores_inputs) take(a.x_mlp, N * d);
     take(a.rstd2, N);
     take(a.gate, N * F);
     take(a.up, N * F);
-    if (!train) break;
   }
   take(x_final_, N * d);
   take(rstd_f_, N);
@@ -174,10 +186,17 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   tokens_ = reinterpret_cast<int32_t*>(tokens);
   targets_ = reinterpret_cast<int32_t*>(targets);
-  if (!train) {
-    for (auto& a : layer_) a = layer_[0];
+  if (shared_acts)
+    for (LayerActs& a : layer_) {
+      LayerActs shared = layer_[0];
+      if (train) {  // the inputs stay the layer's own
+        shared.x_attn = a.x_attn;
+        shared.x_mlp = a.x_mlp;
+      }
+      a = shared;
+    }
+  if (!train)
     for (auto& r : routers_) r.logits = shared_logits;
-  }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
 
@@ -829,12 +848,20 @@ void Model::backward() {
   // (it reads dout = dx_ in its first op, before it accumulates, so the alias
   // is safe).  Routed: it writes dU_, which sublayer_input_backward_ sends on.
   float* dinp = routed ? dU_ : dx_;
+  // With recompute, each sublayer's forward runs again from its input just
+  // before its backward, to refill the shared activations (its output goes
+  // to a scratch buffer that is dead at that point: dh_, then h_); the
+  // kernels are deterministic, so the gradients are the same bits.
   for (int64_t l = c.L - 1; l >= 0; --l) {
     const float* dout = sublayer_output_backward_(2 * l + 1);
-    mlp_backward_(l, dout, sublayer_input_recompute_(2 * l + 1), dinp, !routed);
+    const float* x = sublayer_input_recompute_(2 * l + 1);
+    if (opt_.recompute) mlp_forward_(l, x, dh_);
+    mlp_backward_(l, dout, x, dinp, !routed);
     sublayer_input_backward_(2 * l + 1);
     dout = sublayer_output_backward_(2 * l);
-    attention_backward_(l, dout, sublayer_input_recompute_(2 * l), dinp, !routed);
+    x = sublayer_input_recompute_(2 * l);
+    if (opt_.recompute) attention_forward_(l, x, h_);
+    attention_backward_(l, dout, x, dinp, !routed);
     sublayer_input_backward_(2 * l);
   }
   embed_backward_();

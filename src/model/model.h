@@ -69,6 +69,10 @@ struct ModelOptions {
   int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
   WeightType weights = WeightType::kF32;  // kBF16: matrices in bfloat16 (inference only)
   bool freeze_base = false;  // training: only the routing parameters get gradients (--freeze-base)
+  // Training: keep one layer's activations (plus every layer's inputs where
+  // the mode stores them) and rerun each sublayer's forward in the backward
+  // (--recompute): a third more compute, a fraction of the memory.
+  bool recompute = false;
 };
 
 // Activations of one layer.  Training keeps one per layer for the backward;

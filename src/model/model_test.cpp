@@ -232,6 +232,29 @@ TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {
   EXPECT_THROW(Model(testing::test_context(), tiny("baseline"), o), Error);
 }
 
+// --recompute: one shared set of activations refilled in the backward gives
+// the same loss and the same gradient bits in every mode.
+TEST(Routing, RecomputeGivesTheSameGradientBits) {
+  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"}) {
+    const Config c = tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}});
+    Model full(testing::test_context(), c, kB, kT);
+    ModelOptions ro{kB, kT};
+    ro.recompute = true;
+    Model re(testing::test_context(), c, ro);
+    randomise(full, 10);
+    set_gates(full, 0.6f);
+    const int64_t n = full.layout().total();
+    std::memcpy(re.params(), full.params(), static_cast<size_t>(n) * sizeof(float));
+    const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
+    for (int rep = 0; rep < 2; ++rep) {  // the second step starts from used buffers
+      full.zero_grad();
+      re.zero_grad();
+      EXPECT_EQ(full.forward_backward(in.data(), tg.data(), true), re.forward_backward(in.data(), tg.data(), true));
+      EXPECT_EQ(0, std::memcmp(full.grads(), re.grads(), static_cast<size_t>(n) * sizeof(float))) << mode;
+    }
+  }
+}
+
 TEST(Routing, StatisticsOnlyWhenAttached) {
   Model m(testing::test_context(), tiny("full"), kB, kT);
   randomise(m, 13);

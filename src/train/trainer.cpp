@@ -147,6 +147,7 @@ TrainResult train(const TrainOptions& opt) {
   }
   ModelOptions mo{opt.batch, opt.seq_len};
   mo.freeze_base = opt.freeze_base;
+  mo.recompute = opt.recompute;
   Model model(ctx, c, mo);
   AdamW adamw(ctx.ops(), model.layout(), opt.adamw, opt.freeze_base);
   auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };

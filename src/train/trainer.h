@@ -30,6 +30,7 @@ struct TrainOptions {
   // group warms up and decays on the same schedule (train/optimizer.h lr_at).
   double lr_routing = -1, lr_min_routing = -1;
   bool freeze_base = false;  // train the routing parameters only
+  bool recompute = false;    // rerun each sublayer's forward in the backward (less memory)
   int64_t warmup = 10;
   AdamWConfig adamw;
   double clip = 1.0;
