@@ -371,6 +371,42 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   EXPECT_EQ(back.to_json(), ok.to_json());
 }
 
+// The Qwen3 dense family as published (config.json fields of Qwen3-0.6B …
+// 32B): each loads, as a plain model, with the parameter count of its shape.
+TEST(Config, TheQwen3DenseFamilyLoads) {
+  struct Member {
+    const char* name;
+    int64_t d, L, H, F;
+    bool tied;
+  };
+  for (const Member& m : {Member{"0.6B", 1024, 28, 16, 3072, true}, Member{"1.7B", 2048, 28, 16, 6144, true},
+                          Member{"4B", 2560, 36, 32, 9728, true}, Member{"8B", 4096, 36, 32, 12288, false},
+                          Member{"14B", 5120, 40, 40, 17408, false}, Member{"32B", 5120, 64, 64, 25600, false}}) {
+    const nlohmann::json j = {
+        {"architectures", {"Qwen3ForCausalLM"}}, {"attention_bias", false}, {"attention_dropout", 0.0},
+        {"bos_token_id", 151643}, {"eos_token_id", 151645}, {"head_dim", 128}, {"hidden_act", "silu"},
+        {"hidden_size", m.d}, {"initializer_range", 0.02}, {"intermediate_size", m.F},
+        {"max_position_embeddings", 40960}, {"max_window_layers", m.L}, {"model_type", "qwen3"},
+        {"num_attention_heads", m.H}, {"num_hidden_layers", m.L}, {"num_key_value_heads", 8},
+        {"rms_norm_eps", 1e-6}, {"rope_scaling", nullptr}, {"rope_theta", 1000000}, {"sliding_window", nullptr},
+        {"tie_word_embeddings", m.tied}, {"torch_dtype", "bfloat16"}, {"transformers_version", "4.51.0"},
+        {"use_cache", true}, {"use_sliding_window", false}, {"vocab_size", 151936}};
+    const Config c = Config::from_json(j, m.name);
+    EXPECT_EQ(c.mode, Mode::kBaseline) << m.name;
+    EXPECT_EQ(c.hd, 128) << m.name;
+    // Parameters: embedding (+ head if untied), per layer 2 norms + q,k,v,o + q/k norms + MLP, final norm.
+    const int64_t V = 151936, per_layer = 2 * m.d + m.d * (m.H * 128 + 2 * 8 * 128) + m.H * 128 * m.d + 2 * 128 +
+                                          3 * m.d * m.F;
+    EXPECT_EQ(ParamLayout(c).total(), V * m.d * (m.tied ? 1 : 2) + m.L * per_layer + m.d) << m.name;
+  }
+  // The published 0.6B: 596,049,920 parameters (0.44B without the embedding).
+  Config c06 = Config::from_json({{"hidden_size", 1024}, {"num_hidden_layers", 28}, {"num_attention_heads", 16},
+                                  {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 3072},
+                                  {"vocab_size", 151936}},
+                                 "0.6B");
+  EXPECT_EQ(ParamLayout(c06).total(), 596049920);
+}
+
 // Defaults follow whoever wrote the config (docs/DESIGN.md §2), and routed
 // models are written the way the reference code writes them.
 TEST(Config, DefaultsFollowTheWriterAndRoutedModelsAreWrittenAsQwen3AttnRes) {

@@ -1,0 +1,36 @@
+// blas_kernels.cpp — see blas_kernels.h.
+#include "ops/cpu/blas_kernels.h"
+
+#include <cblas.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+#include <strings.h>
+
+namespace attnres {
+
+const char* blas_core_name() { return openblas_get_corename(); }
+
+void use_best_blas_kernels(char** argv) {
+  if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice
+  const char* have = openblas_get_corename();
+  // The generic fallbacks of OpenBLAS's x86-64 detection.
+  bool generic = false;
+  for (const char* g : {"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Atom", "Katmai", "Northwood"})
+    generic |= have && strcasecmp(have, g) == 0;
+  if (!generic) return;
+  __builtin_cpu_init();
+  const char* best = nullptr;
+  if (__builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512vl")) best = "Cooperlake";
+  else if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq"))
+    best = "SkylakeX";
+  else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = "Haswell";
+  if (!best) return;
+  ::setenv("OPENBLAS_CORETYPE", best, 1);
+  ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the generic kernels
+}
+
+}  // namespace attnres
