@@ -196,7 +196,11 @@ TrainResult train(const TrainOptions& opt) {
   const double flops_per_token = model.flops_per_token(opt.seq_len);
   const int64_t tokens_per_step = N * opt.accum;
   if (!opt.quiet)
-    std::printf("model: %s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
+    std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
+                c.mode != Mode::kDeltaBlock ? ""
+                : c.block_delta == BlockDelta::kTrue
+                    ? " (attnres_block_delta true: the paper's block delta)"
+                    : " (attnres_block_delta reference: the released code's x - last source)",
                 static_cast<long long>(model.num_params()), static_cast<long long>(tokens_per_step),
                 static_cast<long long>(loader.total_tokens()));
 
