@@ -342,6 +342,8 @@ int cmd_bench(int argc, char** argv) {
   if (f.on("generate")) return bench_generate(f, ctx);
   const int threads = ctx.threads();
   Config base = load_config(f.str("config"));
+  batch_tokens(f.i64("batch"), f.i64("seq-len"));
+  if (f.i64("steps") <= 0 || f.i64("warmup-steps") < 0) fail("--steps must be positive and --warmup-steps not negative");
   if (f.on("worker")) {
     base.mode = parse_mode(f.str("mode"));
     std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), f.i64("steps"), f.i64("warmup-steps"),

@@ -145,6 +145,19 @@ TEST_F(Cli, ExportShardsAndLoadsBack) {
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/y --dtype f8"), {"--dtype"});
 }
 
+// Absurd sizes on the command line are one clear line, never a crash or a bogus result.
+TEST_F(Cli, HugeBatchIsAClearError) {
+  const std::string huge = std::to_string(int64_t{1} << 62);
+  expect_clear_error(run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --batch " + huge),
+                     {"2^30 tokens"});
+  expect_clear_error(run("train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --out " + dir_ +
+                         "/t --seq-len 8 --batch " + huge),
+                     {"2^30 tokens"});
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  expect_clear_error(run("bench --config " + dir_ + "/bench.json --seq-len 8 --steps 1 --batch " + huge),
+                     {"2^30 tokens"});
+}
+
 TEST_F(Cli, EvalJson) {
   Result r = run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 3 --json");
   ASSERT_EQ(r.status, 0) << r.err;

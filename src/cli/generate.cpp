@@ -25,6 +25,7 @@
 #include "cli/flags.h"
 #include "core/context.h"
 #include "core/error.h"
+#include "io/json_util.h"
 #include "core/timer.h"
 #include "infer/generate.h"
 #include "io/checkpoint.h"
@@ -135,12 +136,7 @@ int cmd_generate(int argc, char** argv) {
       at = end + 1;
       ++line_no;
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception&) {
-        fail(path, ":", line_no, ": not a JSON object");
-      }
+      const nlohmann::json j = parse_json(line, cat(path, ":", line_no));
       Prompt p;
       if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
         for (const auto& x : j["prompt_ids"]) {

@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "io/json_util.h"
 #include "io/file_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -160,18 +161,13 @@ int cmd_tokenize(int argc, char** argv) {
 
   const std::string input = read_stdin();
   if (flags.on("decode")) {
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(input);
-    } catch (const nlohmann::json::exception& e) {
-      fail("--decode expects a JSON array of token ids on stdin: ", e.what());
-    }
+    const nlohmann::json j = parse_json(input, "--decode (a JSON array of token ids on stdin)");
     if (!j.is_array()) fail("--decode expects a JSON array of token ids on stdin");
     std::vector<uint32_t> ids;
     ids.reserve(j.size());
     for (size_t i = 0; i < j.size(); ++i) {
       if (!j[i].is_number_integer() || j[i].get<int64_t>() < 0 || j[i].get<int64_t>() >= int64_t(tok.vocab_size()))
-        fail("--decode: element ", i, " (", j[i].dump(), ") is not a token id below ", tok.vocab_size());
+        fail("--decode: element ", i, " (", brief(j[i]), ") is not a token id below ", tok.vocab_size());
       ids.push_back(j[i].get<uint32_t>());
     }
     write_stdout(tok.decode(ids));

@@ -13,12 +13,15 @@
 
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <span>
 #include <utility>
+
+#include "core/error.h"
 
 namespace attnres {
 
@@ -45,7 +48,9 @@ class Buffer {
     if (bytes == 0) return {};
     const int flags = MAP_PRIVATE | MAP_ANONYMOUS | (lazy ? 0 : MAP_POPULATE);
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, flags, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    if (p == MAP_FAILED)
+      throw Error(cat("cannot allocate ", static_cast<double>(bytes) / (1 << 30), " GiB (", bytes,
+                      " bytes): ", std::strerror(errno)));
     return {p, bytes, [](void* q, size_t n) { ::munmap(q, n); }};
   }
   void resize(size_t floats) { *this = host_bytes(floats * sizeof(float)); }

@@ -6,6 +6,7 @@
 // which adds file and line.  This is not a logging facility.
 #pragma once
 
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -27,6 +28,23 @@ std::string cat(const Args&... args) {
 template <class... Args>
 [[noreturn]] void fail(const Args&... args) {
   throw Error(cat(args...));
+}
+
+// a · b for sizes that come from users (configs, file headers, flags): an
+// Error naming `what` instead of a silent overflow.
+inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
+  int64_t r;
+  if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) fail(what, ": ", a, " x ", b, " overflows a 64-bit size");
+  return r;
+}
+
+// The tokens of one forward, B × T, for the flags that set them: both
+// positive, and at most 2^30 tokens, so that every activation size fits.
+inline int64_t batch_tokens(int64_t B, int64_t T) {
+  if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive (got ", B, " and ", T, ")");
+  if (B > (int64_t{1} << 30) || T > (int64_t{1} << 30) || B * T > (int64_t{1} << 30))
+    fail("--batch ", B, " x --seq-len ", T, " is more than 2^30 tokens in one forward");
+  return B * T;
 }
 
 }  // namespace attnres

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_util.h"
 
 namespace attnres {
 
@@ -203,12 +204,7 @@ bool CorpusReader::next_part(DocPart& part) {
       ++s.line;
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
       if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(line);
-      } catch (const nlohmann::json::exception& e) {
-        fail(s.path, ":", s.line, ": malformed JSON line: ", e.what());
-      }
+      const nlohmann::json j = parse_json(line, cat(s.path, ":", s.line));
       if (!j.is_object() || !j.contains("text") || !j["text"].is_string())
         fail(s.path, ":", s.line, ": expected a JSON object with a \"text\" string field");
       part.text = j["text"].get<std::string>();

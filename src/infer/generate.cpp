@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_util.h"
 #include "core/timer.h"
 #include "io/file_util.h"
 
@@ -176,11 +177,7 @@ namespace {
 // The JSON object of a model directory's file, or null when the file is absent.
 nlohmann::json read_json_if_present(const std::string& path) {
   if (!std::filesystem::exists(path)) return nullptr;
-  try {
-    return nlohmann::json::parse(read_file(path));
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": malformed JSON: ", e.what());
-  }
+  return parse_json(read_file(path), path);
 }
 
 }  // namespace
@@ -198,7 +195,7 @@ std::vector<int32_t> read_eos_ids(const std::string& model_dir) {
       else
         ids.push_back(e.get<int32_t>());
     } catch (const nlohmann::json::exception&) {
-      fail(path, ": eos_token_id must be an integer or a list of integers, got ", e.dump());
+      fail(path, ": eos_token_id must be an integer or a list of integers, got ", brief(e));
     }
     return ids;
   }

@@ -9,6 +9,7 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "io/safetensors.h"
 #include "io/weight_files.h"
 
@@ -207,7 +208,7 @@ TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, 
   const std::string path = dir + "/trainer_state.json";
   TrainerState st;
   try {
-    auto j = nlohmann::json::parse(read_file(path));
+    auto j = parse_json(read_file(path), path);
     st.step = j.at("step").get<int64_t>();
     st.data.shard = j.at("data").at("shard").get<int64_t>();
     st.data.offset = j.at("data").at("offset").get<int64_t>();

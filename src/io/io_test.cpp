@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
@@ -96,7 +97,7 @@ TEST(SafeTensors, RejectsMalformedFiles) {
   }
   // Malformed JSON.
   write_file_atomic(p, raw_safetensors("{not json", 0));
-  expect_error([&] { SafeTensorsReader r(p); }, {p, "malformed safetensors header"});
+  expect_error([&] { SafeTensorsReader r(p); }, {p, "safetensors header: malformed JSON"});
   // Offsets out of range.
   write_file_atomic(p, raw_safetensors(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", 8));
   expect_error([&] { SafeTensorsReader r(p); }, {p, "tensor a", "out of range"});
@@ -369,6 +370,51 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   // Round trip through to_json.
   Config back = Config::from_json(ok.to_json(), "back");
   EXPECT_EQ(back.to_json(), ok.to_json());
+}
+
+// Crafted inputs (issue 9): sizes that would overflow, JSON nested too deep
+// for a recursive walk, numbers out of range, allocations that cannot be
+// made, empty tensors — each one clear error line, or correct handling.
+TEST(Hardening, CraftedSizesAndJsonAreClearErrors) {
+  TempDir tmp;
+  const nlohmann::json base = {{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                               {"intermediate_size", 12}, {"vocab_size", 11}};
+  auto with = [&](const char* key, nlohmann::json v) {
+    auto j = base;
+    j[key] = v;
+    return j;
+  };
+  expect_error([&] { Config::from_json(with("vocab_size", int64_t{1} << 62), "c.json"); },
+               {"c.json", "vocab_size 4611686018427387904 is beyond what this engine supports"});
+  expect_error([&] { Config::from_json(with("num_hidden_layers", int64_t{1} << 40), "c.json"); },
+               {"num_hidden_layers", "beyond"});
+  expect_error([&] { Config::from_json(with("rope_theta", 1e308 * 10), "c.json"); }, {"rope_theta", "finite"});
+  // A config value nested 100k deep, and a number beyond double.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  write_file_atomic(tmp / "deep.json", "{\"hidden_size\": " + deep + "}");
+  expect_error([&] { Config::load(tmp / "deep.json"); }, {"deep.json", "nested deeper than 64 levels"});
+  write_file_atomic(tmp / "big.json", "{\"rope_theta\": 1e400}");
+  expect_error([&] { Config::load(tmp / "big.json"); }, {"big.json", "malformed JSON", "1e400"});
+  // Safetensors: a shape whose element count overflows, with no bytes; 1e400 in the header.
+  write_file_atomic(tmp / "huge.safetensors",
+                    raw_safetensors(R"({"t":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,0]}})", 0));
+  expect_error([&] { SafeTensorsReader r(tmp / "huge.safetensors"); }, {"huge.safetensors", "tensor t", "too many elements"});
+  write_file_atomic(tmp / "e400.safetensors",
+                    raw_safetensors(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,1e400]}})", 4));
+  expect_error([&] { SafeTensorsReader r(tmp / "e400.safetensors"); }, {"e400.safetensors", "malformed JSON"});
+  // A zero-element tensor reads as nothing (no null-pointer copies).
+  write_file_atomic(tmp / "empty.safetensors",
+                    raw_safetensors(R"({"t":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]}})", 0));
+  SafeTensorsReader empty(tmp / "empty.safetensors");
+  EXPECT_TRUE(empty.read_float("t").empty());
+  std::vector<uint16_t> none;
+  const std::vector<int64_t> shape04 = {0, 4};
+  empty.read_bf16("t", shape04, none);
+  // Memory that cannot be had is an Error, not std::bad_alloc.
+  expect_error([] { Buffer::host_bytes(size_t{1} << 60); }, {"cannot allocate", "GiB"});
+  // Sizes of one forward.
+  expect_error([] { batch_tokens(int64_t{1} << 62, 256); }, {"--batch 4611686018427387904", "2^30 tokens"});
+  expect_error([] { checked_mul(int64_t{1} << 40, int64_t{1} << 40, "x"); }, {"x: ", "overflows"});
 }
 
 // The Qwen3 dense family as published (config.json fields of Qwen3-0.6B …

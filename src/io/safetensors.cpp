@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/parallel.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 
 namespace attnres {
 
@@ -122,12 +123,7 @@ void SafeTensorsReader::parse_header(size_t file_size) {
   read_bytes(text.data(), text.size(), 8);
   data_start_ = 8 + n;
   const size_t data_bytes = file_size - data_start_;
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, ": malformed safetensors header: ", e.what());
-  }
+  const nlohmann::json header = parse_json(text, path + ": safetensors header");
   if (!header.is_object()) fail(path, ": safetensors header is not a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -151,12 +147,16 @@ void SafeTensorsReader::parse_header(size_t file_size) {
     }
     const size_t width = dtype_size(t.dtype);
     if (width == 0) fail(path, ": tensor ", name, ": unknown dtype ", t.dtype);
-    for (int64_t s : t.shape)
+    int64_t numel = 1;
+    for (int64_t s : t.shape) {
       if (s < 0) fail(path, ": tensor ", name, ": negative dimension in shape ", shape_str(t.shape));
+      if (__builtin_mul_overflow(numel, s, &numel) || numel > (int64_t{1} << 56))
+        fail(path, ": tensor ", name, ": shape ", shape_str(t.shape), " has too many elements");
+    }
     if (t.begin > t.end || t.end > data_bytes)
       fail(path, ": tensor ", name, ": data_offsets [", t.begin, ", ", t.end, "] out of range (data section is ",
            data_bytes, " bytes)");
-    if (t.end - t.begin != static_cast<size_t>(t.numel()) * width)
+    if (t.end - t.begin != static_cast<size_t>(numel) * width)
       fail(path, ": tensor ", name, ": ", t.end - t.begin, " bytes do not hold shape ", shape_str(t.shape), " of ",
            t.dtype);
     tensors_[name] = t;
@@ -187,6 +187,7 @@ std::vector<std::string> SafeTensorsReader::names() const {
 void SafeTensorsReader::convert(const TensorInfo& t, const std::string& name, size_t first,
                                 std::span<float> out) const {
   const int64_t n = static_cast<int64_t>(out.size());
+  if (n == 0) return;
   const char* src = map_ + data_start_ + t.begin;
   float* dst = out.data();
   const int nt = n >= (1 << 16) ? threads_ : 1;
@@ -243,6 +244,7 @@ void SafeTensorsReader::read_bf16(const std::string& name, std::span<const int64
   const TensorInfo& t = info(name);
   check_shape(t, name, shape);
   ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
+  if (out.empty()) return;
   if (t.dtype == "BF16") {
     const int64_t n = static_cast<int64_t>(out.size());
 #pragma omp parallel num_threads(n >= (1 << 16) ? threads_ : 1)
@@ -267,7 +269,7 @@ std::vector<int32_t> SafeTensorsReader::read_i32(const std::string& name) const 
   const TensorInfo& t = info(name);
   if (t.dtype != "I32") fail(path_, ": tensor ", name, " has dtype ", t.dtype, ", expected I32");
   std::vector<int32_t> out(static_cast<size_t>(t.numel()));
-  read_bytes(out.data(), out.size() * 4, t.begin);
+  if (!out.empty()) read_bytes(out.data(), out.size() * 4, t.begin);
   return out;
 }
 

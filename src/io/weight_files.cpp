@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 
 namespace attnres {
 
@@ -73,12 +74,7 @@ void WeightFiles::add_file(const std::string& path, int threads) {
 }
 
 void WeightFiles::open_sharded(const std::string& dir, const std::string& index_path, int threads) {
-  nlohmann::json index;
-  try {
-    index = nlohmann::json::parse(read_file(index_path));
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(index_path, ": malformed JSON: ", e.what());
-  }
+  const nlohmann::json index = parse_json(read_file(index_path), index_path);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail(index_path, ": no \"weight_map\" object (tensor name -> shard file)");
   const auto& map = index["weight_map"];

@@ -1,8 +1,11 @@
 // config.cpp — see config.h.
 #include "model/config.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "model/modes.h"
 
 namespace attnres {
@@ -12,7 +15,7 @@ namespace {
 int64_t need_int(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) fail(where, ": missing required field \"", key, "\"");
   const auto& v = j[key];
-  if (!v.is_number_integer()) fail(where, ": field \"", key, "\" must be an integer, got ", v.dump());
+  if (!v.is_number_integer()) fail(where, ": field \"", key, "\" must be an integer, got ", brief(v));
   return v.get<int64_t>();
 }
 
@@ -22,7 +25,7 @@ T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& w
   try {
     return j[key].get<T>();
   } catch (const nlohmann::json::exception&) {
-    fail(where, ": field \"", key, "\" has the wrong type: ", j[key].dump());
+    fail(where, ": field \"", key, "\" has the wrong type: ", brief(j[key]));
   }
 }
 
@@ -45,8 +48,7 @@ Mode parse_mode(const std::string& s) {
 static void refuse_unsupported(const nlohmann::json& j, const std::string& where) {
   auto value = [&](const char* key) { return j.contains(key) ? j[key] : nlohmann::json(); };
   auto refuse = [&](const char* key, const char* what) {
-    const std::string v = value(key).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    fail(where, ": field \"", key, "\" is ", v.size() > 80 ? v.substr(0, 80) + "..." : v, ": ", what,
+    fail(where, ": field \"", key, "\" is ", brief(value(key), 80), ": ", what,
          " is not implemented");
   };
   if (!value("rope_scaling").is_null()) refuse("rope_scaling", "RoPE scaling (YaRN, dynamic, linear)");
@@ -109,33 +111,31 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
 }
 
 void Config::validate(const std::string& where) const {
-  auto positive = [&](int64_t v, const char* name) {
+  // Positive, and below bounds far above any real model (the largest Qwen3
+  // has d 5120, F 25600, V 151936, 64 layers), so that every size product
+  // the engine forms fits in 64 bits.
+  auto positive = [&](int64_t v, const char* name, int64_t most) {
     if (v <= 0) fail(where, ": ", name, " must be positive, got ", v);
+    if (v > most) fail(where, ": ", name, " ", v, " is beyond what this engine supports (at most ", most, ")");
   };
-  positive(d, "hidden_size");
-  positive(L, "num_hidden_layers");
-  positive(H, "num_attention_heads");
-  positive(KV, "num_key_value_heads");
-  positive(hd, "head_dim");
-  positive(F, "intermediate_size");
-  positive(V, "vocab_size");
-  positive(num_blocks, "attnres_num_blocks");
+  positive(d, "hidden_size", 1 << 17);
+  positive(L, "num_hidden_layers", 1 << 12);
+  positive(H, "num_attention_heads", 1 << 12);
+  positive(KV, "num_key_value_heads", 1 << 12);
+  positive(hd, "head_dim", 1 << 12);
+  positive(F, "intermediate_size", 1 << 20);
+  positive(V, "vocab_size", 1 << 24);
+  positive(num_blocks, "attnres_num_blocks", 1 << 12);
+  positive(max_position_embeddings, "max_position_embeddings", int64_t{1} << 24);
   if (H % KV != 0)
     fail(where, ": num_attention_heads (", H, ") must be a multiple of num_key_value_heads (", KV, ")");
   if (hd % 2 != 0) fail(where, ": head_dim must be even for RoPE, got ", hd);
-  if (!(rms_norm_eps > 0)) fail(where, ": rms_norm_eps must be positive");
-  if (!(rope_theta > 0)) fail(where, ": rope_theta must be positive");
+  if (!(rms_norm_eps > 0) || !std::isfinite(rms_norm_eps)) fail(where, ": rms_norm_eps must be positive and finite");
+  if (!(rope_theta > 0) || !std::isfinite(rope_theta)) fail(where, ": rope_theta must be positive and finite");
 }
 
 Config Config::load(const std::string& path) {
-  std::string text = read_file(path);
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path, ": malformed JSON: ", e.what());
-  }
-  return from_json(j, path);
+  return from_json(parse_json(read_file(path), path), path);
 }
 
 nlohmann::json Config::to_json(const std::string& torch_dtype) const {

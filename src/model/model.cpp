@@ -43,7 +43,8 @@ WeightType parse_weight_type(const std::string& s) {
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c) {
   const int64_t B = o.batch, T = o.seq_len;
-  ATTNRES_CHECK(B > 0 && T > 0, "B=", B, " T=", T);
+  batch_tokens(B, T);
+  if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
   if (train && (o.cache_len > 0 || o.weights != WeightType::kF32))
     fail("a KV cache and bf16 weights are for inference models only");

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "io/json_util.h"
 #include "io/file_util.h"
 #include "tokenizer/utf8.h"
 
@@ -102,12 +103,7 @@ Tokenizer Tokenizer::load(const std::string& path) {
 }
 
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail(source, ": not valid JSON: ", e.what());
-  }
+  json j = parse_json(text, source);
   Tokenizer tok;
   try {
     const json& model = j.at("model");
@@ -122,12 +118,22 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
 
     // Vocabulary: byte-level keys -> raw bytes per id.
     std::vector<std::string> bytes_of;
+    // Ids are integers in [0, 2^24) (a vocabulary far beyond any real one; a
+    // larger id would size the tables by it), one token each.
+    auto id_of = [&](const json& v, const std::string& what) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= (int64_t{1} << 24))
+        fail(source, ": ", what, " has id ", brief(v), ", not an integer in [0, 2^24)");
+      return v.get<uint32_t>();
+    };
     auto put = [&](uint32_t id, std::string bytes) {
       if (id >= bytes_of.size()) bytes_of.resize(size_t(id) + 1);
+      if (!bytes_of[id].empty() && bytes_of[id] != bytes)
+        fail(source, ": id ", id, " is given to two different tokens");
       tok.id_of_[bytes] = id;
       bytes_of[id] = std::move(bytes);
     };
-    for (const auto& [key, id] : model.at("vocab").items()) put(id.get<uint32_t>(), byte_level_to_bytes(key, source));
+    for (const auto& [key, id] : model.at("vocab").items())
+      put(id_of(id, "vocabulary token"), byte_level_to_bytes(key, source));
     for (int b = 0; b < 256; ++b) {
       auto it = tok.id_of_.find(std::string(1, char(b)));
       if (it == tok.id_of_.end())
@@ -166,7 +172,7 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
       for (const auto& a : j["added_tokens"]) {
         AddedToken t;
         t.content = a.at("content").get<std::string>();
-        t.id = a.at("id").get<uint32_t>();
+        t.id = id_of(a.at("id"), "added token");
         t.special = a.value("special", false);
         t.lstrip = a.value("lstrip", false);
         t.rstrip = a.value("rstrip", false);
@@ -195,7 +201,11 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
     tok.cuttable_ = !prefix_space && !patterns.empty();
     for (const auto& p : patterns) tok.cuttable_ = tok.cuttable_ && (p == kQwen2Pattern || p == kGpt2Pattern);
     for (const auto& t : tok.added_) tok.cuttable_ = tok.cuttable_ && t.content.find('\n') == std::string::npos;
-    tok.pre_ = std::make_unique<PreTokenizer>(std::move(patterns), nfc, prefix_space);
+    try {
+      tok.pre_ = std::make_unique<PreTokenizer>(std::move(patterns), nfc, prefix_space);
+    } catch (const Error& e) {
+      fail(source, ": ", e.what());
+    }
     const json dec = j.value("decoder", json());
     if (!dec.is_null() && type_of(dec) != "ByteLevel")
       fail(source, ": unsupported decoder '", type_of(dec), "' (only ByteLevel)");

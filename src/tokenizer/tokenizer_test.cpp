@@ -238,7 +238,8 @@ TEST(TokenizerBpe, LoaderErrorsNameTheProblem) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
     }
   };
-  expect_error("{", "not valid JSON");
+  expect_error("{", "malformed JSON");
+  expect_error(std::string(100000, '[') + std::string(100000, ']'), "nested deeper than 64 levels");
   auto j = nlohmann::json::parse(to_tokenizer_json(model_of({{"a", "b"}})));
   auto k = j;
   k["model"]["vocab"].erase(bytes_to_byte_level("a"));
@@ -246,6 +247,19 @@ TEST(TokenizerBpe, LoaderErrorsNameTheProblem) {
   k = j;
   k["model"]["merges"].push_back({"q", "zz"});
   expect_error(k.dump(), "missing from the vocabulary");
+  // Ids that are not small non-negative integers, or shared by two tokens.
+  for (const nlohmann::json& bad : {nlohmann::json(-1), nlohmann::json(int64_t{1} << 31),
+                                    nlohmann::json(int64_t{1} << 40), nlohmann::json(3.5)}) {
+    k = j;
+    k["model"]["vocab"]["zz"] = bad;
+    expect_error(k.dump(), "not an integer in [0, 2^24)");
+  }
+  k = j;
+  k["model"]["vocab"]["zz"] = k["model"]["vocab"][bytes_to_byte_level("a")];
+  expect_error(k.dump(), "given to two different tokens");
+  k = j;
+  k["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
+  expect_error(k.dump(), "x.json: tokenizer regex does not compile");
   k = j;
   k["normalizer"] = {{"type", "Lowercase"}};
   expect_error(k.dump(), "unsupported normalizer");

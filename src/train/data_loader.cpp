@@ -32,7 +32,7 @@ DataOrder parse_data_order(const std::string& s) {
 
 DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size, DataOrder order,
                        Rng* rng)
-    : B_(B), T_(T), order_(order), rng_(rng), window_(static_cast<size_t>(B * T + 1)) {
+    : B_(B), T_(T), order_(order), rng_(rng), window_(static_cast<size_t>(batch_tokens(B, T) + 1)) {
   ATTNRES_CHECK(order != DataOrder::kRandom || rng != nullptr, "random order needs an Rng");
   for (const auto& path : expand_glob(pattern)) {
     TokenFile f(path);

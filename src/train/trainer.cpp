@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/json_util.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "eval/perplexity.h"
@@ -166,8 +167,8 @@ TrainResult train(const TrainOptions& opt) {
     }
     for (auto it = want.begin(); it != want.end(); ++it)
       if (st.settings.contains(it.key()) && st.settings[it.key()] != it.value())
-        fail(dir, ": cannot resume: setting '", it.key(), "' was ", st.settings[it.key()].dump(), ", now ",
-             it.value().dump());
+        fail(dir, ": cannot resume: setting '", it.key(), "' was ", brief(st.settings[it.key()]), ", now ",
+             brief(it.value()));
     start = st.step;
     loader.set_position(st.data);
     rng.set_state(st.rng);
