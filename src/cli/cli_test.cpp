@@ -3,6 +3,8 @@
 // the file and the problem, and a non-zero exit.
 #include <gtest/gtest.h>
 
+#include <spawn.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +24,8 @@
 #include "core/rng.h"
 #include "model/params.h"
 #include "testing/check.h"
+
+extern char** environ;
 
 namespace attnres {
 namespace {
@@ -156,6 +160,58 @@ TEST_F(Cli, HugeBatchIsAClearError) {
   write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
   expect_clear_error(run("bench --config " + dir_ + "/bench.json --seq-len 8 --steps 1 --batch " + huge),
                      {"2^30 tokens"});
+}
+
+// SIGTERM during training: the step finishes, a checkpoint is written, the
+// run says where and exits 0.
+TEST_F(Cli, SigtermCheckpointsAndExitsZero) {
+  const std::string out = dir_ + "/sig";
+  std::vector<std::string> args = {"attnres", "train", "--init", dir_ + "/model", "--data", dir_ + "/ok.bin",
+                                   "--out", out, "--steps", "100000000", "--batch", "1", "--seq-len", "16",
+                                   "--threads", "1"};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  pid_t pid;
+  ASSERT_EQ(::posix_spawn(&pid, ATTNRES_BINARY, &actions, nullptr, argv.data(), environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t k;
+  bool sent = false;
+  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) {
+    text.append(buf, static_cast<size_t>(k));
+    if (!sent && text.find("step     2/") != std::string::npos) {
+      ::kill(pid, SIGTERM);
+      sent = true;
+    }
+  }
+  ::close(fds[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(sent) << text;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << text;
+  EXPECT_NE(text.find("Terminated received after step"), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoint: " + out + "/step_"), std::string::npos) << text;
+  EXPECT_TRUE(fs::exists(resolve_model_dir(out) + "/optimizer.safetensors"));
+}
+
+// Weights that are not finite are refused, naming the tensor.
+TEST_F(Cli, NonFiniteWeightsAreAnError) {
+  ParamLayout layout(cfg_);
+  std::vector<float> p(layout.total(), 0.01f);
+  p[layout.find("model.norm.weight")->offset + 3] = std::nanf("");
+  fs::create_directories(dir_ + "/nan");
+  write_model_files(dir_ + "/nan", cfg_, layout, p.data());
+  expect_clear_error(run("eval --model " + dir_ + "/nan --data " + dir_ + "/ok.bin --seq-len 16 --batch 1"),
+                     {"model.safetensors", "tensor model.norm.weight holds non-finite values"});
 }
 
 TEST_F(Cli, EvalJson) {

@@ -1,10 +1,14 @@
 // checkpoint.cpp — see checkpoint.h.
 #include "io/checkpoint.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "core/error.h"
@@ -47,10 +51,24 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
     if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
       fail(files.file_of(name).path(), ": tensor ", name, " has shape ", shape_str(t.shape),
            ", but the model's config implies ", shape_str(shape), " (config.json and the weights disagree)");
-    if (base16 && s.matrix()) files.read_bf16(name, shape, {base16 + s.offset, static_cast<size_t>(s.numel)});
-    else files.read_float(name, shape, {base + s.offset, static_cast<size_t>(s.numel)});
+    bool finite = true;
+    if (base16 && s.matrix()) {
+      bf16* p = base16 + s.offset;
+      files.read_bf16(name, shape, {p, static_cast<size_t>(s.numel)});
+      for (int64_t i = 0; i < s.numel; ++i) finite &= (p[i] & 0x7F80u) != 0x7F80u;  // exponent all ones: Inf/NaN
+    } else {
+      float* p = base + s.offset;
+      files.read_float(name, shape, {p, static_cast<size_t>(s.numel)});
+      for (int64_t i = 0; i < s.numel; ++i) finite &= std::isfinite(p[i]);
+    }
+    if (!finite) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
   }
   return kept;
+}
+
+int g_fault_at = -1;
+void fault_point(int k) {
+  if (k == g_fault_at) fail("injected fault at step ", k, " of a checkpoint's final moves");
 }
 
 bool is_dir(const std::string& p) {
@@ -110,6 +128,24 @@ std::vector<std::string> companion_files(const std::string& dir) {
                            "merges.txt", "added_tokens.json", "generation_config.json"})
     if (fs::exists(fs::path(dir) / name)) out.push_back((fs::path(dir) / name).string());
   return out;
+}
+
+void set_checkpoint_fault_for_testing(int k) { g_fault_at = k; }
+
+int remove_stray_checkpoint_dirs(const std::string& out_dir) {
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    // .step_N.tmp.PID of a save that never finished, if PID is gone (or is us).
+    const size_t at = name.rfind(".tmp.");
+    if (name.rfind(".step_", 0) == 0 && at != std::string::npos) {
+      const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+      if (!alive && fs::remove_all(e.path(), ec) > 0) ++removed;
+    }
+  }
+  return removed;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& out_dir) {
@@ -174,19 +210,25 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
     write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
   fsync_dir(tmp_dir);
 
-  // Replace an older checkpoint of the same step (a rerun) only after the new one is complete.
-  const std::string old = final_dir + ".old";
-  const bool replacing = fs::exists(final_dir);
-  if (replacing) {
-    fs::remove_all(old, ec);
-    fs::rename(final_dir, old, ec);
-    if (ec) fail(final_dir, ": cannot move aside the previous checkpoint: ", ec.message());
+  // Into place.  Every state between the steps below is a valid run
+  // directory: a checkpoint of the same step (a rerun) is swapped with the new
+  // one in one atomic exchange, so its name never stops naming a complete
+  // checkpoint, and `latest` moves only once the new one is there.
+  fault_point(0);
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+      fail(final_dir, ": cannot exchange with the new checkpoint: ", errno_text());
+    fsync_dir(out_dir);
+    fault_point(1);
+    fs::remove_all(tmp_dir, ec);  // now the previous copy
+  } else {
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
+    fsync_dir(out_dir);
   }
-  fs::rename(tmp_dir, final_dir, ec);
-  if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
-  if (replacing) fs::remove_all(old, ec);
-  fsync_dir(out_dir);
+  fault_point(2);
   write_file_atomic(out_dir + "/latest", std::string(name) + "\n");
+  fault_point(3);
   // Older checkpoints beyond the newest `keep` go only after `latest` names the new one.
   if (so.keep > 0) {
     std::vector<std::string> all = list_checkpoints(out_dir);

@@ -80,6 +80,13 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 // trainer state from a checkpoint directory.
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
                              const std::function<bool(const TensorSpec&)>& trained = nullptr);
+// Removes the temporary directories (.step_N.tmp.PID) that saves killed
+// midway left in a run directory, where PID is no live process; returns how many.
+int remove_stray_checkpoint_dirs(const std::string& out_dir);
+// Tests: save_checkpoint fails at its k-th final move (0: before the rename
+// into place; 1: after exchanging with a same-step checkpoint; 2: before
+// `latest` is written; 3: after), as a crash there would; -1: never.
+void set_checkpoint_fault_for_testing(int k);
 // The step_* checkpoint directories of a run directory, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& out_dir);
 

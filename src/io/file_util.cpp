@@ -2,6 +2,7 @@
 #include "io/file_util.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -81,6 +82,29 @@ void rename_into_place(const std::string& tmp, const std::string& path) {
     fail(path, ": cannot rename into place: ", why);
   }
   fsync_dir(std::filesystem::path(path).parent_path().string());
+}
+
+DirLock::DirLock(const std::string& dir) {
+  const std::string path = dir + "/.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd_ < 0) fail(path, ": cannot open: ", errno_text());
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const std::string why = errno_text();
+    char buf[32] = {};
+    const ssize_t n = ::pread(fd_, buf, sizeof buf - 1, 0);
+    ::close(fd_);
+    std::string pid = n > 0 ? std::string(buf, static_cast<size_t>(n)) : "";
+    while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
+    fail(dir, ": another attnres run", pid.empty() ? "" : cat(" (pid ", pid, ")"),
+         " is using this directory (", path, " is locked: ", why, ")");
+  }
+  const std::string me = std::to_string(::getpid()) + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) < 0) {
+  }  // the pid is informational only
+}
+
+DirLock::~DirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
 }
 
 }  // namespace attnres

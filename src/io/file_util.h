@@ -26,4 +26,18 @@ void fsync_dir(const std::string& dir);
 // "No such file or directory" etc., for the current errno.
 std::string errno_text();
 
+// An exclusive lock on a directory: flock on DIR/.lock, which holds the
+// holder's pid.  A second holder gets an Error naming the first; the kernel
+// releases the lock when the holder exits, however it exits.
+class DirLock {
+ public:
+  explicit DirLock(const std::string& dir);
+  ~DirLock();
+  DirLock(const DirLock&) = delete;
+  DirLock& operator=(const DirLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
+
 }  // namespace attnres

@@ -1,8 +1,13 @@
 // trainer.cpp — see trainer.h.
 #include "train/trainer.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cmath>
+#include <csignal>
+#include <cstring>
+#include <sstream>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +19,7 @@
 #include "core/timer.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint.h"
+#include "io/file_util.h"
 #include "model/model.h"
 #include "train/data_loader.h"
 
@@ -28,6 +34,54 @@ nlohmann::json TrainOptions::resume_settings() const {
 }
 
 namespace {
+
+// SIGINT, SIGTERM and SIGHUP while a run trains: the first asks the loop to
+// stop after the current step (with a checkpoint); a second one ends the
+// process at once, as the signal's default would.
+volatile std::sig_atomic_t g_stop_signal = 0;
+extern "C" void on_stop_signal(int sig) {
+  if (g_stop_signal) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_stop_signal = sig;
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+  }
+  ~StopSignals() {
+    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  int received() const { return g_stop_signal; }
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[3];
+};
+
+// Keeps the lines of log.jsonl whose step is at most `step` (atomically).
+void truncate_log(const std::string& path, int64_t step) {
+  std::istringstream in(read_file(path));
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    try {
+      const nlohmann::json j = nlohmann::json::parse(line);
+      if (j.value("step", int64_t{0}) > step) continue;
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a torn last line of a killed run
+    }
+    kept += line + "\n";
+  }
+  write_file_atomic(path, kept);
+}
 
 int64_t trained_params(const ParamLayout& layout, const AdamW& adamw) {
   int64_t n = 0;
@@ -125,6 +179,11 @@ TrainResult train(const TrainOptions& opt) {
     f.close();
     std::filesystem::remove(probe, ec);
   }
+  // One run per directory: a second one is refused, naming the first.
+  DirLock lock(opt.out_dir);
+  if (const int n = remove_stray_checkpoint_dirs(opt.out_dir); n > 0 && !opt.quiet)
+    std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
+  StopSignals signals;
 
   Rng rng(opt.seed);
   DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &rng);
@@ -189,6 +248,9 @@ TrainResult train(const TrainOptions& opt) {
   }
 
   const std::string log_path = opt.out_dir + "/log.jsonl";
+  // A resumed run's log continues from the checkpoint's step: lines of the
+  // steps it redoes (written after that checkpoint) are dropped first.
+  if (start > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start);
   std::FILE* log = std::fopen(log_path.c_str(), start > 0 ? "a" : "w");
   if (!log) fail(log_path, ": cannot open log for writing");
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard(log, &std::fclose);
@@ -255,6 +317,11 @@ TrainResult train(const TrainOptions& opt) {
   const double run_start = now_seconds();
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), rng.state(), opt.resume_settings()};
+    // Never write a diverged model: one pass over the weights before anything is written.
+    if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
+      fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
+           "no checkpoint written", result.last_checkpoint.empty() ? "" : ", the last good one is ",
+           result.last_checkpoint);
     ctx.ops().synchronize();  // the arenas are read from the host
     result.last_checkpoint =
         save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
@@ -319,6 +386,16 @@ TrainResult train(const TrainOptions& opt) {
     const int64_t done = step + 1;
     const bool last = done == opt.steps;
     const bool out_of_time = opt.time_budget_s > 0 && now_seconds() - run_start > opt.time_budget_s;
+    if (const int sig = signals.received()) {  // finish here: checkpoint, say where, exit 0
+      if (!opt.quiet) std::printf("%s received after step %lld: saving a checkpoint and stopping\n",
+                                  ::strsignal(sig), static_cast<long long>(done));
+      ++step;
+      result.steps_done = step;
+      save(step);
+      if (!opt.quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+      std::fflush(stdout);
+      return result;
+    }
     if (val && opt.val_every > 0 && done % opt.val_every == 0 && !last && !out_of_time) validate(done);
     if (opt.ckpt_every > 0 && done % opt.ckpt_every == 0 && !last && !out_of_time) save(done);
     if (out_of_time) {

@@ -17,7 +17,9 @@
 #include "io/file_util.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
+#include "model/model.h"
 #include "model/params.h"
+#include "core/rng.h"
 #include "train/data_loader.h"
 #include "train/optimizer.h"
 #include "testing/check.h"
@@ -311,6 +313,106 @@ TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no optimizer state"), std::string::npos) << e.what();
   }
+}
+
+TrainOptions small_run(const std::string& dir) {
+  std::vector<uint32_t> toks(3000);
+  uint64_t x = 5;
+  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
+  write_token_file(dir + "/train.bin", toks);
+  TrainOptions o;
+  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                               {"vocab_size", 64}},
+                              "test");
+  o.data = dir + "/train.bin";
+  o.steps = 6;
+  o.batch = 2;
+  o.seq_len = 16;
+  o.warmup = 1;
+  o.quiet = true;
+  o.out_dir = dir + "/run";
+  return o;
+}
+
+// A crash at any point of a checkpoint's final moves leaves `latest` naming a
+// complete checkpoint (here: replacing one of the same step, the case with
+// the most moves), and the next run removes the unfinished directories.
+TEST(Trainer, EveryCrashPointOfASaveLeavesAValidLatest) {
+  TempDir tmp("faults");
+  TrainOptions o = small_run(tmp.path());
+  o.steps = 2;
+  train(o);  // run/step_00000002, latest -> it
+  Context& ctx = testing::test_context();
+  Model m(ctx, o.model, 2, 16);
+  for (int k = 0; k <= 3; ++k) {
+    set_checkpoint_fault_for_testing(k);
+    TrainerState st;
+    st.step = 2;
+    Rng rng(k);
+    m.init(rng);
+    try {
+      save_checkpoint(o.out_dir, o.model, m.layout(), m.params(), m.params(), m.params(), st);
+      ADD_FAILURE() << "no injected fault at " << k;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("injected fault"), std::string::npos) << e.what();
+    }
+    set_checkpoint_fault_for_testing(-1);
+    const std::string dir = resolve_model_dir(o.out_dir);
+    std::vector<float> p(m.layout().total()), mm(p.size()), vv(p.size());
+    EXPECT_NO_THROW(load_checkpoint(dir, m.layout(), p.data(), mm.data(), vv.data())) << "fault " << k;
+    // Faults 0 and 1 leave .step_00000002.tmp.<pid> (the new copy, or the
+    // exchanged old one): removed when the next run starts.
+    bool stray = false;
+    for (const auto& e : fs::directory_iterator(o.out_dir))
+      stray |= e.path().filename().string().rfind(".step_", 0) == 0;
+    EXPECT_EQ(stray, k <= 1) << "fault " << k;
+    EXPECT_EQ(remove_stray_checkpoint_dirs(o.out_dir), k <= 1 ? 1 : 0) << "fault " << k;
+  }
+}
+
+// One run per output directory; a resumed run's log reads as one run; a
+// diverged model is never written.
+TEST(Trainer, LockLogAfterResumeAndNoNonFiniteCheckpoint) {
+  TempDir tmp("lock");
+  TrainOptions o = small_run(tmp.path());
+  o.ckpt_every = 3;
+  {
+    DirLock held(o.out_dir.empty() ? tmp.path() : (fs::create_directories(o.out_dir), o.out_dir));
+    try {
+      train(o);
+      ADD_FAILURE() << "a second run into a locked directory started";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("another attnres run (pid " + std::to_string(::getpid()) + ")"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  train(o);
+  TrainOptions r = o;
+  r.resume = o.out_dir + "/step_00000003";
+  train(r);  // redoes steps 4..6 into the same directory
+  std::istringstream log(slurp(o.out_dir + "/log.jsonl"));
+  std::string line;
+  std::vector<int64_t> steps;
+  while (std::getline(log, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss")) steps.push_back(j["step"].get<int64_t>());
+  }
+  EXPECT_EQ(steps, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+
+  TrainOptions bad = small_run(tmp.path());
+  bad.out_dir = tmp.path() + "/nan";
+  bad.lr = 1e300;  // the first update sends the weights to infinity
+  bad.ckpt_every = 1;
+  try {
+    train(bad);
+    ADD_FAILURE() << "a diverged run finished";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("step 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(bad.out_dir + "/latest"));
 }
 
 TEST(Trainer, UnwritableOutputIsAnErrorBeforeTraining) {
