@@ -28,6 +28,7 @@
 #include "data/corpus.h"
 #include "infer/generate.h"
 #include "model/model.h"
+#include "ops/cpu/blas_kernels.h"
 #include "model/presets.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -35,23 +36,6 @@
 namespace attnres {
 
 namespace {
-
-double measure_sgemm_gflops(int threads) {
-  omp_set_num_threads(threads);  // OpenBLAS (OpenMP build) runs this many
-  const int64_t n = 2048;
-  Buffer a(n * n), b(n * n), c(n * n);
-  for (int64_t i = 0; i < n * n; ++i) a.data()[i] = b.data()[i] = 1e-3f * static_cast<float>(i % 97);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-  double best = 0;
-  for (int rep = 0; rep < 3; ++rep) {
-    const double t0 = now_seconds();
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
-                n);
-    const double g = 2.0 * n * n * n / (now_seconds() - t0) / 1e9;
-    best = g > best ? g : best;
-  }
-  return best;
-}
 
 nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, int64_t steps, int64_t warmup,
                           double peak_flops) {

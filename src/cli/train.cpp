@@ -60,7 +60,7 @@ int cmd_train(int argc, char** argv) {
               {"recompute", "false", "keep one layer's activations and recompute the rest in the backward "
                                      "(a third more compute; the same gradients)"},
               {"threads", "0", "threads (0 = all cores)"},
-              {"peak-gflops", "160", "machine peak GFLOP/s used for MFU (SGEMM 2048^3 here)"},
+              {"peak-gflops", "0", "peak GFLOP/s that MFU is against (0 = measure SGEMM 2048^3 at start)"},
           });
   if (!f.parse(argc, argv)) return 0;
   TrainOptions o;
@@ -121,6 +121,7 @@ int cmd_train(int argc, char** argv) {
   o.routing_every = f.i64("routing-every");
   o.peak_flops = f.f64("peak-gflops") * 1e9;
   std::printf("attnres train\n%s", f.table().c_str());
+  std::fflush(stdout);  // before any error line on stderr, also when piped
   TrainResult r = train(o);
   if (r.val_tokens > 0)
     std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",

@@ -1,6 +1,6 @@
 // config.h — the model configuration, read from a Hugging Face style config.json.
 //
-// Field names are those of HF Qwen3 (DESIGN.md §1) plus the attnres_* fields of
+// Field names are those of HF Qwen3 (docs/DESIGN.md §1) plus the attnres_* fields of
 // the reference AttnRes code (§2).  Missing attnres_* fields take the
 // defaults of whoever wrote the config: a plain Qwen3 is baseline; a
 // "qwen3_attnres" config without attnres_mode is block, and any config with
@@ -35,7 +35,7 @@ struct Config {
   bool tied = true;
   int64_t max_position_embeddings = 4096;
 
-  // Depth routing (DESIGN.md §2).
+  // Depth routing (docs/DESIGN.md §2).
   Mode mode = Mode::kBaseline;
   int64_t num_blocks = 8;  // attnres_num_blocks
   BlockDelta block_delta = BlockDelta::kTrue;

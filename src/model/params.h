@@ -38,7 +38,7 @@ struct TensorSpec {
 // True for the names of parameters that exist only with depth routing.
 bool is_routing_param(const std::string& name);
 
-// A router's parameters (DESIGN.md §2); null where the config has none.
+// A router's parameters (docs/DESIGN.md §2); null where the config has none.
 struct RouterWeights {
   float* proj = nullptr;         // (d)  pseudo-query w  ([1, d] on disk)
   float* norm = nullptr;         // (d)  RMSNorm weight γ

@@ -1,4 +1,4 @@
-// presets.h — built-in model configurations, by name (DESIGN.md §5 and the
+// presets.h — built-in model configurations, by name (docs/DESIGN.md §5 and the
 // default tiny model of the main job).  `load_config` takes a preset name or a
 // path to a config.json.
 #pragma once

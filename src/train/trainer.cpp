@@ -21,6 +21,7 @@
 #include "io/checkpoint.h"
 #include "io/file_util.h"
 #include "model/model.h"
+#include "ops/cpu/blas_kernels.h"
 #include "train/data_loader.h"
 
 namespace attnres {
@@ -257,6 +258,10 @@ TrainResult train(const TrainOptions& opt) {
 
   const int64_t N = opt.batch * opt.seq_len;
   const double flops_per_token = model.flops_per_token(opt.seq_len);
+  const double peak_flops = opt.peak_flops > 0 ? opt.peak_flops : measure_sgemm_gflops(ctx.threads()) * 1e9;
+  if (!opt.quiet && opt.peak_flops <= 0)
+    std::printf("MFU against this machine's SGEMM rate, measured now: %.1f GFLOP/s\n", peak_flops / 1e9);
+  std::fflush(stdout);
   const int64_t tokens_per_step = N * opt.accum;
   if (!opt.quiet)
     std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
@@ -329,6 +334,7 @@ TrainResult train(const TrainOptions& opt) {
   auto validate = [&](int64_t step_done) {
     EvalOptions eo;
     eo.max_tokens = opt.val_tokens;
+    eo.progress = !opt.quiet;  // windows and ETA on stderr
     EvalResult r = evaluate(model, *val, eo);
     result.val_loss = r.loss;
     result.val_ppl = r.ppl;
@@ -370,7 +376,7 @@ TrainResult train(const TrainOptions& opt) {
     const double loss = st.loss, norm = st.grad_norm;
     const double dt = now_seconds() - t0;
     const double tok_s = static_cast<double>(tokens_per_step) / dt;
-    const double mfu = tok_s * flops_per_token / opt.peak_flops;
+    const double mfu = tok_s * flops_per_token / peak_flops;
     result.final_loss = loss;
     if (!opt.quiet)
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%\n",

@@ -40,7 +40,7 @@ struct TrainOptions {
   int64_t keep_checkpoints = 3;           // newest step_* checkpoints kept (the last one included); 0 = all
   bool save_optimizer = true;             // false: weights-only checkpoints (no resume)
   bool save_bf16 = false;                 // checkpoint weights in BF16
-  double peak_flops = 160e9;              // for MFU
+  double peak_flops = 160e9;              // for MFU; <= 0: measure this machine's SGEMM at start
   double time_budget_s = 0;               // stop early (checkpointing) when exceeded; 0 = none
   int64_t routing_every = 0;              // log routing statistics of every N-th step to log.jsonl; 0 = off
   int threads = 0;                        // 0 = every core

@@ -2,9 +2,13 @@
 #include "ops/cpu/blas_kernels.h"
 
 #include <cblas.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include <cstdlib>
+
+#include "core/buffer.h"
+#include "core/timer.h"
 #include <cstring>
 #include <initializer_list>
 #include <strings.h>
@@ -31,6 +35,23 @@ void use_best_blas_kernels(char** argv) {
   if (!best) return;
   ::setenv("OPENBLAS_CORETYPE", best, 1);
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the generic kernels
+}
+
+double measure_sgemm_gflops(int threads) {
+  omp_set_num_threads(threads);  // OpenBLAS (OpenMP build) runs this many
+  const int64_t n = 2048;
+  Buffer a(n * n), b(n * n), c(n * n);
+  for (int64_t i = 0; i < n * n; ++i) a.data()[i] = b.data()[i] = 1e-3f * static_cast<float>(i % 97);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const double t0 = now_seconds();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(),
+                n);
+    const double g = 2.0 * n * n * n / (now_seconds() - t0) / 1e9;
+    best = g > best ? g : best;
+  }
+  return best;
 }
 
 }  // namespace attnres
