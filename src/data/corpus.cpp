@@ -191,8 +191,19 @@ bool CorpusReader::next_part(DocPart& part) {
 
     if (s.jsonl) {
       size_t nl;
-      while ((nl = std::string_view(s.buf).find('\n', s.pos)) == std::string::npos && !s.eof)
-        s.fill(s.avail() + (1 << 20));
+      // A JSONL document is held whole: its line is bounded by max_part_bytes
+      // (a gzip bomb of one endless line stops here, not in an allocation).
+      size_t searched = 0;  // bytes after pos known to hold no newline
+      auto too_long = [&] {
+        fail(s.path, ":", s.line + 1, ": JSONL line longer than ", opt_.max_part_bytes >> 20,
+             " MiB (a document is read whole; split it)");
+      };
+      while ((nl = std::string_view(s.buf).find('\n', s.pos + searched)) == std::string::npos && !s.eof) {
+        searched = s.avail();
+        if (searched > opt_.max_part_bytes) too_long();
+        s.fill(std::max<size_t>(searched, 1 << 20));
+      }
+      if ((nl == std::string::npos ? s.avail() : nl - s.pos) > opt_.max_part_bytes) too_long();
       if (s.avail() == 0) {
         open_next();
         if (!src_ && next_file_ >= files_.size()) return false;

@@ -8,8 +8,8 @@
 //           or, with split_bytes > 0, several documents cut at blank lines
 //           once a document has reached split_bytes;
 //   JSONL — one JSON object per line, the document is its "text" string;
-//           blank lines are skipped; anything else is an Error naming the
-//           file and line.
+//           blank lines are skipped; anything else, or a line longer than
+//           max_part_bytes, is an Error naming the file and line.
 // Format "auto" picks JSONL for names ending .jsonl / .ndjson (optionally .gz).
 //
 // Documents arrive in parts of about part_bytes: a long document is cut only
@@ -43,7 +43,7 @@ struct CorpusOptions {
   CorpusFormat format = CorpusFormat::kAuto;
   size_t split_bytes = 0;            // text files: cut into documents at blank lines after this many bytes (0: never)
   size_t part_bytes = 1 << 20;       // target size of one part of a long document
-  size_t max_part_bytes = 64 << 20;  // a part grows to this when `cut` finds no place
+  size_t max_part_bytes = 64 << 20;  // a part grows to this when `cut` finds no place; the longest JSONL line
   // First position >= at where `text` may be cut, or text.size().
   std::function<size_t(std::string_view, size_t)> cut;
 };

@@ -161,6 +161,18 @@ TEST(CorpusReader, JsonLineWithoutTextIsNamedWithLine) {
   EXPECT_NE(e.find(f + ":2: expected a JSON object with a \"text\" string field"), std::string::npos) << e;
 }
 
+// A gzip bomb in JSONL form (80 MiB of one endless line from a small file)
+// stops at the line bound, not in an allocation.
+TEST(CorpusReader, EndlessJsonlLineIsBounded) {
+  TempDir d;
+  const std::string f = d.gz("bomb.jsonl.gz", "{\"text\": \"ok\"}\n{\"text\": \"" + std::string(80 << 20, '0'));
+  EXPECT_LT(fs::file_size(f), 1u << 20);
+  CorpusOptions opt;
+  opt.inputs = {f};
+  const std::string e = error_of([&] { read_all(opt); });
+  EXPECT_NE(e.find(f + ":2: JSONL line longer than 64 MiB"), std::string::npos) << e;
+}
+
 TEST(CorpusReader, TruncatedGzipIsNamed) {
   TempDir d;
   std::string text;

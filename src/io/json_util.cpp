@@ -45,7 +45,10 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    fail(where, ": malformed JSON: ", e.what());
+    // The library's message quotes what it read last, which can be anything.
+    std::string what = e.what();
+    if (what.size() > 200) what = what.substr(0, 200) + "...";
+    fail(where, ": malformed JSON: ", what);
   }
 }
 
