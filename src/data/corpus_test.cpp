@@ -59,7 +59,8 @@ std::string error_of(const std::function<void()>& fn) {
 
 TEST(CorpusReader, TextDirectoriesJsonlAndGzip) {
   TempDir d;
-  const std::string bin("bytes \xff\xfe\x00 kept\n", 17);
+  const char raw[] = "bytes \xff\xfe\x00 kept\n";  // an embedded NUL: sized by the array, not strlen
+  const std::string bin(raw, sizeof raw - 1);
   d.file("dir/b.txt", "second");
   d.file("dir/a.txt", "first");
   d.file("dir/sub/c.txt", bin);

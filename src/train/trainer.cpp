@@ -229,6 +229,13 @@ TrainResult train(const TrainOptions& opt) {
       if (st.settings.contains(it.key()) && st.settings[it.key()] != it.value())
         fail(dir, ": cannot resume: setting '", it.key(), "' was ", brief(st.settings[it.key()]), ", now ",
              brief(it.value()));
+    // Reductions (gradient norms, weight gradients) sum per thread: another
+    // thread count continues correctly but not bit-identically.
+    if (st.settings.contains("threads") && st.settings["threads"] != ctx.threads())
+      std::fprintf(stderr,
+                   "note: this run uses %d threads and the checkpoint's used %s: sums are taken in another order, "
+                   "so the continuation is not bit-identical to an uninterrupted run (pass --threads %s for that)\n",
+                   ctx.threads(), st.settings["threads"].dump().c_str(), st.settings["threads"].dump().c_str());
     start = st.step;
     loader.set_position(st.data);
     rng.set_state(st.rng);
@@ -322,6 +329,7 @@ TrainResult train(const TrainOptions& opt) {
   const double run_start = now_seconds();
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), rng.state(), opt.resume_settings()};
+    st.settings["threads"] = ctx.threads();  // not checked on resume (see there), but told
     // Never write a diverged model: one pass over the weights before anything is written.
     if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
       fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
