@@ -45,6 +45,9 @@ def st_seeds():
         safetensors({"t": {"dtype": "F32", "shape": [1 << 62, 4], "data_offsets": [0, 0]}}))
     h = b'{"t":{"dtype":"F32","shape":[1],"data_offsets":[0,1e400]}}'
     out("safetensors", "regress_1e400", struct.pack("<Q", len(h)) + h + b"\0" * 4)
+    # Found by fuzz_safetensors: a float where an integer belongs (UB in the conversion).
+    out("safetensors", "regress_float_shape",
+        safetensors({"t": {"dtype": "F32", "shape": [7.46117e+19], "data_offsets": [0, 4]}}, b"\0" * 4))
     out("safetensors", "regress_overlap",
         safetensors({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
                      "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, b"\0" * 12))
@@ -69,6 +72,8 @@ def config_seeds():
     # Regressions (issue 9).
     out("config", "regress_vocab_2e62.json", json.dumps(dict(q06, vocab_size=1 << 62)))
     out("config", "regress_deep.json", '{"hidden_size": ' + "[" * 100000 + "]" * 100000 + "}")
+    # Found by fuzz_config: a float where an integer belongs.
+    out("config", "regress_float_int.json", json.dumps(dict(q06, max_position_embeddings=1.11111e+95)))
     out("config", "regress_1e400.json", '{"hidden_size": 8, "rope_theta": 1e400}')
 
 

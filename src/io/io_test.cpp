@@ -3,6 +3,9 @@
 // and the problem.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iterator>
+#include <sstream>
 #include <bit>
 #include <cstring>
 #include <filesystem>
@@ -402,6 +405,29 @@ TEST(Hardening, CraftedSizesAndJsonAreClearErrors) {
   write_file_atomic(tmp / "e400.safetensors",
                     raw_safetensors(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,1e400]}})", 4));
   expect_error([&] { SafeTensorsReader r(tmp / "e400.safetensors"); }, {"e400.safetensors", "malformed JSON"});
+  // Floats where integers belong (found by the fuzzers: the conversion was undefined).
+  write_file_atomic(tmp / "fshape.safetensors",
+                    raw_safetensors(R"({"t":{"dtype":"F32","shape":[7.46117e+19],"data_offsets":[0,4]}})", 4));
+  expect_error([&] { SafeTensorsReader r(tmp / "fshape.safetensors"); },
+               {"fshape.safetensors", "\"shape\" holds 7.46117e+19, not a non-negative integer"});
+  expect_error([&] { Config::from_json(with("max_position_embeddings", 1.11111e+95), "c.json"); },
+               {"c.json", "max_position_embeddings", "wrong type"});
+  expect_error([&] { Config::from_json(with("hidden_size", 8.5), "c.json"); }, {"hidden_size", "must be an integer"});
+  // A rejected token file leaves no mapping behind (the fuzzer ran out of them).
+  {
+    std::vector<int32_t> header(256, 0);
+    header[0] = kTokenFileMagic;
+    header[1] = 2;
+    header[2] = 10;  // claims 10 tokens, holds none
+    write_file_atomic(tmp / "short.bin", std::string(reinterpret_cast<char*>(header.data()), 1024));
+    auto mappings = [] {
+      std::istringstream maps(read_file("/proc/self/maps"));
+      return std::count(std::istreambuf_iterator<char>(maps), std::istreambuf_iterator<char>(), '\n');
+    };
+    const auto before = mappings();
+    for (int i = 0; i < 200; ++i) EXPECT_THROW(TokenFile f(tmp / "short.bin"), Error);
+    EXPECT_LT(mappings(), before + 20);
+  }
   // A zero-element tensor reads as nothing (no null-pointer copies).
   write_file_atomic(tmp / "empty.safetensors",
                     raw_safetensors(R"({"t":{"dtype":"BF16","shape":[0,4],"data_offsets":[0,0]}})", 0));

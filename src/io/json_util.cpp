@@ -2,6 +2,7 @@
 #include "io/json_util.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 
@@ -50,6 +51,11 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
     if (what.size() > 200) what = what.substr(0, 200) + "...";
     fail(where, ": malformed JSON: ", what);
   }
+}
+
+bool is_int64(const nlohmann::json& j) {
+  if (j.is_number_unsigned()) return j.get<uint64_t>() <= static_cast<uint64_t>(INT64_MAX);
+  return j.is_number_integer();
 }
 
 std::string brief(const nlohmann::json& j, size_t max_chars) {

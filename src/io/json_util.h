@@ -18,5 +18,8 @@ constexpr int kMaxJsonDepth = 64;
 
 nlohmann::json parse_json(std::string_view text, const std::string& where, int max_depth = kMaxJsonDepth);
 std::string brief(const nlohmann::json& j, size_t max_chars = 60);
+// True for a JSON integer that fits int64 (not a float such as 1e19 or 2.5,
+// whose conversion to an integer would be undefined).
+bool is_int64(const nlohmann::json& j);
 
 }  // namespace attnres

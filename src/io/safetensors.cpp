@@ -135,16 +135,27 @@ void SafeTensorsReader::parse_header(size_t file_size) {
       continue;
     }
     TensorInfo t;
-    try {
-      t.dtype = v.at("dtype").get<std::string>();
-      t.shape = v.at("shape").get<std::vector<int64_t>>();
-      auto off = v.at("data_offsets").get<std::vector<uint64_t>>();
-      if (off.size() != 2) fail(path, ": tensor ", name, ": data_offsets must have two entries");
-      t.begin = off[0];
-      t.end = off[1];
-    } catch (const nlohmann::json::exception& e) {
-      fail(path, ": tensor ", name, ": malformed entry: ", e.what());
-    }
+    // Every number must be an integer that fits: a float (1e19, 2.5) would
+    // convert to an integer with undefined behaviour.
+    auto ints = [&](const char* key) {
+      if (!v.is_object() || !v.contains(key) || !v[key].is_array())
+        fail(path, ": tensor ", name, ": malformed entry: \"", key, "\" is not a list");
+      std::vector<int64_t> out;
+      for (const auto& x : v[key]) {
+        if (!is_int64(x) || x.get<int64_t>() < 0)
+          fail(path, ": tensor ", name, ": \"", key, "\" holds ", brief(x), ", not a non-negative integer");
+        out.push_back(x.get<int64_t>());
+      }
+      return out;
+    };
+    if (!v.is_object() || !v.contains("dtype") || !v["dtype"].is_string())
+      fail(path, ": tensor ", name, ": malformed entry: no \"dtype\" string");
+    t.dtype = v["dtype"].get<std::string>();
+    t.shape = ints("shape");
+    const std::vector<int64_t> off = ints("data_offsets");
+    if (off.size() != 2) fail(path, ": tensor ", name, ": data_offsets must have two entries");
+    t.begin = static_cast<size_t>(off[0]);
+    t.end = static_cast<size_t>(off[1]);
     const size_t width = dtype_size(t.dtype);
     if (width == 0) fail(path, ": tensor ", name, ": unknown dtype ", t.dtype);
     int64_t numel = 1;

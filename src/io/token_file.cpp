@@ -31,26 +31,33 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
     ::close(fd);
     fail(path, ": not a token file (", bytes, " bytes, shorter than the 1024-byte header)");
   }
-  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
-    fail(path, ": mmap failed: ", errno_text());
-  }
-  map_bytes_ = bytes;
+  // The header is checked before the file is mapped, so that an Error
+  // leaves no mapping behind (a throwing constructor runs no destructor).
   int32_t header[3];
-  std::memcpy(header, map_, sizeof header);
+  const bool read_ok = ::pread(fd, header, sizeof header, 0) == static_cast<ssize_t>(sizeof header);
+  auto close_and_fail = [&](const auto&... why) {
+    ::close(fd);
+    fail(path, why...);
+  };
+  if (!read_ok) close_and_fail(": cannot read the header: ", errno_text());
   if (header[0] != kTokenFileMagic)
-    fail(path, ": not a token file (magic ", header[0], ", expected ", kTokenFileMagic, ")");
+    close_and_fail(": not a token file (magic ", header[0], ", expected ", kTokenFileMagic, ")");
   if (header[1] != 1 && header[1] != 2)
-    fail(path, ": unsupported token file version ", header[1], " (1 = uint16, 2 = uint32)");
-  if (header[2] < 0) fail(path, ": negative token count ", header[2]);
+    close_and_fail(": unsupported token file version ", header[1], " (1 = uint16, 2 = uint32)");
+  if (header[2] < 0) close_and_fail(": negative token count ", header[2]);
   version_ = header[1];
   count_ = static_cast<size_t>(header[2]);
   const size_t width = version_ == 1 ? 2 : 4;
   if (bytes - header_bytes != count_ * width)
-    fail(path, ": header says ", count_, " tokens (", count_ * width, " bytes) but the file holds ",
-         bytes - header_bytes, " bytes of tokens");
+    close_and_fail(": header says ", count_, " tokens (", count_ * width, " bytes) but the file holds ",
+                   bytes - header_bytes, " bytes of tokens");
+  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    close_and_fail(": mmap failed: ", errno_text());
+  }
+  ::close(fd);
+  map_bytes_ = bytes;
   data_ = static_cast<const char*>(map_) + header_bytes;
   ::madvise(map_, map_bytes_, MADV_RANDOM);
 }

@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <type_traits>
 
 #include "core/error.h"
 #include "io/file_util.h"
@@ -15,18 +16,23 @@ namespace {
 int64_t need_int(const nlohmann::json& j, const char* key, const std::string& where) {
   if (!j.contains(key)) fail(where, ": missing required field \"", key, "\"");
   const auto& v = j[key];
-  if (!v.is_number_integer()) fail(where, ": field \"", key, "\" must be an integer, got ", brief(v));
+  if (!is_int64(v)) fail(where, ": field \"", key, "\" must be an integer, got ", brief(v));
   return v.get<int64_t>();
 }
 
 template <class T>
 T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  try {
-    return j[key].get<T>();
-  } catch (const nlohmann::json::exception&) {
-    fail(where, ": field \"", key, "\" has the wrong type: ", brief(j[key]));
-  }
+  const nlohmann::json& v = j[key];
+  // The type is checked first: the library converts a float to an integer
+  // with undefined behaviour when it does not fit.
+  bool ok;
+  if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
+  else if constexpr (std::is_integral_v<T>) ok = is_int64(v);
+  else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
+  else ok = v.is_string();
+  if (!ok) fail(where, ": field \"", key, "\" has the wrong type: ", brief(v));
+  return v.get<T>();
 }
 
 }  // namespace

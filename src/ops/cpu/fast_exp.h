@@ -19,7 +19,11 @@ inline float fast_exp(float x) {
   const float hi = 88.0f, lo = -87.0f;  // keeps 2^n a normal float: n ∈ [−126, 127]
   const bool underflow = x < lo;
   x = x > hi ? hi : (x < lo ? lo : x);
+#if defined(__clang__)  // no roundeven builtin in clang 14; rint rounds to nearest even in the default mode
+  const float n = __builtin_rintf(x * 1.44269504088896341f);  // x / ln2
+#else
   const float n = __builtin_roundevenf(x * 1.44269504088896341f);  // x / ln2
+#endif
   float r = x - n * 0.693145751953125f;                            // ln2, high part (exact in n·hi)
   r = r - n * 1.42860682030941723212e-6f;                          // ln2, low part
   // e^r ≈ 1 + r + r²/2! + … + r⁶/6!  (Horner)
