@@ -4,6 +4,7 @@
 # copied: the seeds stay as committed).  Prints executions and findings per
 # target; exits 1 if any target found a crash (the input is kept in build-fuzz/crashes/).
 # Usage: scripts/fuzz.sh [SECONDS_PER_TARGET (default 30)] [TARGET...]
+# Env:   FUZZ_SEED (libFuzzer's -seed; 0 = a random one, the default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-30}"
@@ -22,7 +23,7 @@ for t in "${targets[@]}"; do
   cp -r "fuzz/corpus/${t#fuzz_}/." "$work/"
   log=build-fuzz/$t.log
   if ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 OMP_NUM_THREADS=1 \
-      "build-fuzz/$t" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=262144 -timeout=10 \
+      "build-fuzz/$t" -max_total_time="$secs" -rss_limit_mb=2048 -max_len=262144 -timeout=10 -seed="${FUZZ_SEED:-0}" \
       -artifact_prefix="build-fuzz/crashes/$t-" "$work" >"$log" 2>&1; then
     result=ok
   else
