@@ -51,16 +51,21 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
     if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
       fail(files.file_of(name).path(), ": tensor ", name, " has shape ", shape_str(t.shape),
            ", but the model's config implies ", shape_str(shape), " (config.json and the weights disagree)");
-    bool finite = true;
+    // Weights with NaN or Inf are refused on load (one parallel pass).
+    int bad = 0;
+    const int nt = s.numel >= (1 << 16) ? files.threads() : 1;
     if (base16 && s.matrix()) {
       bf16* p = base16 + s.offset;
       files.read_bf16(name, shape, {p, static_cast<size_t>(s.numel)});
-      for (int64_t i = 0; i < s.numel; ++i) finite &= (p[i] & 0x7F80u) != 0x7F80u;  // exponent all ones: Inf/NaN
+#pragma omp parallel for num_threads(nt) reduction(| : bad)
+      for (int64_t i = 0; i < s.numel; ++i) bad |= (p[i] & 0x7F80u) == 0x7F80u;  // exponent all ones: Inf/NaN
     } else {
       float* p = base + s.offset;
       files.read_float(name, shape, {p, static_cast<size_t>(s.numel)});
-      for (int64_t i = 0; i < s.numel; ++i) finite &= std::isfinite(p[i]);
+#pragma omp parallel for num_threads(nt) reduction(| : bad)
+      for (int64_t i = 0; i < s.numel; ++i) bad |= !std::isfinite(p[i]);
     }
+    const bool finite = !bad;
     if (!finite) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
   }
   return kept;

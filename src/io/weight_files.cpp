@@ -35,7 +35,7 @@ bool has_weight_files(const std::string& dir) {
   return fs::exists(fs::path(dir) / kIndex) || fs::exists(fs::path(dir) / kSingle);
 }
 
-WeightFiles::WeightFiles(const std::string& path, int threads) : where_(path) {
+WeightFiles::WeightFiles(const std::string& path, int threads) : where_(path), threads_(threads > 0 ? threads : 1) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
     add_file(path, threads);

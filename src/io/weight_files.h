@@ -37,6 +37,7 @@ class WeightFiles {
   // What the error messages call this set: the directory or the file.
   const std::string& where() const { return where_; }
   size_t num_files() const { return files_.size(); }
+  int threads() const { return threads_; }
 
   // Reads (and converts) a tensor, then releases its pages.
   void read_float(const std::string& name, std::span<const int64_t> shape, std::span<float> out) const;
@@ -44,6 +45,7 @@ class WeightFiles {
 
  private:
   std::string where_, dtype_;
+  int threads_ = 1;
   std::vector<std::unique_ptr<SafeTensorsReader>> files_;
   std::map<std::string, int> owner_;  // tensor name → index in files_
   void open_sharded(const std::string& dir, const std::string& index_path, int threads);
