@@ -203,6 +203,14 @@ TEST(Routing, RepeatableGradients) {
   }
 }
 
+// Random weights (routing far from init, gates 0.6) in `a`, copied into `b`:
+// two builds of one model, compared bit for bit.
+void same_random_weights(Model& a, Model& b) {
+  randomise(a, 10);
+  set_gates(a, 0.6f);
+  std::memcpy(b.params(), a.params(), static_cast<size_t>(a.layout().total()) * sizeof(float));
+}
+
 // --freeze-base: the routing gradients are exactly those of the full model,
 // and no base gradient is computed.
 TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {
@@ -212,9 +220,7 @@ TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {
     ModelOptions fo{kB, kT};
     fo.freeze_base = true;
     Model frozen(testing::test_context(), c, fo);
-    randomise(full, 10);
-    set_gates(full, 0.6f);
-    std::memcpy(frozen.params(), full.params(), static_cast<size_t>(full.layout().total()) * sizeof(float));
+    same_random_weights(full, frozen);
     const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
     full.zero_grad();
     frozen.zero_grad();
@@ -241,10 +247,8 @@ TEST(Routing, RecomputeGivesTheSameGradientBits) {
     ModelOptions ro{kB, kT};
     ro.recompute = true;
     Model re(testing::test_context(), c, ro);
-    randomise(full, 10);
-    set_gates(full, 0.6f);
+    same_random_weights(full, re);
     const int64_t n = full.layout().total();
-    std::memcpy(re.params(), full.params(), static_cast<size_t>(n) * sizeof(float));
     const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
     for (int rep = 0; rep < 2; ++rep) {  // the second step starts from used buffers
       full.zero_grad();

@@ -221,6 +221,27 @@ TEST(AdamW, RoutingGroupHasItsOwnRateAndAFrozenBaseNeitherMovesNorCostsMemory) {
   }
 }
 
+// A small run: tokens (seed `seed`) in dir/train.bin, a model of `layers` layers, out to dir/run.
+TrainOptions small_run(const std::string& dir, int64_t layers = 2, uint64_t seed = 5) {
+  std::vector<uint32_t> toks(3000);
+  uint64_t x = seed;
+  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
+  write_token_file(dir + "/train.bin", toks);
+  TrainOptions o;
+  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", layers}, {"num_attention_heads", 2},
+                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                               {"vocab_size", 64}},
+                              "test");
+  o.data = dir + "/train.bin";
+  o.steps = 6;
+  o.batch = 2;
+  o.seq_len = 16;
+  o.warmup = 1;
+  o.quiet = true;
+  o.out_dir = dir + "/run";
+  return o;
+}
+
 // Fine-tuning a plain checkpoint the paper's way: converted by flags, the base
 // frozen (bit-identical after training), the routing group at its own rate;
 // checkpoints carry the tokenizer files and generation config, keep the
@@ -228,24 +249,10 @@ TEST(AdamW, RoutingGroupHasItsOwnRateAndAFrozenBaseNeitherMovesNorCostsMemory) {
 TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
   TempDir tmp("finetune");
   const std::string dir = tmp.path();
-  std::vector<uint32_t> toks(3000);
-  uint64_t x = 11;
-  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
-  write_token_file(dir + "/train.bin", toks);
+  TrainOptions o = small_run(dir, 4, 11);
   write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true}\n");
   write_file_atomic(dir + "/tokenizer_config.json", "{\"eos_token\": \"x\"}\n");
-
-  TrainOptions o;
-  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 4}, {"num_attention_heads", 2},
-                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
-                               {"vocab_size", 64}},
-                              "test");
-  o.data = dir + "/train.bin";
   o.steps = 2;
-  o.batch = 2;
-  o.seq_len = 16;
-  o.warmup = 1;
-  o.quiet = true;
   o.out_dir = dir + "/base";
   train(o);
   const std::string base = dir + "/base/step_00000002";
@@ -315,25 +322,6 @@ TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
   }
 }
 
-TrainOptions small_run(const std::string& dir) {
-  std::vector<uint32_t> toks(3000);
-  uint64_t x = 5;
-  for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 58);
-  write_token_file(dir + "/train.bin", toks);
-  TrainOptions o;
-  o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
-                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
-                               {"vocab_size", 64}},
-                              "test");
-  o.data = dir + "/train.bin";
-  o.steps = 6;
-  o.batch = 2;
-  o.seq_len = 16;
-  o.warmup = 1;
-  o.quiet = true;
-  o.out_dir = dir + "/run";
-  return o;
-}
 
 // A crash at any point of a checkpoint's final moves leaves `latest` naming a
 // complete checkpoint (here: replacing one of the same step, the case with
