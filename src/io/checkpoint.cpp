@@ -65,8 +65,7 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
 #pragma omp parallel for num_threads(nt) reduction(| : bad)
       for (int64_t i = 0; i < s.numel; ++i) bad |= !std::isfinite(p[i]);
     }
-    const bool finite = !bad;
-    if (!finite) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
+    if (bad) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
   }
   return kept;
 }
@@ -244,12 +243,12 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 }
 
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
-                             const std::function<bool(const TensorSpec&)>& trained) {
-  load_params(dir, layout, params);
+                             const std::function<bool(const TensorSpec&)>& trained, int threads) {
+  load_params(dir, layout, params, nullptr, false, threads);
   if (!fs::exists(dir + "/optimizer.safetensors"))
     fail(dir, ": holds no optimizer state (saved weights-only), so a run cannot resume from it; "
               "fine-tune from it with --init instead");
-  WeightFiles opt(dir + "/optimizer.safetensors");
+  WeightFiles opt(dir + "/optimizer.safetensors", threads);
   read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained);
   read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained);
   const std::string path = dir + "/trainer_state.json";

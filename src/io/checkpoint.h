@@ -77,9 +77,9 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
                             const float* params, const float* m, const float* v, const TrainerState& st,
                             const SaveOptions& so = {});
 // Loads parameters, moments (of the tensors `trained` accepts; null: all) and
-// trainer state from a checkpoint directory.
+// trainer state from a checkpoint directory, converting with `threads` threads.
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
-                             const std::function<bool(const TensorSpec&)>& trained = nullptr);
+                             const std::function<bool(const TensorSpec&)>& trained = nullptr, int threads = 1);
 // Removes the temporary directories (.step_N.tmp.PID) that saves killed
 // midway left in a run directory, where PID is no live process; returns how many.
 int remove_stray_checkpoint_dirs(const std::string& out_dir);

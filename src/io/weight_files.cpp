@@ -31,18 +31,14 @@ std::set<std::string> float_dtypes(const SafeTensorsReader& r) {
 
 }  // namespace
 
-bool has_weight_files(const std::string& dir) {
-  return fs::exists(fs::path(dir) / kIndex) || fs::exists(fs::path(dir) / kSingle);
-}
-
 WeightFiles::WeightFiles(const std::string& path, int threads) : where_(path), threads_(threads > 0 ? threads : 1) {
   std::error_code ec;
   if (!fs::is_directory(path, ec)) {
-    add_file(path, threads);
+    add_file(path);
   } else if (fs::exists(fs::path(path) / kIndex)) {
-    open_sharded(path, (fs::path(path) / kIndex).string(), threads);
+    open_sharded(path, (fs::path(path) / kIndex).string());
   } else if (fs::exists(fs::path(path) / kSingle)) {
-    add_file((fs::path(path) / kSingle).string(), threads);
+    add_file((fs::path(path) / kSingle).string());
   } else {
     fail(path, ": holds neither ", kSingle, " nor ", kIndex);
   }
@@ -61,9 +57,9 @@ WeightFiles::WeightFiles(const std::string& path, int threads) : where_(path), t
   }
 }
 
-void WeightFiles::add_file(const std::string& path, int threads) {
+void WeightFiles::add_file(const std::string& path) {
   files_.push_back(std::make_unique<SafeTensorsReader>(path));
-  files_.back()->set_threads(threads);
+  files_.back()->set_threads(threads_);
   const int k = static_cast<int>(files_.size()) - 1;
   for (const std::string& name : files_.back()->names()) {
     auto [it, fresh] = owner_.emplace(name, k);
@@ -73,7 +69,7 @@ void WeightFiles::add_file(const std::string& path, int threads) {
   }
 }
 
-void WeightFiles::open_sharded(const std::string& dir, const std::string& index_path, int threads) {
+void WeightFiles::open_sharded(const std::string& dir, const std::string& index_path) {
   const nlohmann::json index = parse_json(read_file(index_path), index_path);
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
     fail(index_path, ": no \"weight_map\" object (tensor name -> shard file)");
@@ -88,7 +84,7 @@ void WeightFiles::open_sharded(const std::string& dir, const std::string& index_
       fail(index_path, ": shard \"", file, "\" (for ", it.key(), ") is not a plain file name in the directory");
     const std::string shard = (fs::path(dir) / file).string();
     if (!fs::exists(shard)) fail(index_path, ": names shard ", file, " (for ", it.key(), "), which does not exist");
-    add_file(shard, threads);
+    add_file(shard);
     shard_of_file[file] = static_cast<int>(files_.size()) - 1;
   }
   // Every listed tensor is where the index says.

@@ -48,11 +48,8 @@ class WeightFiles {
   int threads_ = 1;
   std::vector<std::unique_ptr<SafeTensorsReader>> files_;
   std::map<std::string, int> owner_;  // tensor name → index in files_
-  void open_sharded(const std::string& dir, const std::string& index_path, int threads);
-  void add_file(const std::string& path, int threads);
+  void open_sharded(const std::string& dir, const std::string& index_path);
+  void add_file(const std::string& path);
 };
-
-// True when `dir` holds a model's weights in either form.
-bool has_weight_files(const std::string& dir);
 
 }  // namespace attnres

@@ -6,20 +6,20 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
-#include <cstring>
-#include <sstream>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "core/error.h"
-#include "io/json_util.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
+#include "io/json_util.h"
 #include "model/model.h"
 #include "ops/cpu/blas_kernels.h"
 #include "train/data_loader.h"
@@ -215,7 +215,8 @@ TrainResult train(const TrainOptions& opt) {
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
-    TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained);
+    TrainerState st =
+        load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
     nlohmann::json want = opt.resume_settings();
     // The model is compared as a Config, so that how it is spelled in JSON
     // (model_type, key order, a newer writer's extra keys) does not matter.
@@ -363,6 +364,7 @@ TrainResult train(const TrainOptions& opt) {
   const bool log_routing = opt.routing_every > 0 && !model.routers().empty();
 
   int64_t step = start;
+  int stopped_by = 0;  // the signal that ended the run early, if one did
   for (; step < opt.steps; ++step) {
     const double t0 = now_seconds();
     const double lr = lr_at(step, opt.warmup, opt.steps, opt.lr, opt.lr_min);
@@ -400,15 +402,11 @@ TrainResult train(const TrainOptions& opt) {
     const int64_t done = step + 1;
     const bool last = done == opt.steps;
     const bool out_of_time = opt.time_budget_s > 0 && now_seconds() - run_start > opt.time_budget_s;
-    if (const int sig = signals.received()) {  // finish here: checkpoint, say where, exit 0
+    if ((stopped_by = signals.received())) {  // finish here: checkpoint (no validation), say where, exit 0
       if (!opt.quiet) std::printf("%s received after step %lld: saving a checkpoint and stopping\n",
-                                  ::strsignal(sig), static_cast<long long>(done));
+                                  ::strsignal(stopped_by), static_cast<long long>(done));
       ++step;
-      result.steps_done = step;
-      save(step);
-      if (!opt.quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
-      std::fflush(stdout);
-      return result;
+      break;
     }
     if (val && opt.val_every > 0 && done % opt.val_every == 0 && !last && !out_of_time) validate(done);
     if (opt.ckpt_every > 0 && done % opt.ckpt_every == 0 && !last && !out_of_time) save(done);
@@ -420,9 +418,10 @@ TrainResult train(const TrainOptions& opt) {
     }
   }
   result.steps_done = step;
-  if (val) validate(step);
+  if (val && !stopped_by) validate(step);
   save(step);
   if (!opt.quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+  std::fflush(stdout);
   return result;
 }
 

@@ -15,8 +15,6 @@
 
 namespace attnres {
 
-const char* blas_core_name() { return openblas_get_corename(); }
-
 void use_best_blas_kernels(char** argv) {
   if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice
   const char* have = openblas_get_corename();

@@ -18,9 +18,6 @@ namespace attnres {
 // needs doing (or the restart failed).  Call first thing in main().
 void use_best_blas_kernels(char** argv);
 
-// The OpenBLAS core in use ("Cooperlake", "Haswell", "Prescott", ...).
-const char* blas_core_name();
-
 // This machine's SGEMM rate on 2048³ with `threads` threads, best of three
 // (about a third of a second): the peak that MFU figures are measured against.
 double measure_sgemm_gflops(int threads);
