@@ -17,6 +17,7 @@
 #include "core/bf16.h"
 #include "core/parallel.h"
 #include "io/file_util.h"
+#include "io/mapped_file.h"
 #include "io/json_util.h"
 
 namespace attnres {
@@ -81,21 +82,21 @@ SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
     ::close(fd);
     fail(path, ": not a safetensors file (", size_, " bytes)");
   }
-  void* p = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd, 0);
+  void* p = map_file(path, fd, size_, MAP_SHARED);
   const std::string why = errno_text();
   ::close(fd);  // the mapping keeps the file
-  if (p == MAP_FAILED) fail(path, ": cannot map: ", why);
+  if (!p) fail(path, ": cannot map: ", why);
   map_ = static_cast<const char*>(p);
   try {
     parse_header(size_);
   } catch (...) {
-    ::munmap(const_cast<char*>(map_), size_);
+    unmap_file(const_cast<char*>(map_), size_);
     throw;
   }
 }
 
 SafeTensorsReader::~SafeTensorsReader() {
-  if (map_) ::munmap(const_cast<char*>(map_), size_);
+  if (map_) unmap_file(const_cast<char*>(map_), size_);
 }
 
 void SafeTensorsReader::read_bytes(void* dst, size_t bytes, size_t offset) const {

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "io/file_util.h"
+#include "io/mapped_file.h"
 
 namespace attnres {
 
@@ -51,9 +52,8 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
   if (bytes - header_bytes != count_ * width)
     close_and_fail(": header says ", count_, " tokens (", count_ * width, " bytes) but the file holds ",
                    bytes - header_bytes, " bytes of tokens");
-  map_ = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  if (map_ == MAP_FAILED) {
-    map_ = nullptr;
+  map_ = map_file(path, fd, bytes, MAP_PRIVATE);
+  if (!map_) {
     close_and_fail(": mmap failed: ", errno_text());
   }
   ::close(fd);
@@ -70,12 +70,31 @@ TokenFile::TokenFile(TokenFile&& o) noexcept
 }
 
 TokenFile::~TokenFile() {
-  if (map_) ::munmap(map_, map_bytes_);
+  if (map_) unmap_file(map_, map_bytes_);
 }
 
 void TokenFile::read(size_t begin, std::span<int32_t> out) const {
   ATTNRES_CHECK(begin + out.size() <= count_, path_, ": read past the end");
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>((*this)[begin + i]);
+}
+
+uint64_t TokenFile::fingerprint() const {
+  // FNV-1a over 32-bit words.
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&](uint64_t x) {
+    for (int b = 0; b < 4; ++b) h = (h ^ ((x >> (8 * b)) & 0xff)) * 0x100000001b3ull;
+  };
+  mix(count_);
+  mix(count_ >> 32);
+  mix(static_cast<uint64_t>(version_));
+  constexpr size_t kRun = 4096, kRuns = 17;
+  for (size_t r = 0; r < kRuns; ++r) {
+    const size_t begin = count_ <= kRun ? 0 : (count_ - kRun) * r / (kRuns - 1);
+    const size_t end = std::min(count_, begin + kRun);
+    for (size_t i = begin; i < end; ++i) mix((*this)[i]);
+    if (count_ <= kRun) break;
+  }
+  return h;
 }
 
 void TokenFile::check_vocab(int64_t vocab_size) const {
