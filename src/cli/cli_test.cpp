@@ -203,6 +203,50 @@ TEST_F(Cli, SigtermCheckpointsAndExitsZero) {
   EXPECT_TRUE(fs::exists(resolve_model_dir(out) + "/optimizer.safetensors"));
 }
 
+// `attnres train --resume DIR` alone continues the run bit-identically, with
+// every option the run's own; options given again must agree, except those
+// that may change (a larger --steps, frequencies, the data under another path).
+TEST_F(Cli, ResumeTakesTheRunsSettings) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  const std::string a = dir_ + "/a", b = dir_ + "/b", ck = b + "/step_00000002";
+  Result r = run("train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --batch 1 --seq-len 16 --threads 1 "
+                 "--lr 2e-3 --warmup 1 --steps 4 --ckpt-every 2 --keep-checkpoints 0 --peak-gflops 100 --out " + a);
+  ASSERT_EQ(r.status, 0) << r.err;
+  fs::copy(a, b, fs::copy_options::recursive);
+  fs::remove_all(b + "/step_00000004");
+  write_file_atomic(b + "/latest", "step_00000002\n");
+
+  r = run("train --resume " + b + " --threads 2");  // the thread count is free, and changes no bit
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("  lr = 0.002\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resume: --threads 2 (the run's: 1)"), std::string::npos) << r.out;
+  EXPECT_TRUE(read_file(a + "/step_00000004/model.safetensors") == read_file(b + "/step_00000004/model.safetensors"));
+  EXPECT_TRUE(read_file(a + "/step_00000004/optimizer.safetensors") ==
+              read_file(b + "/step_00000004/optimizer.safetensors"));
+
+  // Given again: equal is fine, different is refused, naming the option and the run's value.
+  EXPECT_EQ(run("train --resume " + ck + " --lr 0.002 --out " + dir_ + "/same").status, 0);
+  expect_clear_error(run("train --resume " + ck + " --lr 1 --out " + dir_ + "/x"), {"--lr", "0.002", "--init"});
+  expect_clear_error(run("train --resume " + ck + " --batch 2 --out " + dir_ + "/x"), {"--batch", "cannot resume"});
+  expect_clear_error(run("train --resume " + ck + " --mode delta --out " + dir_ + "/x"), {"attnres_mode", "delta"});
+  // The data is compared by content: the same tokens under another name are the run's.
+  fs::copy(dir_ + "/ok.bin", dir_ + "/moved.bin");
+  r = run("train --resume " + ck + " --data " + dir_ + "/moved.bin --out " + dir_ + "/moved");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("the run's tokens, under another path"), std::string::npos) << r.out;
+  std::vector<uint32_t> other(200, 7);
+  write_token_file(dir_ + "/other.bin", other);
+  expect_clear_error(run("train --resume " + ck + " --data " + dir_ + "/other.bin --out " + dir_ + "/x"),
+                     {"--data", "does not hold the run's tokens"});
+  // A finished run extends with a larger --steps (the schedule says how), and only so.
+  expect_clear_error(run("train --resume " + b), {"step 4", "nothing to train"});
+  r = run("train --resume " + b + " --steps 6 --val-every 1");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("resume: --steps 6 (the run's: 4)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("resume: --val-every 1 (the run's: 0)"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::exists(b + "/step_00000006/model.safetensors"));
+}
+
 // Weights that are not finite are refused, naming the tensor.
 TEST_F(Cli, NonFiniteWeightsAreAnError) {
   ParamLayout layout(cfg_);

@@ -251,8 +251,15 @@ TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, 
   WeightFiles opt(dir + "/optimizer.safetensors", threads);
   read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained);
   read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained);
+  return read_trainer_state(dir);
+}
+
+TrainerState read_trainer_state(const std::string& dir) {
   const std::string path = dir + "/trainer_state.json";
   TrainerState st;
+  if (!fs::exists(path))
+    fail(dir, ": holds no trainer_state.json (not a training checkpoint), so a run cannot resume from it; "
+              "fine-tune from it with --init instead");
   try {
     auto j = parse_json(read_file(path), path);
     st.step = j.at("step").get<int64_t>();
@@ -261,6 +268,8 @@ TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, 
     st.data.epoch = j.at("data").at("epoch").get<int64_t>();
     st.rng = j.at("rng").get<std::array<uint64_t, 4>>();
     st.settings = j.value("settings", nlohmann::json::object());
+    if (st.settings.is_null()) st.settings = nlohmann::json::object();
+    if (!st.settings.is_object()) fail(path, ": 'settings' is not an object");
   } catch (const nlohmann::json::exception& e) {
     fail(path, ": malformed trainer state: ", e.what());
   }

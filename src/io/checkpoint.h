@@ -80,6 +80,8 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 // trainer state from a checkpoint directory, converting with `threads` threads.
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
                              const std::function<bool(const TensorSpec&)>& trained = nullptr, int threads = 1);
+// The step, data position, generator state and run settings of a checkpoint.
+TrainerState read_trainer_state(const std::string& dir);
 // Removes the temporary directories (.step_N.tmp.PID) that saves killed
 // midway left in a run directory, where PID is no live process; returns how many.
 int remove_stray_checkpoint_dirs(const std::string& out_dir);

@@ -41,6 +41,10 @@ class TokenFile {
   void read(size_t begin, std::span<int32_t> out) const;
   // Throws Error naming the file and position of the first id >= vocab_size.
   void check_vocab(int64_t vocab_size) const;
+  // A hash of the count, the format and 17 evenly spaced runs of 4096 tokens
+  // (the last run ends at the last token): whether two paths hold the same
+  // tokens, at the cost of reading ~0.3 MB however large the file is.
+  uint64_t fingerprint() const;
 
  private:
   std::string path_;

@@ -4,6 +4,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -22,6 +23,17 @@ std::vector<std::string> expand_glob(const std::string& pattern) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+nlohmann::json data_fingerprint(const std::string& pattern) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& path : expand_glob(pattern)) {
+    const TokenFile f(path);
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(f.fingerprint()));
+    shards.push_back({{"tokens", f.size()}, {"fingerprint", hex}});
+  }
+  return shards;
 }
 
 DataOrder parse_data_order(const std::string& s) {

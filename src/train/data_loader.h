@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/rng.h"
 #include "io/token_file.h"
 
@@ -27,6 +29,10 @@ struct LoaderPosition {
 
 // Expands a path or a glob (`dir/train_*.bin`) into sorted paths; Error if none.
 std::vector<std::string> expand_glob(const std::string& pattern);
+
+// What a run's data is, path aside: per shard (in sorted order) its token
+// count and TokenFile::fingerprint().  Equal for the same tokens under any path.
+nlohmann::json data_fingerprint(const std::string& pattern);
 
 enum class DataOrder { kSequential, kRandom };
 DataOrder parse_data_order(const std::string& s);

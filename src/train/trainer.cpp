@@ -26,14 +26,6 @@
 
 namespace attnres {
 
-nlohmann::json TrainOptions::resume_settings() const {
-  return {{"model", model.to_json()}, {"data", data},   {"data_order", data_order}, {"steps", steps},   {"batch", batch},
-          {"seq_len", seq_len},      {"accum", accum}, {"lr", lr},         {"lr_min", lr_min},
-          {"warmup", warmup},        {"beta1", adamw.beta1}, {"beta2", adamw.beta2}, {"eps", adamw.eps},
-          {"weight_decay", adamw.weight_decay}, {"clip", clip}, {"seed", seed}, {"lr_routing", lr_routing},
-          {"lr_min_routing", lr_min_routing}, {"freeze_base", freeze_base}};
-}
-
 namespace {
 
 // SIGINT, SIGTERM and SIGHUP while a run trains: the first asks the loop to
@@ -164,25 +156,30 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
 
 TrainResult train(const TrainOptions& opt) {
   const Config& c = opt.model;
-  if (opt.steps <= 0) fail("--steps must be positive");
-  if (opt.batch <= 0 || opt.seq_len <= 0 || opt.accum <= 0) fail("--batch, --seq-len and --accum must be positive");
-  if (opt.seq_len > c.max_position_embeddings)
-    fail("--seq-len ", opt.seq_len, " exceeds max_position_embeddings ", c.max_position_embeddings);
-  if (opt.out_dir.empty()) fail("--out is required");
+  opt.validate();
+  // A resume is checked before anything is built: every option either
+  // continues the run unchanged or may change (the notes say which changed);
+  // one that would alter the trajectory is refused.
+  std::vector<std::string> resume_notes;
+  if (!opt.resume.empty()) {
+    const std::string dir = resolve_model_dir(opt.resume);
+    const TrainerState st = read_trainer_state(dir);
+    resume_notes = check_resume(opt, st.settings, st.step, dir);
+  }
 
   // Check the output directory first: a run must not train for an hour and then fail to save.
   {
     std::error_code ec;
-    std::filesystem::create_directories(opt.out_dir, ec);
-    const std::string probe = opt.out_dir + "/.write_test";
+    std::filesystem::create_directories(opt.out, ec);
+    const std::string probe = opt.out + "/.write_test";
     std::ofstream f(probe);
-    if (ec || !f) fail(opt.out_dir, ": output directory is not writable");
+    if (ec || !f) fail(opt.out, ": output directory is not writable");
     f.close();
     std::filesystem::remove(probe, ec);
   }
   // One run per directory: a second one is refused, naming the first.
-  DirLock lock(opt.out_dir);
-  if (const int n = remove_stray_checkpoint_dirs(opt.out_dir); n > 0 && !opt.quiet)
+  DirLock lock(opt.out);
+  if (const int n = remove_stray_checkpoint_dirs(opt.out); n > 0 && !opt.quiet)
     std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
   StopSignals signals;
 
@@ -198,8 +195,8 @@ TrainResult train(const TrainOptions& opt) {
   // A conversion is measured first, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
   std::string init_dir;
-  if (opt.resume.empty() && !opt.init_from.empty()) {
-    init_dir = resolve_model_dir(opt.init_from);
+  if (opt.resume.empty() && !opt.init.empty()) {
+    init_dir = resolve_model_dir(opt.init);
     Config saved = Config::load(init_dir + "/config.json");
     if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
         saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
@@ -210,33 +207,15 @@ TrainResult train(const TrainOptions& opt) {
   mo.freeze_base = opt.freeze_base;
   mo.recompute = opt.recompute;
   Model model(ctx, c, mo);
-  AdamW adamw(ctx.ops(), model.layout(), opt.adamw, opt.freeze_base);
+  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base);
   auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
     TrainerState st =
         load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
-    nlohmann::json want = opt.resume_settings();
-    // The model is compared as a Config, so that how it is spelled in JSON
-    // (model_type, key order, a newer writer's extra keys) does not matter.
-    if (st.settings.contains("model")) {
-      try {
-        st.settings["model"] = Config::from_json(st.settings["model"], dir + "/trainer_state.json").to_json();
-      } catch (const Error&) {
-      }
-    }
-    for (auto it = want.begin(); it != want.end(); ++it)
-      if (st.settings.contains(it.key()) && st.settings[it.key()] != it.value())
-        fail(dir, ": cannot resume: setting '", it.key(), "' was ", brief(st.settings[it.key()]), ", now ",
-             brief(it.value()));
-    // Reductions (gradient norms, weight gradients) sum per thread: another
-    // thread count continues correctly but not bit-identically.
-    if (st.settings.contains("threads") && st.settings["threads"] != ctx.threads())
-      std::fprintf(stderr,
-                   "note: this run uses %d threads and the checkpoint's used %s: sums are taken in another order, "
-                   "so the continuation is not bit-identical to an uninterrupted run (pass --threads %s for that)\n",
-                   ctx.threads(), st.settings["threads"].dump().c_str(), st.settings["threads"].dump().c_str());
+    for (const std::string& note : resume_notes)
+      if (!opt.quiet) std::printf("resume: %s\n", note.c_str());
     start = st.step;
     loader.set_position(st.data);
     rng.set_state(st.rng);
@@ -256,7 +235,7 @@ TrainResult train(const TrainOptions& opt) {
     }
   }
 
-  const std::string log_path = opt.out_dir + "/log.jsonl";
+  const std::string log_path = opt.out + "/log.jsonl";
   // A resumed run's log continues from the checkpoint's step: lines of the
   // steps it redoes (written after that checkpoint) are dropped first.
   if (start > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start);
@@ -266,8 +245,8 @@ TrainResult train(const TrainOptions& opt) {
 
   const int64_t N = opt.batch * opt.seq_len;
   const double flops_per_token = model.flops_per_token(opt.seq_len);
-  const double peak_flops = opt.peak_flops > 0 ? opt.peak_flops : measure_sgemm_gflops(ctx.threads()) * 1e9;
-  if (!opt.quiet && opt.peak_flops <= 0)
+  const double peak_flops = opt.peak_gflops > 0 ? opt.peak_gflops * 1e9 : measure_sgemm_gflops(ctx.threads()) * 1e9;
+  if (!opt.quiet && opt.peak_gflops <= 0)
     std::printf("MFU against this machine's SGEMM rate, measured now: %.1f GFLOP/s\n", peak_flops / 1e9);
   std::fflush(stdout);
   const int64_t tokens_per_step = N * opt.accum;
@@ -285,7 +264,7 @@ TrainResult train(const TrainOptions& opt) {
   if (tokenizer.empty()) {
     std::vector<std::string> candidates = {
         (std::filesystem::path(opt.data).parent_path() / "tokenizer.json").string()};
-    for (const std::string& d : {opt.resume, opt.init_from})
+    for (const std::string& d : {opt.resume, opt.init})
       if (!d.empty()) candidates.push_back(resolve_model_dir(d) + "/tokenizer.json");
     for (const std::string& p : candidates)
       if (std::filesystem::exists(p)) {
@@ -299,7 +278,7 @@ TrainResult train(const TrainOptions& opt) {
   // the model the run started from, travel with every checkpoint too.
   SaveOptions so;
   so.optimizer = opt.save_optimizer;
-  so.bf16 = opt.save_bf16;
+  so.bf16 = opt.save_dtype == "bf16";
   so.keep = opt.keep_checkpoints;
   if (opt.freeze_base) so.trained = trained;
   if (!tokenizer.empty()) {
@@ -309,7 +288,7 @@ TrainResult train(const TrainOptions& opt) {
       if (name != "tokenizer.json" && name != "generation_config.json") so.copy_files.push_back(f);
     }
   }
-  for (const std::string& d : {opt.resume, opt.init_from}) {
+  for (const std::string& d : {opt.resume, opt.init}) {
     if (d.empty()) continue;
     const std::string g = resolve_model_dir(d) + "/generation_config.json";
     if (std::filesystem::exists(g)) {
@@ -326,11 +305,11 @@ TrainResult train(const TrainOptions& opt) {
                   static_cast<long long>(model.layout().total()));
   }
 
+  const nlohmann::json settings = run_settings(opt);  // stored in every checkpoint
   TrainResult result;
   const double run_start = now_seconds();
   auto save = [&](int64_t step_done) {
-    TrainerState st{step_done, loader.position(), rng.state(), opt.resume_settings()};
-    st.settings["threads"] = ctx.threads();  // not checked on resume (see there), but told
+    TrainerState st{step_done, loader.position(), rng.state(), settings};
     // Never write a diverged model: one pass over the weights before anything is written.
     if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
       fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
@@ -338,7 +317,7 @@ TrainResult train(const TrainOptions& opt) {
            result.last_checkpoint);
     ctx.ops().synchronize();  // the arenas are read from the host
     result.last_checkpoint =
-        save_checkpoint(opt.out_dir, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
+        save_checkpoint(opt.out, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
   };
   auto validate = [&](int64_t step_done) {
     EvalOptions eo;
@@ -401,7 +380,7 @@ TrainResult train(const TrainOptions& opt) {
     std::fflush(stdout);
     const int64_t done = step + 1;
     const bool last = done == opt.steps;
-    const bool out_of_time = opt.time_budget_s > 0 && now_seconds() - run_start > opt.time_budget_s;
+    const bool out_of_time = opt.time_budget > 0 && now_seconds() - run_start > opt.time_budget;
     if ((stopped_by = signals.received())) {  // finish here: checkpoint (no validation), say where, exit 0
       if (!opt.quiet) std::printf("%s received after step %lld: saving a checkpoint and stopping\n",
                                   ::strsignal(stopped_by), static_cast<long long>(done));
@@ -411,7 +390,7 @@ TrainResult train(const TrainOptions& opt) {
     if (val && opt.val_every > 0 && done % opt.val_every == 0 && !last && !out_of_time) validate(done);
     if (opt.ckpt_every > 0 && done % opt.ckpt_every == 0 && !last && !out_of_time) save(done);
     if (out_of_time) {
-      if (!opt.quiet) std::printf("time budget of %.0f s reached after %lld steps\n", opt.time_budget_s,
+      if (!opt.quiet) std::printf("time budget of %.0f s reached after %lld steps\n", opt.time_budget,
                                   static_cast<long long>(done));
       ++step;
       break;

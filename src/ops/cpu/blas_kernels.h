@@ -20,6 +20,6 @@ void use_best_blas_kernels(char** argv);
 
 // This machine's SGEMM rate on 2048³ with `threads` threads, best of three
 // (about a third of a second): the peak that MFU figures are measured against.
-double measure_sgemm_gflops(int threads);
+double measure_sgemm_gflops(int threads);  // measured once per thread count and process
 
 }  // namespace attnres

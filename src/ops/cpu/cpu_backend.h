@@ -4,10 +4,13 @@
 //
 // Threading: every parallel region runs exactly ctx.threads() threads
 // (num_threads clause) and per-thread scratch is sized from the same count.
-// BLAS calls made inside our parallel regions run single-threaded (OpenBLAS
-// does so inside an OpenMP region), so the one OpenMP pool is never
-// oversubscribed; BLAS calls made outside one use ctx.threads() threads
-// (blas_threads() sets that before each, a no-op when it already holds).
+// BLAS calls run single-threaded inside our parallel regions (OpenBLAS does so
+// inside an OpenMP region), so the one OpenMP pool is never oversubscribed:
+// large products go through gemm(), which cuts the output into fixed tiles.
+// Determinism: no result depends on the thread count — every sum over threads'
+// work is taken over fixed chunks in a fixed order (tests: Trainer.
+// ThreadCountDoesNotChangeTheArithmetic), so a resume with another --threads or
+// on a machine with another core count continues bit-identically.
 #pragma once
 
 #include "ops/backend.h"
@@ -88,7 +91,14 @@ class CpuBackend final : public Backend {
 
  private:
   int threads() const { return ctx_.threads(); }
-  void blas_threads() const;  // BLAS outside our parallel regions uses threads()
+  // BLAS never threads itself: every call is one tile of gemm() (below) or
+  // runs inside one of our parallel regions.
+  void blas_single_thread() const;
+  static constexpr int64_t kGemmTiles = 8;
+  // C[M,N] = α·op(A)·op(B) + β·C (row-major; op = transpose when ta/tb), as
+  // fixed tiles over our threads: the same bits for any thread count.
+  void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const;
   // out[N,O] = inp · Wᵀ for bf16 W: tiles of W widened to float in `scratch`
   // (matmul_workspace(I) floats), or a row-streaming kernel for few rows.
   void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);

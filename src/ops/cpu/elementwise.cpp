@@ -2,6 +2,7 @@
 // AdamW update: one pass over the elements each, threaded over ranges.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "core/parallel.h"
@@ -94,21 +95,22 @@ void CpuBackend::scale(float* x, float c, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= c;
 }
 
-// Each thread sums its contiguous range in double; the partials are added in
-// thread order, so the result is the same for the same thread count.
+// Fixed chunks of 2^16 elements, each summed in double, the chunk sums added
+// in chunk order: the result is the same whatever the thread count (a resume
+// on another machine or with another --threads stays bit-identical).
 double CpuBackend::sum_squares(const float* x, int64_t n) {
-  constexpr int kMaxThreads = 1024;
-  ATTNRES_CHECK(threads() <= kMaxThreads, "threads ", threads());
-  double partial[kMaxThreads] = {};
-#pragma omp parallel num_threads(threads())
-  {
-    const auto [b, e] = thread_range(n);
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t nc = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(nc));
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
+  for (int64_t c = 0; c < nc; ++c) {
+    const int64_t b = c * kChunk, e = b + kChunk < n ? b + kChunk : n;
     double s = 0.0;
     for (int64_t i = b; i < e; ++i) s += static_cast<double>(x[i]) * x[i];
-    partial[omp_get_thread_num()] = s;
+    partial[static_cast<size_t>(c)] = s;
   }
   double total = 0.0;
-  for (int t = 0; t < threads(); ++t) total += partial[t];
+  for (const double s : partial) total += s;
   return total;
 }
 

@@ -5,6 +5,7 @@
 #include <cblas.h>
 
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
@@ -30,6 +31,9 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
   ATTNRES_CHECK(!dx || W.f32, "the LM head's backward needs float32 weights");
   const int64_t kChunk = chunk_rows(V);
   float* scratch = ctx_.workspace(lm_head_workspace(C, V));
+  // Each row's loss lands in its own slot and the slots are added in row
+  // order, so the total does not depend on the thread count.
+  std::vector<double> row_loss(static_cast<size_t>(kChunk));
   double total = 0.0;
   for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
     const int64_t rows = r0 + kChunk < N ? kChunk : N - r0;
@@ -37,11 +41,9 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
     if (W.b16) {
       matmul_bf16(logits, x + r0 * C, W.b16, rows, C, V, scratch + kChunk * V);
     } else {
-      blas_threads();
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, V, C, 1.0f, x + r0 * C, C, W.f32, C, 0.0f, logits,
-                  V);
+      gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, W.f32, C, 0.0f, logits, V);
     }
-#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(threads())
+#pragma omp parallel for schedule(static) num_threads(threads())
     for (int64_t r = 0; r < rows; ++r) {
       float* z = logits + r * V;
       const int32_t target = targets[r0 + r];
@@ -58,6 +60,7 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
         sum += part;
       }
       const double lse = mx + std::log(sum);
+      row_loss[static_cast<size_t>(r)] = 0.0;
       if (target < 0) {
         if (losses_out) losses_out[r0 + r] = 0.0f;
         if (dx)
@@ -65,7 +68,7 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
         continue;
       }
       const double loss = lse - z[target];
-      total += loss;
+      row_loss[static_cast<size_t>(r)] = loss;
       if (losses_out) losses_out[r0 + r] = static_cast<float>(loss);
       if (dx) {
         // dlogits = scale · (softmax − onehot)
@@ -75,13 +78,11 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
         z[target] -= scale;
       }
     }
+    for (int64_t r = 0; r < rows; ++r) total += row_loss[static_cast<size_t>(r)];
     if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f,
-                  dx + r0 * C, C);
-      if (dW)
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW,
-                    C);
+      gemm(false, false, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f, dx + r0 * C, C);
+      if (dW) gemm(true, false, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW, C);
     }
   }
   return total;

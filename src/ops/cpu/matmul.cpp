@@ -7,6 +7,8 @@
 // once and dotted with every input row while it sits in L1 (`skinny`): no
 // packing copy of the weights, which SGEMM would make.
 #include <cblas.h>
+
+#include <algorithm>
 #include <omp.h>
 
 #include <cstring>
@@ -176,8 +178,35 @@ void skinny(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int
 
 }  // namespace
 
-void CpuBackend::blas_threads() const {
-  if (!omp_in_parallel() && omp_get_max_threads() != threads()) omp_set_num_threads(threads());
+void CpuBackend::blas_single_thread() const {
+  if (!omp_in_parallel() && omp_get_max_threads() != 1) omp_set_num_threads(1);
+}
+
+// C[M,N] = α·op(A)[M,K]·op(B)[K,N] + β·C, as tiles of the output, each one
+// single-threaded BLAS call inside one OpenMP thread.  The tiles depend on the
+// shapes only, so every output is summed in the same order whatever the
+// thread count: a run, and a resume, give the same bits on 1 thread or 64.
+// (OpenBLAS's own threading splits the work by thread count, and some of its
+// kernels then round differently.)  Tiles start at 512 × 512 and the larger
+// side is halved, down to 64, until there are kGemmTiles of them: enough to
+// share out, big enough that packing the operands stays cheap.
+void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                      const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+  auto up64 = [](int64_t x) { return (x + 63) / 64 * 64; };
+  int64_t mb = std::min<int64_t>(512, up64(M)), nb = std::min<int64_t>(512, up64(N));
+  auto tiles = [&] { return ((M + mb - 1) / mb) * ((N + nb - 1) / nb); };
+  while (tiles() < kGemmTiles && (mb > 64 || nb > 64)) (mb >= nb ? mb : nb) /= 2;
+  const int64_t tm = (M + mb - 1) / mb, tn = (N + nb - 1) / nb;
+  blas_single_thread();  // a lone tile runs outside a parallel region
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (tm * tn > 1)
+  for (int64_t t = 0; t < tm * tn; ++t) {
+    const int64_t i0 = t / tn * mb, j0 = t % tn * nb;
+    const int64_t m = std::min(mb, M - i0), n = std::min(nb, N - j0);
+    const float* a = ta ? A + i0 : A + i0 * lda;  // op(A) rows i0..: A's columns when transposed
+    const float* b = tb ? B + j0 * ldb : B + j0;  // op(B) columns j0..: B's rows when transposed
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, alpha, a,
+                lda, b, ldb, beta, C + i0 * ldc + j0, ldc);
+  }
 }
 
 int64_t CpuBackend::matmul_workspace(int64_t I) const { return threads() * kTileOut * I; }
@@ -192,8 +221,7 @@ void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t 
     return;
   }
   // out[N,O] = inp[N,I] · W[O,I]ᵀ
-  blas_threads();
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, O, I, 1.0f, inp, I, W.f32, I, 0.0f, out, O);
+  gemm(false, true, N, O, I, 1.0f, inp, I, W.f32, I, 0.0f, out, O);
 }
 
 void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
@@ -223,13 +251,10 @@ void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_
 
 void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
                                  int64_t N, int64_t I, int64_t O, bool accumulate_dinp) {
-  blas_threads();
   // dinp[N,I] = dout[N,O] · W[O,I]
-  if (dinp)
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, I, O, 1.0f, dout, O, W, I,
-                accumulate_dinp ? 1.0f : 0.0f, dinp, I);
+  if (dinp) gemm(false, false, N, I, O, 1.0f, dout, O, W, I, accumulate_dinp ? 1.0f : 0.0f, dinp, I);
   // dW[O,I] += dout[N,O]ᵀ · inp[N,I]
-  if (dW) cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
+  if (dW) gemm(true, false, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
 }
 
 }  // namespace attnres

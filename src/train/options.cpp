@@ -1,0 +1,240 @@
+// options.cpp — see options.h.
+#include "train/options.h"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+#include <type_traits>
+
+#include "core/error.h"
+#include "io/json_util.h"
+#include "train/data_loader.h"
+
+namespace attnres {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string flag_of(const std::string& key) {
+  std::string f = key;
+  for (char& ch : f) ch = ch == '_' ? '-' : ch;
+  return f;
+}
+
+// One option's text (a flag's value or a default) into its field.
+template <class T>
+void parse_into(T& field, const std::string& key, const std::string& text) {
+  const std::string flag = "--" + flag_of(key);
+  const char* s = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if constexpr (std::is_same_v<T, std::string>) {
+    field = text;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (text == "true" || text == "1") field = true;
+    else if (text == "false" || text == "0") field = false;
+    else fail(flag, " expects true or false, got '", text, "'");
+  } else if constexpr (std::is_same_v<T, double>) {
+    if (text.empty()) {  // "not set"
+      field = -1;
+      return;
+    }
+    const double x = std::strtod(s, &end);
+    if (*end || errno == ERANGE || !std::isfinite(x)) fail(flag, " expects a finite number, got '", text, "'");
+    field = x;
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    const unsigned long long x = std::strtoull(s, &end, 10);
+    if (text.empty() || *end || errno == ERANGE || text[0] == '-')
+      fail(flag, " expects a non-negative integer, got '", text, "'");
+    field = x;
+  } else {
+    static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, int>);
+    const long long x = std::strtoll(s, &end, 10);
+    if (text.empty() || *end || errno == ERANGE || x < std::numeric_limits<T>::min() ||
+        x > std::numeric_limits<T>::max())
+      fail(flag, " expects an integer, got '", text, "'");
+    field = static_cast<T>(x);
+  }
+}
+
+// A path as stored: absolute, so that a resume from another directory finds it.
+std::string absolute_path(const std::string& p) {
+  return p.empty() ? p : fs::absolute(p).lexically_normal().string();
+}
+
+// The same directory, by identity when both exist, else by absolute path.
+bool same_place(const std::string& a, const std::string& b) {
+  if (a.empty() || b.empty()) return a.empty() && b.empty();
+  std::error_code ec;
+  const bool eq = fs::equivalent(a, b, ec);
+  return ec ? absolute_path(a) == absolute_path(b) : eq;
+}
+
+}  // namespace
+
+TrainOptions::TrainOptions() {
+  each(*this, [](auto& field, const char* key, const char* def, OnResume, const char*) { parse_into(field, key, def); });
+}
+
+const std::vector<TrainOptionSpec>& train_option_specs() {
+  static const std::vector<TrainOptionSpec> specs = [] {
+    std::vector<TrainOptionSpec> v;
+    TrainOptions o;
+    TrainOptions::each(o, [&](auto&, const char* key, const char* def, OnResume r, const char* help) {
+      v.push_back({key, flag_of(key), def, help, r});
+    });
+    return v;
+  }();
+  return specs;
+}
+
+void set_option(TrainOptions& o, const std::string& key, const std::string& text) {
+  bool found = false;
+  TrainOptions::each(o, [&](auto& field, const char* k, const char*, OnResume, const char*) {
+    if (key == k) {
+      parse_into(field, key, text);
+      found = true;
+    }
+  });
+  ATTNRES_CHECK(found, "no training option '", key, "'");
+}
+
+void TrainOptions::validate() const {
+  if (steps <= 0) fail("--steps must be positive");
+  if (batch <= 0 || seq_len <= 0 || accum <= 0) fail("--batch, --seq-len and --accum must be positive");
+  if (seq_len > model.max_position_embeddings)
+    fail("--seq-len ", seq_len, " exceeds max_position_embeddings ", model.max_position_embeddings);
+  if (warmup < 0) fail("--warmup must be 0 or more");
+  if (lr <= 0 || lr_min < 0) fail("--lr must be positive and --lr-min not negative");
+  if (lr_min_routing >= 0 && lr_routing < 0) fail("--lr-min-routing needs --lr-routing");
+  if (freeze_base && model.mode == Mode::kBaseline)
+    fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
+  if (keep_checkpoints < 0) fail("--keep-checkpoints must be 0 (all) or positive");
+  if (save_dtype != "f32" && save_dtype != "bf16") fail("--save-dtype must be f32 or bf16, got '", save_dtype, "'");
+  if (data_order != "random" && data_order != "sequential")
+    fail("--data-order must be random or sequential, got '", data_order, "'");
+  if (threads < 0) fail("--threads must be 0 (all cores) or positive");
+  if (data.empty()) fail("--data is required (a token file; see attnres train --help)");
+  if (out.empty()) fail("--out is required");
+}
+
+nlohmann::json run_settings(const TrainOptions& o) {
+  nlohmann::json j;
+  TrainOptions::each(o, [&](const auto& field, const char* key, const char*, OnResume r, const char*) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::string>) {
+      const bool path = r == OnResume::kSameData || r == OnResume::kSamePlace ||
+                        std::string(key) == "val_data" || std::string(key) == "out" ||
+                        std::string(key) == "tokenizer";
+      j[key] = path ? absolute_path(field) : field;
+    } else {
+      j[key] = field;
+    }
+  });
+  j["model"] = o.model.to_json();
+  j["data_files"] = data_fingerprint(o.data);
+  return j;
+}
+
+std::string options_table(const TrainOptions& o) {
+  const Config& c = o.model;
+  std::string out = cat("  model = ", mode_name(c.mode), ", d ", c.d, ", L ", c.L, ", H ", c.H, ", KV ", c.KV,
+                        ", head_dim ", c.hd, ", F ", c.F, ", V ", c.V, c.tied ? ", tied" : "", "\n");
+  if (!o.resume.empty()) out += cat("  resume = ", o.resume, "\n");
+  TrainOptions::each(o, [&](const auto& field, const char* key, const char*, OnResume, const char*) {
+    out += cat("  ", flag_of(key), " = ");
+    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>) out += field ? "true" : "false";
+    else if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>) out += field < 0 ? "" : cat(field);
+    else out += cat(field);
+    out += "\n";
+  });
+  return out;
+}
+
+void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std::set<std::string>& given) {
+  TrainOptions::each(o, [&](auto& field, const char* key, const char*, OnResume, const char*) {
+    if (given.count(key) || !stored.contains(key)) return;
+    using T = std::decay_t<decltype(field)>;
+    try {
+      field = stored[key].get<T>();
+    } catch (const nlohmann::json::exception&) {
+      fail("the run's trainer_state.json: setting '", key, "' is ", brief(stored[key]), ", not a valid --",
+           flag_of(key));
+    }
+  });
+}
+
+std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& stored, int64_t step_done,
+                                      const std::string& where) {
+  std::vector<std::string> notes;
+  const std::string refuse = cat(where, ": cannot resume: ");
+  const std::string fresh = " (a resume continues the run as it was; to change it, start a new run from this "
+                            "checkpoint with --init)";
+
+  // The model, compared as a Config: how it is spelled in JSON (model_type,
+  // key order, a newer writer's extra keys) does not matter.
+  if (stored.contains("model")) {
+    nlohmann::json was = stored["model"];
+    try {
+      was = Config::from_json(was, where + "/trainer_state.json").to_json();
+    } catch (const Error&) {
+    }
+    const nlohmann::json now = o.model.to_json();
+    for (auto it = now.begin(); it != now.end(); ++it) {
+      const std::string& k = it.key();
+      if (k == "model_type" || k == "architectures" || k == "torch_dtype") continue;  // follow from the rest
+      if (!was.contains(k) || was[k] != it.value())
+        fail(refuse, "the model's ", it.key(), " is ", brief(it.value()), ", the run's was ",
+             was.contains(it.key()) ? brief(was[it.key()]) : std::string("absent"), fresh);
+    }
+  }
+
+  const nlohmann::json now = run_settings(o);
+  TrainOptions::each(o, [&](const auto&, const char* key, const char*, OnResume r, const char*) {
+    const std::string flag = "--" + flag_of(key);
+    if (!stored.contains(key)) return;  // a run from before the option existed
+    const nlohmann::json& was = stored[key];
+    switch (r) {
+      case OnResume::kFixed:
+        if (was != now[key]) fail(refuse, flag, " is ", brief(now[key]), ", the run's was ", brief(was), fresh);
+        break;
+      case OnResume::kExtend: {
+        const int64_t steps = now[key].get<int64_t>();
+        if (steps <= step_done)
+          fail(where, ": the run is at step ", step_done, " and ", flag, " is ", steps,
+               ": nothing to train (a larger --steps extends the run)");
+        if (was != now[key]) {
+          const int64_t s = step_done, w = o.warmup;
+          notes.push_back(cat(flag, " ", steps, " (the run's: ", brief(was),
+                              "): the learning rate now follows the schedule of a ", steps, "-step run; at step ",
+                              s + 1, " it is ", lr_at(s, w, steps, o.lr, o.lr_min), " (was ",
+                              lr_at(s, w, was.get<int64_t>(), o.lr, o.lr_min), ")"));
+        }
+        break;
+      }
+      case OnResume::kSameData: {
+        if (stored.contains("data_files")) {
+          if (stored["data_files"] != now["data_files"])
+            fail(refuse, flag, " ", o.data, " does not hold the run's tokens (", brief(was),
+                 "): the shards' token counts or contents differ");
+        } else if (was != now[key]) {  // a run stored before fingerprints: the path must match
+          fail(refuse, flag, " is ", brief(now[key]), ", the run's was ", brief(was));
+        }
+        if (was != now[key]) notes.push_back(cat(flag, " ", o.data, ": the run's tokens, under another path"));
+        break;
+      }
+      case OnResume::kSamePlace:
+        if (!was.is_string() || !same_place(now[key].get<std::string>(), was.get<std::string>()))
+          fail(refuse, flag, " is ", brief(now[key]), ", the run's was ", brief(was), fresh);
+        break;
+      case OnResume::kFree:
+        if (was != now[key]) notes.push_back(cat(flag, " ", brief(now[key]), " (the run's: ", brief(was), ")"));
+        break;
+    }
+  });
+  return notes;
+}
+
+}  // namespace attnres

@@ -1,0 +1,147 @@
+// options.h — the options of a training run, in one list.
+//
+// TrainOptions::each() names every option once: its field, its key (the flag
+// is the key with '-' for '_', the key of the run's stored settings is the
+// key), its default, what a resume may do with it, and its help.  The flags
+// and --help of `attnres train`, the start-up table, the settings stored in
+// every checkpoint and the checks of a resume all come from that list (the
+// gemma.cpp habit), so none of them can disagree with another.
+//
+// Not here: the model's shape and routing (a Config, stored whole with the
+// settings; the train command's --config/--mode/... flags build it) and the
+// training loop itself (train/trainer.h).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "train/optimizer.h"
+
+namespace attnres {
+
+// What `--resume` allows an option to do.
+enum class OnResume {
+  kFixed,     // part of the trajectory: must equal the run's (a new run can change it: --init)
+  kExtend,    // --steps: may grow, to extend a run (the schedule then ends at the new step)
+  kSameData,  // --data: the shards must hold the run's tokens, however their paths are spelled
+  kSamePlace, // --init: the same directory (by file identity), however its path is spelled
+  kFree,      // may change: frequencies, logging, output, threads, memory
+};
+
+struct TrainOptions {
+  Config model;             // the model trained (stored whole with the settings)
+  std::string resume;       // checkpoint or run directory to continue from ("" = a new run)
+  bool quiet = false;       // no stdout (tests)
+
+  std::string init;         // model dir to fine-tune from ("" = random init)
+  std::string data;         // token file or glob of shards
+  std::string data_order;   // "random" windows or "sequential" (llm.c)
+  std::string val_data;     // "" = no validation
+  std::string out;          // checkpoints and log.jsonl
+  std::string tokenizer;    // copied into every checkpoint ("" = beside --data, else --init's / --resume's)
+  int64_t steps, batch, seq_len, accum, warmup;
+  double lr, lr_min;
+  double lr_routing, lr_min_routing;  // the routing group's own peak and end (< 0: lr, lr_min)
+  bool freeze_base;                   // train the routing parameters only
+  double weight_decay, beta1, beta2, eps, clip;
+  uint64_t seed;
+  int64_t val_every, val_tokens, ckpt_every, keep_checkpoints, routing_every;
+  bool save_optimizer;
+  std::string save_dtype;   // "f32" or "bf16"
+  double time_budget;       // seconds; 0 = none
+  bool recompute;           // rerun each sublayer's forward in the backward (same bits, less memory)
+  int threads;              // 0 = every core
+  double peak_gflops;       // MFU's denominator; 0 = measure this machine's SGEMM at start
+
+  TrainOptions();  // every option at its default
+
+  // The list.  visit(field, key, default, on_resume, help) for each option, in
+  // the order of --help.  An empty default of a number means "not set" (-1).
+  template <class Self, class Visit>
+  static void each(Self& o, Visit&& visit) {
+    using R = OnResume;
+    visit(o.init, "init", "", R::kSamePlace, "model or run directory to fine-tune from (default: random init)");
+    visit(o.data, "data", "", R::kSameData, "training tokens: a .bin token file or a glob of shards (required)");
+    visit(o.data_order, "data_order", "random", R::kFixed,
+          "random: windows at random offsets; sequential: llm.c order");
+    visit(o.val_data, "val_data", "", R::kFree, "validation token file");
+    visit(o.out, "out", "", R::kFree,
+          "output directory for checkpoints and log.jsonl (required; with --resume: the run's)");
+    visit(o.tokenizer, "tokenizer", "", R::kFree,
+          "tokenizer.json copied into every checkpoint (default: the one beside --data, else --init's / --resume's)");
+    visit(o.steps, "steps", "200", R::kExtend, "optimizer steps (with --resume: a larger number extends the run)");
+    visit(o.batch, "batch", "8", R::kFixed, "micro-batch size B");
+    visit(o.seq_len, "seq_len", "256", R::kFixed, "sequence length T");
+    visit(o.accum, "accum", "1", R::kFixed, "micro-batches per optimizer step");
+    visit(o.lr, "lr", "3e-3", R::kFixed, "peak learning rate");
+    visit(o.lr_min, "lr_min", "3e-4", R::kFixed, "final learning rate of the cosine decay");
+    visit(o.lr_routing, "lr_routing", "", R::kFixed, "peak learning rate of the routing parameters (default: --lr)");
+    visit(o.lr_min_routing, "lr_min_routing", "", R::kFixed,
+          "final learning rate of the routing parameters (default: --lr-min, as the reference script)");
+    visit(o.freeze_base, "freeze_base", "false", R::kFixed,
+          "train the routing parameters only (no gradients or moments for the rest)");
+    visit(o.warmup, "warmup", "20", R::kFixed, "linear warmup steps");
+    visit(o.weight_decay, "weight_decay", "0.1", R::kFixed, "AdamW weight decay (matrices and embeddings only)");
+    visit(o.beta1, "beta1", "0.9", R::kFixed, "AdamW beta1");
+    visit(o.beta2, "beta2", "0.95", R::kFixed, "AdamW beta2");
+    visit(o.eps, "eps", "1e-8", R::kFixed, "AdamW epsilon");
+    visit(o.clip, "clip", "1.0", R::kFixed, "global gradient-norm clip (0 = off)");
+    visit(o.seed, "seed", "1337", R::kFixed, "random seed (init and data)");
+    visit(o.val_every, "val_every", "0", R::kFree, "validate every N steps (0 = at the end only)");
+    visit(o.val_tokens, "val_tokens", "0", R::kFree, "validate on the first N tokens (0 = the whole file)");
+    visit(o.ckpt_every, "ckpt_every", "0", R::kFree, "checkpoint every N steps (0 = at the end only)");
+    visit(o.keep_checkpoints, "keep_checkpoints", "3", R::kFree,
+          "keep the newest N checkpoints, the final one included (0 = all)");
+    visit(o.save_optimizer, "save_optimizer", "true", R::kFree,
+          "write the AdamW moments (false: weights-only checkpoints, no resume)");
+    visit(o.save_dtype, "save_dtype", "f32", R::kFree, "checkpoint weights as f32 or bf16");
+    visit(o.time_budget, "time_budget", "0", R::kFree,
+          "stop (checkpoint) after this many seconds of this process (0 = none)");
+    visit(o.routing_every, "routing_every", "0", R::kFree, "log routing statistics to log.jsonl every N steps (0 = off)");
+    visit(o.recompute, "recompute", "false", R::kFree,
+          "keep one layer's activations and recompute the rest in the backward (a third more compute; the same "
+          "gradients)");
+    visit(o.threads, "threads", "0", R::kFree,
+          "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
+    visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
+          "peak GFLOP/s that MFU is against (0 = measure SGEMM 2048^3 at start)");
+  }
+
+  AdamWConfig adamw() const { return {beta1, beta2, eps, weight_decay}; }
+  // Checks the options alone (ranges, combinations); throws an Error naming the flag.
+  void validate() const;
+};
+
+struct TrainOptionSpec {
+  std::string key, flag, default_value, help;  // flag: "seq-len" for key "seq_len"
+  OnResume on_resume;
+};
+const std::vector<TrainOptionSpec>& train_option_specs();
+
+// Sets option `key` from a flag's text; throws an Error naming --flag on a bad value.
+void set_option(TrainOptions& o, const std::string& key, const std::string& text);
+
+// The run's settings as stored in trainer_state.json: every option by key,
+// paths made absolute, "model" (the Config) and "data_files" (a fingerprint of
+// each shard, so a resume can tell the same file under another path).
+nlohmann::json run_settings(const TrainOptions& o);
+
+// "key = value" lines of every option (and the model), for the start of a run.
+std::string options_table(const TrainOptions& o);
+
+// --resume: every option not in `given` (keys set explicitly) takes the run's
+// stored value, so `attnres train --resume DIR` alone continues the run.
+void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std::set<std::string>& given);
+
+// Whether options `o` may continue a run stored with `stored` at `step_done`:
+// throws an Error naming the first option that would change the run's
+// trajectory; returns one note per allowed change (printed by the trainer).
+std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& stored, int64_t step_done,
+                                      const std::string& where);
+
+}  // namespace attnres
