@@ -17,6 +17,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import oracle  # noqa: E402
 
 SHAPES = {
+    "bench-small": {"hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "head_dim": 64, "intermediate_size": 768,
+                    "vocab_size": 8192, "max_position_embeddings": 4096, "tie_word_embeddings": True},
     "qwen3-0.6b": {"hidden_size": 1024, "num_hidden_layers": 28, "num_attention_heads": 16,
                    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 3072,
                    "vocab_size": 151936, "max_position_embeddings": 40960, "tie_word_embeddings": True},

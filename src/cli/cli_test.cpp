@@ -247,6 +247,24 @@ TEST_F(Cli, ResumeTakesTheRunsSettings) {
   EXPECT_TRUE(fs::exists(b + "/step_00000006/model.safetensors"));
 }
 
+// eval-tasks: each bad input is one line naming what is wrong, before any model loads.
+TEST_F(Cli, EvalTasksBadInputsAreClearErrors) {
+  const std::string tasks = dir_ + "/tasks", common = "eval-tasks --model " + dir_ + "/model --data-dir " + tasks;
+  fs::create_directories(tasks);
+  expect_clear_error(run(common + " --tasks piqa"), {"piqa.jsonl: no such task file", "goal, sol1, sol2, label"});
+  expect_clear_error(run(common + " --tasks piqa,hellaswagg"), {"unknown task 'hellaswagg'", "known:"});
+  write_file_atomic(tasks + "/piqa.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 0}\n"
+                                           "{\"goal\": \"g\", \"sol1\": \"a\", \"label\": 0}\n");
+  expect_clear_error(run(common + " --tasks piqa"), {"piqa.jsonl:2", "no field 'sol2'"});
+  write_file_atomic(tasks + "/piqa.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 3}\n");
+  expect_clear_error(run(common + " --tasks piqa"), {"piqa.jsonl:1", "out of range for 2 choices"});
+  write_file_atomic(tasks + "/piqa.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\"\n");
+  expect_clear_error(run(common + " --tasks piqa"), {"piqa.jsonl:1"});
+  write_file_atomic(tasks + "/piqa.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 1}\n");
+  expect_clear_error(run(common + " --tasks piqa"), {"tokenizer.json: no such file", "--tokenizer"});
+  expect_clear_error(run(common + " --tasks piqa --num-fewshot 5"), {"--num-fewshot 5", "zero-shot"});
+}
+
 // Weights that are not finite are refused, naming the tensor.
 TEST_F(Cli, NonFiniteWeightsAreAnError) {
   ParamLayout layout(cfg_);

@@ -6,6 +6,7 @@ namespace attnres {
 
 int cmd_train(int argc, char** argv);
 int cmd_eval(int argc, char** argv);
+int cmd_eval_tasks(int argc, char** argv);
 int cmd_bench(int argc, char** argv);
 int cmd_tokenize(int argc, char** argv);
 int cmd_tokenizer_train(int argc, char** argv);

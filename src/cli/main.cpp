@@ -20,6 +20,7 @@ struct Command {
 constexpr Command kCommands[] = {
     {"train", attnres::cmd_train, "train or fine-tune a model on token files"},
     {"eval", attnres::cmd_eval, "loss and perplexity of a checkpoint over a token file"},
+    {"eval-tasks", attnres::cmd_eval_tasks, "zero-shot downstream accuracy, scored as lm-evaluation-harness does"},
     {"routing", attnres::cmd_routing, "routing statistics of a checkpoint over a token file"},
     {"generate", attnres::cmd_generate, "text from a checkpoint (KV cache; greedy or sampled; batches of prompts)"},
     {"export", attnres::cmd_export, "a checkpoint as a plain HF model directory (sharded, bf16) for the reference code"},

@@ -199,6 +199,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (!train)
     for (auto& r : routers_) r.logits = shared_logits;
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
+  token_greedy_ = ops_.alloc(static_cast<size_t>(N));
   ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
 
   // The workspace every op of this model may ask for.
@@ -815,7 +816,7 @@ Model::LossSum Model::loss_sum(const int32_t* inputs, const int32_t* targets, in
   LossSum r;
   r.count = upload_targets_(targets, N);
   r.sum = ops_.lm_head_loss(nullptr, nullptr, xf_, W_(w_.lm_head), targets_, N, cfg_.d, cfg_.V, 1.0f,
-                            token_loss_.data());
+                            token_loss_.data(), token_greedy_.as<uint8_t>());
   return r;
 }
 

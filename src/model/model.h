@@ -179,6 +179,9 @@ class Model {
   void forward_logits(const int32_t* inputs, float* logits);
   // Per-token losses (B, T) of the last loss computation (host-readable).
   const float* token_losses() const { return token_loss_.data(); }
+  // Per token (B, T) of the last loss_sum: 1 where the target is the argmax of
+  // the logits (greedy decoding would have chosen it), else 0.
+  const uint8_t* token_greedy() const { return token_greedy_.as<uint8_t>(); }
 
   // ---- KV cache (inference models built with cache_len > 0) ----
   // Forward over tokens (B, T) where sequence b continues cache sequence
@@ -240,6 +243,7 @@ class Model {
   float* dv_ = nullptr;       // (N, KV·hd)
   float* datt_ = nullptr;     // (N, H·hd)
   Buffer token_loss_;         // (N)
+  Buffer token_greedy_;       // (N) bytes
 
   // Depth routing (empty / null in baseline).
   std::vector<Source> sources_;   // full, delta: e, then output of sublayer k at k+1   (2L+1)

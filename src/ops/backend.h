@@ -157,12 +157,15 @@ class Backend {
   // Returns Σ_i loss_i.  If dx is non-null (W float32) also computes, with
   // dlogits_i = scale·(softmax_i − onehot(target_i)):  dx = dlogits·W
   // (assigned), dW += dlogitsᵀ·x (skipped when dW is null: a frozen head).  Targets < 0 are ignored (no loss, no
-  // gradient); losses_out (N), when not null, gets each row's loss (0 there).
+  // gradient); losses_out (N), when not null, gets each row's loss (0 there);
+  // greedy_out (N), when not null, gets 1 where the target is the row's argmax
+  // (the first index of the largest logit, as torch.argmax), else 0.
   // The [N, V] logits never exist at once: chunks of rows are computed,
   // reduced and pushed through the backward in turn.
   virtual int64_t lm_head_workspace(int64_t C, int64_t V) const = 0;
   virtual double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
-                              int64_t C, int64_t V, float scale, float* losses_out = nullptr) = 0;
+                              int64_t C, int64_t V, float scale, float* losses_out = nullptr,
+                              uint8_t* greedy_out = nullptr) = 0;
 
   // ---- depth routing (docs/routing.md) ----
   // A router has a pseudo-query w (d) and an RMSNorm weight γ (d); for a token

@@ -620,6 +620,43 @@ TEST_P(LmHead, Bf16WeightsMatchFloatOnTheWidenedWeights) {
   }
 }
 
+// greedy_out: 1 where the target is the first index of the row's largest
+// logit (torch.argmax), checked against the logits computed here — targets
+// on the argmax, off it, on a tie's later index, and ignored rows.
+TEST_P(LmHead, GreedyFlagsMarkTheFirstArgmax) {
+  const int64_t C = 4, V = 300, N = 7;
+  std::vector<float> W(V * C, 0.0f), x(N * C, 0.0f);
+  for (int64_t v = 0; v < V; ++v) W[v * C + v % C] = 0.1f * static_cast<float>(v % 10);  // many ties
+  for (int64_t n = 0; n < N; ++n) x[n * C + n % C] = 1.0f;  // row n reads column n % C
+  // Row n's logits: z_v = 0.1·(v % 10) where v % C == n % C, else 0.
+  auto logits = [&](int64_t n) {
+    std::vector<float> z(V, 0.0f);
+    for (int64_t v = 0; v < V; ++v) z[v] = (v % C == n % C) ? W[v * C + v % C] : 0.0f;
+    return z;
+  };
+  std::vector<int32_t> tg(N);
+  std::vector<uint8_t> want(N);
+  for (int64_t n = 0; n < N; ++n) {
+    const std::vector<float> z = logits(n);
+    const int64_t first = std::max_element(z.begin(), z.end()) - z.begin();  // the first maximum
+    int64_t later = -1;
+    for (int64_t v = first + 1; v < V && later < 0; ++v) later = z[v] == z[first] ? v : -1;
+    switch (n % 4) {
+      case 0: tg[n] = static_cast<int32_t>(first), want[n] = 1; break;
+      case 1: tg[n] = static_cast<int32_t>((first + 1) % V), want[n] = 0; break;
+      case 2: tg[n] = static_cast<int32_t>(later >= 0 ? later : (first + 2) % V), want[n] = 0; break;
+      default: tg[n] = -1, want[n] = 0; break;
+    }
+  }
+  ctx.reserve(ops.lm_head_workspace(C, V));
+  auto W_d = dev(ops, W);
+  auto x_d = dev(ops, x);
+  auto tg_d = dev(ops, tg);
+  DeviceVec<uint8_t> g(ops, N);
+  ops.lm_head_loss(nullptr, nullptr, x_d.data(), W_d.data(), tg_d.data(), N, C, V, 1.0f, nullptr, g.data());
+  EXPECT_EQ(g.host(), want);
+}
+
 ATTNRES_ON_BACKENDS(LmHead);
 
 // fast_exp is a helper of the CPU kernels (ops/cpu/), not a backend op.

@@ -71,7 +71,7 @@ class CpuBackend final : public Backend {
 
   int64_t lm_head_workspace(int64_t C, int64_t V) const override;
   double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
-                      int64_t V, float scale, float* losses_out) override;
+                      int64_t V, float scale, float* losses_out, uint8_t* greedy_out) override;
 
   void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S) const override;

@@ -27,7 +27,7 @@ int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V) const {
 }
 
 double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
-                                int64_t C, int64_t V, float scale, float* losses_out) {
+                                int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
   ATTNRES_CHECK(!dx || W.f32, "the LM head's backward needs float32 weights");
   const int64_t kChunk = chunk_rows(V);
   float* scratch = ctx_.workspace(lm_head_workspace(C, V));
@@ -61,6 +61,11 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       }
       const double lse = mx + std::log(sum);
       row_loss[static_cast<size_t>(r)] = 0.0;
+      if (greedy_out) {  // the target is the first index of the largest logit
+        bool first = target >= 0 && z[target] == mx;
+        for (int64_t j = 0; first && j < target; ++j) first = z[j] != mx;
+        greedy_out[r0 + r] = first;
+      }
       if (target < 0) {
         if (losses_out) losses_out[r0 + r] = 0.0f;
         if (dx)

@@ -1,0 +1,194 @@
+// eval_tasks.cpp — `attnres eval-tasks`: the paper's zero-shot downstream
+// tasks (or a user's own multiple-choice file), scored as lm-evaluation-harness
+// scores them (eval/tasks.h, eval/loglik.h, eval/task_metrics.h).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/context.h"
+#include "core/error.h"
+#include "core/progress.h"
+#include "core/timer.h"
+#include "eval/loglik.h"
+#include "eval/task_metrics.h"
+#include "eval/tasks.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace attnres {
+
+namespace {
+
+nlohmann::json number_or_na(double x) { return std::isnan(x) ? nlohmann::json("N/A") : nlohmann::json(x); }
+
+nlohmann::json result_json(const TaskResult& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (const auto& [name, m] : r.metrics) {
+    j[name] = m.value;
+    j[name + "_stderr"] = number_or_na(m.stderr_);
+  }
+  return j;
+}
+
+}  // namespace
+
+int cmd_eval_tasks(int argc, char** argv) {
+  Flags f("eval-tasks",
+          "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard errors of\n"
+          "EleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each task reads\n"
+          "DATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face dataset.",
+          {
+              {"model", "", "model directory (config.json + weights + tokenizer.json) or run directory (required)"},
+              {"tasks", "paper", "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
+                                 "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"},
+              {"data-dir", "", "directory of the task files (required)"},
+              {"limit", "0", "score only the first N records of each task (of each subject, for mmlu; 0 = all)"},
+              {"num-fewshot", "0", "examples in each prompt (only 0, the paper's zero-shot setting, is built)"},
+              {"batch", "8", "requests per forward pass"},
+              {"max-length", "0", "the model's context for a request, longer ones cut from the left "
+                                  "(0 = max_position_embeddings, as the harness)"},
+              {"dtype", "f32", "weight matrices held as f32 or bf16"},
+              {"tokenizer", "", "tokenizer.json (default: the model directory's)"},
+              {"threads", "0", "threads (0 = all cores)"},
+              {"json", "false", "print one JSON object shaped like the harness's results"},
+              {"out", "", "also write that JSON object to this file"},
+              {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"},
+              {"quiet", "false", "no progress line on stderr"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");
+  if (f.i64("num-fewshot") != 0)
+    fail("--num-fewshot ", f.i64("num-fewshot"), ": only zero-shot (0) is built — the paper's setting; few-shot "
+         "prompts need each task's few-shot split and the harness's sampler");
+  const int64_t limit = f.i64("limit"), batch = f.i64("batch");
+  if (limit < 0) fail("--limit must be 0 (all) or positive");
+  if (batch <= 0) fail("--batch must be positive");
+
+  // Every task file is read and checked before the model is loaded.
+  const std::vector<TaskSpec> tasks = parse_task_list(f.str("tasks"));
+  std::vector<std::vector<Doc>> docs;
+  for (const TaskSpec& t : tasks) docs.push_back(read_task_docs(t, f.str("data-dir"), limit));
+
+  const std::string dir = resolve_model_dir(f.str("model"));
+  const Config c = Config::load(dir + "/config.json");
+  const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
+  if (!std::filesystem::exists(tok_path))
+    fail(tok_path, ": no such file: eval-tasks scores text, so it needs the model's tokenizer (pass --tokenizer FILE)");
+  const Tokenizer tok = Tokenizer::load(tok_path);
+  if (static_cast<int64_t>(tok.vocab_size()) > c.V)
+    fail(tok_path, ": the tokenizer has ", tok.vocab_size(), " tokens, more than the model's vocab_size ", c.V,
+         " (", dir, "/config.json): they do not belong together");
+  const int64_t max_length = f.i64("max-length") > 0 ? f.i64("max-length") : c.max_position_embeddings;
+  if (max_length > c.max_position_embeddings)
+    fail("--max-length ", max_length, " exceeds max_position_embeddings ", c.max_position_embeddings);
+
+  // Requests of every task, tokenized.
+  std::vector<TokenRequest> requests;
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (size_t d = 0; d < docs[t].size(); ++d)
+      for (const Request& r : docs[t][d].requests) {
+        try {
+          requests.push_back(encode_request(tok, r.context, r.continuation));
+        } catch (const Error& e) {
+          fail(tasks[t].name, " record ", d + 1, ": ", e.what());
+        }
+      }
+
+  Context ctx(static_cast<int>(f.i64("threads")));
+  ModelOptions mo;
+  mo.batch = std::min<int64_t>(batch, static_cast<int64_t>(requests.size()));
+  mo.seq_len = longest_input(requests, max_length);
+  mo.training = false;
+  mo.weights = parse_weight_type(f.str("dtype"));
+  Model model(ctx, c, mo);
+  model.load(dir);
+
+  const double t0 = now_seconds();
+  Progress progress(f.on("quiet") ? nullptr : stderr, "eval-tasks", requests.size());
+  size_t examples = 0;
+  for (const auto& d : docs) examples += d.size();
+  const std::vector<Loglik> scored = score_requests(model, requests, max_length, batch, &progress,
+                                                    static_cast<double>(requests.size()) / static_cast<double>(examples));
+  const double seconds = now_seconds() - t0;
+  progress.finish(cat(requests.size(), " requests in ", static_cast<int64_t>(seconds), " s, ",
+                      static_cast<int64_t>(static_cast<double>(requests.size()) / seconds), " requests/s"));
+
+  // Per task: its documents' log-likelihoods, and the metrics.
+  std::vector<TaskResult> results;
+  std::FILE* samples = nullptr;
+  if (!f.str("log-samples").empty() && !(samples = std::fopen(f.str("log-samples").c_str(), "w")))
+    fail(f.str("log-samples"), ": cannot open for writing: ", errno_text());
+  size_t next = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    std::vector<std::vector<Loglik>> lls;
+    for (size_t d = 0; d < docs[t].size(); ++d) {
+      lls.emplace_back();
+      for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++next) {
+        lls.back().push_back(scored[next]);
+        if (samples) {
+          const Request& r = docs[t][d].requests[i];
+          nlohmann::json j = {{"task", tasks[t].name},     {"doc", d},
+                              {"request", i},              {"gold", docs[t][d].gold},
+                              {"context", r.context},      {"continuation", r.continuation},
+                              {"context_ids", requests[next].context},
+                              {"continuation_ids", requests[next].continuation},
+                              {"ll", scored[next].ll},     {"greedy", scored[next].greedy}};
+          std::fprintf(samples, "%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+        }
+      }
+    }
+    results.push_back(score_task(tasks[t], docs[t], lls));
+  }
+  if (samples && std::fclose(samples) != 0) fail(f.str("log-samples"), ": write failed");
+
+  // The average the paper reports: one metric per task, named.
+  nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};
+  nlohmann::json average_metrics = nlohmann::json::object();
+  double average = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const TaskResult& r = results[t];
+    j["results"][r.task] = result_json(r);
+    j["n"][r.task] = r.n;
+    for (const auto& [name, s] : r.subjects) {
+      j["results"][name] = result_json(s);
+      j["n"][name] = s.n;
+    }
+    average_metrics[r.task] = tasks[t].average_metric;
+    average += r.metrics.at(tasks[t].average_metric).value / static_cast<double>(tasks.size());
+  }
+  j["average"] = average;
+  j["average_metrics"] = average_metrics;
+  j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", 0},
+                 {"limit", limit},       {"max_length", max_length},  {"dtype", f.str("dtype")},
+                 {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
+                 {"semantics", "lm-evaluation-harness v0.4.x task definitions, zero-shot (docs/tasks.md)"}};
+  if (!f.str("out").empty()) write_file_atomic(f.str("out"), j.dump(2) + "\n");
+  if (f.on("json")) {
+    std::printf("%s\n", j.dump().c_str());
+    return 0;
+  }
+  std::printf("| task | metric | value | stderr | n |\n|---|---|---|---|---|\n");
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (const auto& [name, m] : results[t].metrics)
+      std::printf("| %s | %s | %.4f | %s | %lld |\n", results[t].task.c_str(), name.c_str(), m.value,
+                  std::isnan(m.stderr_) ? "N/A" : cat(std::round(m.stderr_ * 1e4) / 1e4).c_str(),
+                  static_cast<long long>(results[t].n));
+  std::string how;
+  for (size_t t = 0; t < tasks.size(); ++t) how += cat(t ? ", " : "", tasks[t].name, " ", tasks[t].average_metric);
+  std::printf("\naverage %.4f over %zu task%s (%s)\n", average, tasks.size(), tasks.size() == 1 ? "" : "s",
+              how.c_str());
+  if (!results.empty())
+    for (const TaskResult& r : results)
+      if (!r.subjects.empty())
+        std::printf("%s: %zu subjects, weighted by size (per subject: --json)\n", r.task.c_str(), r.subjects.size());
+  return 0;
+}
+
+}  // namespace attnres
