@@ -262,7 +262,7 @@ TEST_F(Cli, EvalTasksBadInputsAreClearErrors) {
   expect_clear_error(run(common + " --tasks piqa"), {"piqa.jsonl:1"});
   write_file_atomic(tasks + "/piqa.jsonl", "{\"goal\": \"g\", \"sol1\": \"a\", \"sol2\": \"b\", \"label\": 1}\n");
   expect_clear_error(run(common + " --tasks piqa"), {"tokenizer.json: no such file", "--tokenizer"});
-  expect_clear_error(run(common + " --tasks piqa --num-fewshot 5"), {"--num-fewshot 5", "zero-shot"});
+  expect_clear_error(run(common + " --tasks piqa --num-fewshot 5"), {"piqa.train.jsonl: no such file", "few-shot"});
 }
 
 // Weights that are not finite are refused, naming the tensor.

@@ -50,7 +50,9 @@ int cmd_eval_tasks(int argc, char** argv) {
                                  "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"},
               {"data-dir", "", "directory of the task files (required)"},
               {"limit", "0", "score only the first N records of each task (of each subject, for mmlu; 0 = all)"},
-              {"num-fewshot", "0", "examples in each prompt (only 0, the paper's zero-shot setting, is built)"},
+              {"num-fewshot", "0", "examples in front of each prompt, drawn as the harness draws them (the paper: 0); "
+                                   "they come from DATA_DIR/<task>.train.jsonl (mmlu: mmlu.dev.jsonl)"},
+              {"fewshot-seed", "1234", "seed of the few-shot draws (the harness's fewshot_random_seed)"},
               {"batch", "8", "requests per forward pass"},
               {"max-length", "0", "the model's context for a request, longer ones cut from the left "
                                   "(0 = max_position_embeddings, as the harness)"},
@@ -64,9 +66,8 @@ int cmd_eval_tasks(int argc, char** argv) {
           });
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");
-  if (f.i64("num-fewshot") != 0)
-    fail("--num-fewshot ", f.i64("num-fewshot"), ": only zero-shot (0) is built — the paper's setting; few-shot "
-         "prompts need each task's few-shot split and the harness's sampler");
+  const int64_t fewshot = f.i64("num-fewshot");
+  if (fewshot < 0) fail("--num-fewshot must be 0 or positive");
   const int64_t limit = f.i64("limit"), batch = f.i64("batch");
   if (limit < 0) fail("--limit must be 0 (all) or positive");
   if (batch <= 0) fail("--batch must be positive");
@@ -74,7 +75,12 @@ int cmd_eval_tasks(int argc, char** argv) {
   // Every task file is read and checked before the model is loaded.
   const std::vector<TaskSpec> tasks = parse_task_list(f.str("tasks"));
   std::vector<std::vector<Doc>> docs;
-  for (const TaskSpec& t : tasks) docs.push_back(read_task_docs(t, f.str("data-dir"), limit));
+  for (const TaskSpec& t : tasks) {
+    docs.push_back(read_task_docs(t, f.str("data-dir"), limit));
+    if (fewshot > 0)
+      add_fewshot(t, docs.back(), read_fewshot_pool(t, f.str("data-dir")), fewshot,
+                  static_cast<uint32_t>(f.i64("fewshot-seed")));
+  }
 
   const std::string dir = resolve_model_dir(f.str("model"));
   const Config c = Config::load(dir + "/config.json");
@@ -165,10 +171,11 @@ int cmd_eval_tasks(int argc, char** argv) {
   }
   j["average"] = average;
   j["average_metrics"] = average_metrics;
-  j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", 0},
+  j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", fewshot},
                  {"limit", limit},       {"max_length", max_length},  {"dtype", f.str("dtype")},
                  {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
-                 {"semantics", "lm-evaluation-harness v0.4.x task definitions, zero-shot (docs/tasks.md)"}};
+                 {"fewshot_seed", f.i64("fewshot-seed")},
+                 {"semantics", "lm-evaluation-harness v0.4.x task definitions (docs/tasks.md)"}};
   if (!f.str("out").empty()) write_file_atomic(f.str("out"), j.dump(2) + "\n");
   if (f.on("json")) {
     std::printf("%s\n", j.dump().c_str());

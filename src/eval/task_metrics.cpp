@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
 #include "core/error.h"
 
@@ -101,6 +102,47 @@ uint32_t PyRandom::next() {
 double PyRandom::random() {
   const uint32_t a = next() >> 5, b = next() >> 6;
   return (a * 67108864.0 + b) * (1.0 / 9007199254740992.0);
+}
+
+uint32_t PyRandom::getrandbits(int k) {
+  ATTNRES_CHECK(k >= 1 && k <= 32, "getrandbits(", k, ")");
+  return next() >> (32 - k);
+}
+
+int64_t PyRandom::randbelow(int64_t n) {
+  ATTNRES_CHECK(n > 0 && n < (int64_t{1} << 32), "randbelow(", n, ")");
+  int k = 0;
+  while ((n >> k) != 0) ++k;  // n.bit_length()
+  int64_t r = getrandbits(k);
+  while (r >= n) r = getrandbits(k);
+  return r;
+}
+
+// CPython's two algorithms: a partial shuffle of a pool when the population
+// is smaller than the set the other would build, else rejection of repeats.
+std::vector<int64_t> PyRandom::sample(int64_t n, int64_t k) {
+  ATTNRES_CHECK(k >= 0 && k <= n, "sample of ", k, " from ", n);
+  std::vector<int64_t> out(static_cast<size_t>(k));
+  int64_t setsize = 21;
+  if (k > 5) setsize += static_cast<int64_t>(std::pow(4.0, std::ceil(std::log(static_cast<double>(k * 3)) / std::log(4.0))));
+  if (n <= setsize) {
+    std::vector<int64_t> pool(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) pool[i] = i;
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t j = randbelow(n - i);
+      out[i] = pool[j];
+      pool[j] = pool[n - i - 1];
+    }
+  } else {
+    std::set<int64_t> selected;
+    for (int64_t i = 0; i < k; ++i) {
+      int64_t j = randbelow(n);
+      while (selected.count(j)) j = randbelow(n);
+      selected.insert(j);
+      out[i] = j;
+    }
+  }
+  return out;
 }
 
 double bootstrap_perplexity_stderr(const std::vector<double>& x, int64_t iters) {

@@ -48,6 +48,10 @@ class PyRandom {
  public:
   explicit PyRandom(uint32_t seed);
   double random();
+  uint32_t getrandbits(int k);  // k in 1..32
+  int64_t randbelow(int64_t n);  // Random._randbelow: getrandbits(n.bit_length()) until below n
+  // Random.sample(range(n), k): k distinct indices, in CPython's order.
+  std::vector<int64_t> sample(int64_t n, int64_t k);
 
  private:
   std::array<uint32_t, 624> mt_;

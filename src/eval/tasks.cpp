@@ -8,6 +8,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "eval/task_metrics.h"
 #include "io/json_util.h"
 
 namespace attnres {
@@ -104,7 +105,8 @@ int64_t index(const nlohmann::json& r, const std::string& name, int64_t count, c
   return x;
 }
 
-// The harness's multiple_choice request: context, " " + choice.
+// The harness's multiple_choice request: context, " " + choice; as a
+// few-shot example: context, " " + the right choice, "\n\n".
 Doc choices_doc(const std::string& context, const std::vector<std::string>& choices, int64_t gold) {
   Doc d;
   for (const std::string& c : choices) {
@@ -112,6 +114,7 @@ Doc choices_doc(const std::string& context, const std::vector<std::string>& choi
     d.choice_lengths.push_back(py_len(c));
   }
   d.gold = gold;
+  d.shot = context + " " + choices[static_cast<size_t>(gold)] + "\n\n";
   return d;
 }
 
@@ -163,18 +166,23 @@ const std::vector<TaskSpec>& builtin_tasks() {
   using K = TaskKind;
   static const std::vector<TaskSpec> tasks = {
       {"hellaswag", "Rowan/hellaswag, split validation", "ctx_a, ctx_b, activity_label, endings, label",
-       K::kMultipleChoice, true, "acc_norm"},
+       K::kMultipleChoice, true, "acc_norm", "train", false, true},
       {"arc_easy", "allenai/ai2_arc ARC-Easy, split test", "question, choices.text, choices.label, answerKey",
-       K::kMultipleChoice, true, "acc_norm"},
+       K::kMultipleChoice, true, "acc_norm", "train", false, false},
       {"arc_challenge", "allenai/ai2_arc ARC-Challenge, split test",
-       "question, choices.text, choices.label, answerKey", K::kMultipleChoice, true, "acc_norm"},
-      {"piqa", "piqa, split validation", "goal, sol1, sol2, label", K::kMultipleChoice, true, "acc_norm"},
+       "question, choices.text, choices.label, answerKey", K::kMultipleChoice, true, "acc_norm", "train", false,
+       false},
+      {"piqa", "piqa, split validation", "goal, sol1, sol2, label", K::kMultipleChoice, true, "acc_norm", "train",
+       false, true},
       {"winogrande", "allenai/winogrande winogrande_xl, split validation", "sentence, option1, option2, answer",
-       K::kMultipleChoice, false, "acc"},
+       K::kMultipleChoice, false, "acc", "train", false, true},
       {"boolq", "aps/super_glue boolq, split validation", "passage, question, label", K::kMultipleChoice, false,
-       "acc"},
-      {"mmlu", "cais/mmlu all, split test", "question, subject, choices, answer", K::kMultipleChoice, false, "acc"},
-      {"lambada_openai", "EleutherAI/lambada_openai, split test", "text", K::kLoglikelihood, false, "acc"},
+       "acc", "train", false, true},
+      {"mmlu", "cais/mmlu all, split test", "question, subject, choices, answer", K::kMultipleChoice, false, "acc",
+       "dev", true, false},
+      // lambada declares a test split only: the harness draws its examples from the test records.
+      {"lambada_openai", "EleutherAI/lambada_openai, split test", "text", K::kLoglikelihood, false, "acc", "", false,
+       false},
   };
   return tasks;
 }
@@ -197,7 +205,7 @@ std::vector<TaskSpec> parse_task_list(const std::string& list) {
       for (const TaskSpec& t : builtin_tasks()) out.push_back(t);
     } else if (name.rfind("mc:", 0) == 0 && name.size() > 3) {
       out.push_back({name, "your own file " + name.substr(3) + ".jsonl", "context, choices, gold",
-                     TaskKind::kMultipleChoice, true, "acc_norm"});
+                     TaskKind::kMultipleChoice, true, "acc_norm", "train", false, false});
     } else {
       bool found = false;
       for (const TaskSpec& t : builtin_tasks())
@@ -214,7 +222,9 @@ std::vector<TaskSpec> parse_task_list(const std::string& list) {
   return out;
 }
 
-Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& where) {
+namespace {
+
+Doc build(const TaskSpec& task, const nlohmann::json& r, const std::string& where) {
   const std::string& t = task.name;
   if (t == "hellaswag") {
     const std::string ctx = text(r, "ctx_a", where) + " " + py_capitalize(text(r, "ctx_b", where));
@@ -252,6 +262,9 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& 
       d.choice_lengths.push_back(py_len(option));
     }
     d.gold = index(r, "answer", 2, where, 1);
+    // As an example: the sentence up to the right option, then the rest (when
+    // there is any: an empty target adds no delimiters).
+    d.shot = d.requests[static_cast<size_t>(d.gold)].context + (suffix.size() > 1 ? suffix + "\n\n" : "");
     return d;
   }
   if (t == "boolq") {
@@ -263,11 +276,14 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& 
     if (c.size() != 4) fail(where, ": mmlu has 4 choices, the record has ", c.size());
     std::string subject = text(r, "subject", where);
     if (subject.empty()) fail(where, ": field 'subject' is empty");
-    const std::string context = "The following are multiple choice questions (with answers) about " +
-                                replace_all(subject, "_", " ") + ".\n\n" + py_strip(text(r, "question", where)) +
-                                "\nA. " + c[0] + "\nB. " + c[1] + "\nC. " + c[2] + "\nD. " + c[3] + "\nAnswer:";
-    Doc d = choices_doc(context, {"A", "B", "C", "D"}, index(r, "answer", 4, where));
+    const std::string description =
+        "The following are multiple choice questions (with answers) about " + replace_all(subject, "_", " ") + ".\n\n";
+    const std::string question = py_strip(text(r, "question", where)) + "\nA. " + c[0] + "\nB. " + c[1] +
+                                 "\nC. " + c[2] + "\nD. " + c[3] + "\nAnswer:";
+    Doc d = choices_doc(description + question, {"A", "B", "C", "D"}, index(r, "answer", 4, where));
     d.subject = subject;
+    d.shot = question + " " + "ABCD"[d.gold] + "\n\n";  // examples come after the description, which they lack
+    d.examples_at = description.size();
     return d;
   }
   if (t == "lambada_openai") {
@@ -276,6 +292,8 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& 
     if (last == std::string::npos) fail(where, ": the text has no space: no last word to predict after a context");
     Doc d;
     d.requests.push_back({s.substr(0, last), " " + s.substr(last + 1)});
+    // The target already starts with a space and the delimiter adds another.
+    d.shot = d.requests[0].context + " " + d.requests[0].continuation + "\n\n";
     return d;
   }
   if (t.rfind("mc:", 0) == 0) {
@@ -286,13 +304,26 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& 
   fail("task '", t, "' has no definition");
 }
 
-std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit) {
-  const std::string file = (task.name.rfind("mc:", 0) == 0 ? task.name.substr(3) : task.name) + ".jsonl";
+}  // namespace
+
+Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& where) {
+  Doc d = build(task, r, where);
+  d.record = r.dump();
+  return d;
+}
+
+std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit,
+                                const std::string& split) {
+  const std::string file =
+      (task.name.rfind("mc:", 0) == 0 ? task.name.substr(3) : task.name) + (split.empty() ? "" : "." + split) + ".jsonl";
   const std::string path = (std::filesystem::path(dir) / file).string();
   std::ifstream in(path, std::ios::binary);
-  if (!in)
+  if (!in && split.empty())
     fail(path, ": no such task file (", task.name, " reads ", file, " from --data-dir: one JSON record per line of ",
          task.source, ", with ", task.fields, "; see docs/tasks.md)");
+  if (!in)
+    fail(path, ": no such file: few-shot examples of ", task.name, " come from its ", split,
+         " split, one record per line (see docs/tasks.md)");
   std::vector<Doc> docs;
   std::map<std::string, int64_t> per_subject;
   std::string line;
@@ -307,6 +338,43 @@ std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, in
   if (in.bad()) fail(path, ": read error");
   if (docs.empty()) fail(path, ": no records");
   return docs;
+}
+
+}  // namespace attnres
+
+namespace attnres {
+
+std::vector<Doc> read_fewshot_pool(const TaskSpec& task, const std::string& dir) {
+  return read_task_docs(task, dir, 0, task.fewshot_split);  // "" = the evaluated split, every record of it
+}
+
+void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector<Doc>& pool, int64_t k,
+                 uint32_t seed) {
+  if (k <= 0) return;
+  PyRandom rnd(seed);  // one generator per task, drawn from in document order
+  for (Doc& d : docs) {
+    std::vector<const Doc*> drawn;
+    if (task.first_n) {
+      for (const Doc& p : pool)
+        if (p.subject == d.subject && static_cast<int64_t>(drawn.size()) < k) drawn.push_back(&p);
+      if (static_cast<int64_t>(drawn.size()) < k)
+        fail(task.name, ": --num-fewshot ", k, " needs ", k, " examples of subject '", d.subject, "' in its ",
+             task.fewshot_split, " split, which has ", drawn.size());
+    } else {
+      const int64_t n = k + (task.draw_extra ? 1 : 0);
+      if (n > static_cast<int64_t>(pool.size()))
+        fail(task.name, ": --num-fewshot ", k, " draws ", n, " examples from ", pool.size(), " records");
+      for (int64_t i : rnd.sample(static_cast<int64_t>(pool.size()), n)) drawn.push_back(&pool[i]);
+    }
+    std::string examples;
+    int64_t used = 0;
+    for (const Doc* p : drawn)
+      if (p->record != d.record && used < k) {
+        examples += p->shot;
+        ++used;
+      }
+    for (Request& r : d.requests) r.context.insert(d.examples_at, examples);
+  }
 }
 
 }  // namespace attnres

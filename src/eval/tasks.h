@@ -46,6 +46,13 @@ struct TaskSpec {
   TaskKind kind = TaskKind::kMultipleChoice;
   bool acc_norm = false;         // the harness reports acc_norm too
   std::string average_metric;    // which metric the `paper` average takes
+  // Few-shot examples (--num-fewshot > 0): the split they come from, read from
+  // DATA_DIR/<task>.<split>.jsonl ("" = the evaluated records themselves);
+  // first_n: the first k (of the document's subject), not a random draw;
+  // draw_extra: k + 1 are drawn and the document itself dropped, because the
+  // task's YAML leaves fewshot_split and test_split equal (both unset).
+  std::string fewshot_split;
+  bool first_n = false, draw_extra = false;
 };
 
 // The built-in tasks, in the order of the paper's table.
@@ -63,6 +70,12 @@ struct Doc {
   std::vector<int64_t> choice_lengths;  // code points of each choice string (acc_norm)
   int64_t gold = 0;
   std::string subject;                  // mmlu: the subject (results per subject)
+  // Few-shot: this record as an example — its text, the target delimiter, its
+  // answer and the few-shot delimiter "\n\n" (the harness's get_context) —
+  // and where examples go into each request's context (after mmlu's description).
+  std::string shot;
+  size_t examples_at = 0;
+  std::string record;                   // the record, canonical JSON (a document is dropped from its own examples)
 };
 
 // One record → its document; throws an Error starting with `where` (file:line)
@@ -72,8 +85,21 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& record, const std::str
 // Every record of dir/<task>.jsonl (mc:NAME reads NAME.jsonl); limit > 0 keeps
 // the first `limit` (per subject for mmlu, as the harness's --limit does,
 // since there each subject is a task).  Empty lines are an error too: nothing
-// is skipped silently.
-std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit);
+// is skipped silently.  split: read DATA_DIR/<task>.<split>.jsonl instead.
+std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit,
+                                const std::string& split = "");
+
+// DATA_DIR/<task>.<split>.jsonl, every record (without a few-shot split: the
+// evaluated file, all of it whatever --limit says): where examples come from.
+std::vector<Doc> read_fewshot_pool(const TaskSpec& task, const std::string& dir);
+
+// Puts k examples in front of every request of every document, in document
+// order, as the harness's samplers do: first_n takes the first k of the
+// pool (of the document's subject); otherwise one CPython random.Random(seed)
+// per task draws random.sample(pool, k, or k + 1 with draw_extra) per
+// document, drops the document itself and keeps the first k.
+void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector<Doc>& pool, int64_t k,
+                 uint32_t seed);
 
 // Python's string rules the task definitions use (UTF-8 in, UTF-8 out).
 std::string py_strip(const std::string& s);       // str.strip(): Unicode whitespace, both ends

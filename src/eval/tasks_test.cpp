@@ -186,6 +186,77 @@ TEST(Tasks, FilesNameTheLineOfABadRecord) {
   EXPECT_EQ(read_task_docs(parse_task_list("mmlu")[0], tmp.path(), 2).size(), 4u);
 }
 
+// Few-shot contexts (lm_eval/api/samplers.py, task.py fewshot_context): the
+// description, then each example as text + " " + answer + "\n\n", then the
+// document.  Draws below are CPython's (see PyRandomSamplesAsCPython).
+TEST(Tasks, FewShotContextsAreTheHarnesss) {
+  // piqa: train pool; fewshot_split == test_split (both unset) in its YAML, so
+  // k + 1 are drawn.  Random(1234).sample(range(3), 2) gives [1, 0], then [0, 2]:
+  // the first document gets pool[1], the second pool[0].
+  const TaskSpec piqa = parse_task_list("piqa")[0];
+  std::vector<Doc> pool, docs;
+  for (int i = 0; i < 3; ++i)
+    pool.push_back(doc("piqa", {{"goal", cat("g", i)}, {"sol1", cat("a", i)}, {"sol2", cat("b", i)}, {"label", i % 2}}));
+  for (int i = 0; i < 2; ++i)
+    docs.push_back(doc("piqa", {{"goal", cat("G", i)}, {"sol1", "x"}, {"sol2", "y"}, {"label", 0}}));
+  add_fewshot(piqa, docs, pool, 1, 1234);
+  EXPECT_EQ(docs[0].requests[0].context, "Question: g1\nAnswer: b1\n\nQuestion: G0\nAnswer:");
+  EXPECT_EQ(docs[0].requests[1].context, docs[0].requests[0].context);
+  EXPECT_EQ(docs[1].requests[0].context, "Question: g0\nAnswer: a0\n\nQuestion: G1\nAnswer:");
+
+  // lambada: examples from the evaluated records themselves, k drawn (its test
+  // split is declared, fewshot_split not), the document dropped from its own:
+  // Random(1234).sample(range(4), 3) gives [3, 0, 2] for document 0 — which
+  // keeps two examples, not three, as the harness does — then [0, 2, 3].
+  const TaskSpec lambada = parse_task_list("lambada_openai")[0];
+  std::vector<Doc> texts;
+  for (int i = 0; i < 4; ++i) texts.push_back(doc("lambada_openai", {{"text", cat("w", i, " end", i)}}));
+  std::vector<Doc> all = texts;
+  add_fewshot(lambada, texts, all, 3, 1234);
+  // The target " end3" already starts with a space; the delimiter adds one more.
+  EXPECT_EQ(texts[0].requests[0].context, "w3  end3\n\nw2  end2\n\nw0");
+  EXPECT_EQ(texts[1].requests[0].context, "w0  end0\n\nw2  end2\n\nw3  end3\n\nw1");
+
+  // mmlu: the first k of the subject's dev records, after the description.
+  const TaskSpec mmlu = parse_task_list("mmlu")[0];
+  auto q = [](const std::string& question, const std::string& subject, int answer) {
+    return doc("mmlu", {{"question", question}, {"subject", subject}, {"choices", {"1", "2", "3", "4"}}, {"answer", answer}});
+  };
+  std::vector<Doc> dev = {q("d0", "law", 2), q("other subject", "art", 0), q("d1", "law", 3), q("d2", "law", 0)};
+  std::vector<Doc> test = {q("t", "law", 1)};
+  add_fewshot(mmlu, test, dev, 2, 1234);
+  EXPECT_EQ(test[0].requests[3].context,
+            "The following are multiple choice questions (with answers) about law.\n\n"
+            "d0\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer: C\n\n"
+            "d1\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer: D\n\n"
+            "t\nA. 1\nB. 2\nC. 3\nD. 4\nAnswer:");
+  EXPECT_EQ(test[0].requests[3].continuation, " D");
+  EXPECT_THROW(add_fewshot(mmlu, test, dev, 4, 1234), Error);  // law has 3 dev records
+
+  // winogrande: an example is the sentence up to its right option, then " " +
+  // the rest; the document's contexts are examples + sentence[:i] + option.
+  const TaskSpec wino = parse_task_list("winogrande")[0];
+  std::vector<Doc> wpool = {doc("winogrande", {{"sentence", "A _ b."}, {"option1", "x"}, {"option2", "y"}, {"answer", "2"}})};
+  wpool.push_back(wpool[0]);
+  std::vector<Doc> wdocs = {doc("winogrande", {{"sentence", "C _ d"}, {"option1", "p"}, {"option2", "q"}, {"answer", "1"}})};
+  add_fewshot(wino, wdocs, wpool, 1, 1234);
+  EXPECT_EQ(wdocs[0].requests[0].context, "A y b.\n\nC p");
+  EXPECT_EQ(wdocs[0].requests[1].context, "A y b.\n\nC q");
+  EXPECT_EQ(wdocs[0].requests[1].continuation, " d");
+}
+
+// CPython 3.11: Random(1234).sample(range(1000), 5) then (…, 6) — the set
+// algorithm — and Random(1234).sample(range(50), 6) then (…, 3) — the pool one.
+TEST(TaskMetrics, PyRandomSamplesAsCPython) {
+  PyRandom a(1234);
+  EXPECT_EQ(a.sample(1000, 5), (std::vector<int64_t>{989, 796, 451, 119, 7}));
+  EXPECT_EQ(a.sample(1000, 6), (std::vector<int64_t>{92, 932, 965, 961, 826, 596}));
+  PyRandom b(1234);
+  EXPECT_EQ(b.sample(50, 6), (std::vector<int64_t>{49, 28, 7, 0, 5, 37}));
+  EXPECT_EQ(b.sample(50, 3), (std::vector<int64_t>{2, 42, 44}));
+  EXPECT_EQ(PyRandom(7).sample(100000, 3), (std::vector<int64_t>{42445, 19772, 51750}));
+}
+
 // CPython: random.Random(0).random(), Random(1).random(), Random(99).random().
 TEST(TaskMetrics, PyRandomIsCPythons) {
   EXPECT_EQ(PyRandom(0).random(), 0.8444218515250481);

@@ -12,7 +12,9 @@ continuation token is the argmax.  The metrics are then recomputed here from
 those numbers with the harness's formulas (np.argmax ties, acc_norm by
 len(choice) in code points, sample stderr, exp(-mean) perplexity with the
 harness's bootstrap on random.Random(i), mmlu's size-weighted mean and
-pooled stderr) and compared with the JSON attnres printed.  Batching: a run
+pooled stderr) and compared with the JSON attnres printed.  A two-shot run
+(examples from <task>.train.jsonl / mmlu.dev.jsonl) agrees with the oracle
+the same way on its longer contexts.  Batching: a run
 with --batch 1 gives the log-likelihoods of one with --batch 3 up to the
 last bits (the shapes of the products differ; measured <= 1e-6 on ll ~ 100).
 
@@ -221,15 +223,19 @@ def main():
         data = os.path.join(tmp, "tasks")
         os.makedirs(data)
         for task, recs in RECORDS.items():
-            with open(os.path.join(data, task + ".jsonl"), "w") as f:
-                for r in recs:
-                    f.write(json.dumps(r) + "\n")
+            # The evaluated split, and the split few-shot examples come from (the same records
+            # twice, marked so that none equals an evaluated one: those would be dropped).
+            train = [dict(r, split="train", copy=k) for k in range(2) for r in recs]
+            for name, rows in ((task, recs), (task + (".dev" if task == "mmlu" else ".train"), train)):
+                with open(os.path.join(data, name + ".jsonl"), "w") as f:
+                    for r in rows:
+                        f.write(json.dumps(r) + "\n")
 
-        def run(batch, tag):
+        def run(batch, tag, extra=()):
             samples = os.path.join(tmp, f"samples_{tag}.jsonl")
             p = subprocess.run([a.attnres, "eval-tasks", "--model", model, "--data-dir", data, "--tasks", "paper",
                                 "--batch", str(batch), "--threads", "1", "--json", "--quiet",
-                                "--log-samples", samples], capture_output=True, text=True)
+                                "--log-samples", samples, *extra], capture_output=True, text=True)
             if p.returncode != 0:
                 raise SystemExit(f"eval-tasks failed: {p.stderr}")
             return json.loads(p.stdout), [json.loads(l) for l in open(samples)]
@@ -254,6 +260,16 @@ def main():
                 failures += 1
         print(f"tasks: {len(samples)} requests, max |ll - oracle| {worst:.2e}, "
               f"max |ll(batch 3) - ll(batch 1)| {batch_diff:.2e}")
+        # Two-shot prompts: longer contexts, the same agreement with the oracle.
+        _, shots = run(3, "fs", ["--num-fewshot", "2"])
+        worst_fs = 0.0
+        for s in shots:
+            ll, _, _ = oracle_loglik(P, s["context_ids"], s["continuation_ids"], max_length)
+            worst_fs = max(worst_fs, abs(s["ll"] - ll))
+            if abs(s["ll"] - ll) > 1e-4 or "\n\n" not in s["context"]:
+                print(f"FAIL 2-shot {s['task']} doc {s['doc']}: ll {s['ll']} vs oracle {ll}")
+                failures += 1
+        print(f"tasks: 2-shot, {len(shots)} requests, max |ll - oracle| {worst_fs:.2e}")
         want, n = expected_results(samples)
         for key, metrics in want.items():
             for m, v in metrics.items():
