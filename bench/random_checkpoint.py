@@ -36,6 +36,13 @@ def main():
     a = ap.parse_args()
     cfg = dict(SHAPES[a.shape], rms_norm_eps=1e-6, rope_theta=1e6, attnres_mode=a.mode,
                model_type="qwen3", architectures=["Qwen3ForCausalLM"], hidden_act="silu", torch_dtype={"F32": "float32", "BF16": "bfloat16"}[a.dtype])
+    # baseline: a plain Qwen3 config, as published.  Routed: every attnres key
+    # written out (the oracle's defaults), so that readers that default
+    # differently (attnres reads a missing attnres_block_delta as the released
+    # code's) build the same model.
+    cfg = oracle.full_config(cfg)
+    if a.mode == "baseline":
+        cfg = {k: v for k, v in cfg.items() if not k.startswith("attnres_")}
     rng = np.random.default_rng(a.seed)
     tensors = {}
     for name, shape in oracle.param_shapes(cfg):
