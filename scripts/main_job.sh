@@ -1,48 +1,53 @@
 #!/usr/bin/env bash
-# The main job: set everything up, prepare the built-in default corpus (real
-# English text from Debian packages, tokenized with a BPE trained on it), train
-# the default tiny model for the time budget, print validation perplexity, and
-# let the trained model continue a prompt.
+# The main job — the paper in miniature: set everything up, prepare the
+# built-in default corpus (real English text from Debian packages, tokenized
+# with a BPE trained on it), then train the tiny model in several routing
+# modes on the same tokens in the same order from the same initial weights
+# (`attnres compare`), print the table, and write an HTML report.
 #
-# Usage: scripts/main_job.sh [--minutes M] [--mode MODE]
-#   --minutes M   wall-clock budget for the whole job (default 15); scales the run
-#   --mode MODE   attnres_mode: baseline (default), block, full, delta, delta_block
+# Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C]
+#   --minutes M   wall-clock limit of the whole job (default 15); it only guards the
+#                 limit: a run that would pass it is cut, its learning-rate decay completed
+#   --tokens N    training tokens per mode (default 786432: 192 steps of 16 × 256)
+#   --modes LIST  default baseline,block,delta_block
+#   --seeds S     runs per mode (default 1; 3 measures the noise)
+#   --config C    model preset or config.json (default tiny)
+# A rerun resumes an unfinished job; a finished one is kept and a new
+# directory (runs/main-DATE-TIME) is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=15
-MODE=baseline
+MINUTES=15 TOKENS=786432 MODES=baseline,block,delta_block SEEDS=1 CONFIG=tiny
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) MINUTES="$2"; shift 2 ;;
-    --mode) MODE="$2"; shift 2 ;;
-    *) echo "main_job.sh: unknown argument $1 (use --minutes M, --mode MODE)" >&2; exit 2 ;;
+    --tokens) TOKENS="$2"; shift 2 ;;
+    --modes) MODES="$2"; shift 2 ;;
+    --seeds) SEEDS="$2"; shift 2 ;;
+    --config) CONFIG="$2"; shift 2 ;;
+    *) echo "main_job.sh: unknown argument $1 (use --minutes, --tokens, --modes, --seeds, --config)" >&2; exit 2 ;;
   esac
 done
 START=$(date +%s)
 
 scripts/setup.sh --main
 scripts/prepare_default_data.sh
+scripts/fetch_vega.sh || echo "main_job: no Vega (npm unreachable?): the table is printed, the report page is not written"
 
-# Size the run to the time left: measure this machine's training speed on the
-# tiny config first, keep a margin for validation and saving.
-B=16; T=256
-ELAPSED=$(( $(date +%s) - START ))
-TRAIN_S=$(( MINUTES * 60 - ELAPSED - 90 ))  # margin: final validation and checkpoint
-if [ "$TRAIN_S" -lt 60 ]; then TRAIN_S=60; fi
-TOK_S=$(build/attnres bench --config tiny --mode "$MODE" --batch $B --seq-len $T --steps 2 --peak-gflops 1 --json \
-        | python3 -c 'import json,sys; print(int(json.loads(sys.stdin.readline())["tok_per_s"]))')
-STEPS=$(( TRAIN_S * TOK_S * 9 / 10 / (B * T) ))
-if [ "$STEPS" -lt 20 ]; then STEPS=20; fi
-echo "main_job: ${TOK_S} tok/s measured; training $STEPS steps of $((B * T)) tokens (~${TRAIN_S} s budget)"
-
-RUN=runs/main-$MODE
-rm -rf "$RUN"
-build/attnres train --config tiny --mode "$MODE" \
-  --data data/default/train.bin --val-data data/default/val.bin --val-tokens 500000 \
-  --out "$RUN" --steps "$STEPS" --batch $B --seq-len $T --lr 3e-3 --lr-min 3e-4 --warmup $((STEPS / 20 + 1)) \
-  --val-every $((STEPS / 3 + 1)) --time-budget "$TRAIN_S"
-# The checkpoint carries the corpus tokenizer: a sample of what the model writes.
-echo "main_job: a sample (attnres generate, temperature 0.8, top-p 0.95):"
-build/attnres generate --model "$RUN" --prompt "The Python interpreter" --max-new-tokens 48 \
+# An unfinished job (compare.json without results.json) resumes; otherwise a new directory.
+RUN=""
+for d in $(ls -d runs/main-* 2>/dev/null | sort -r); do
+  if [ -f "$d/compare.json" ] && [ ! -f "$d/results.json" ]; then RUN=$d; break; fi
+done
+[ -z "$RUN" ] && RUN=runs/main-$(date +%Y%m%d-%H%M%S)
+LEFT=$(( MINUTES * 60 - ($(date +%s) - START) - 30 ))  # 30 s for the sample at the end
+[ "$LEFT" -lt 120 ] && LEFT=120
+echo "main_job: comparing $MODES on $TOKENS tokens each, within $((LEFT / 60)) min $((LEFT % 60)) s, in $RUN"
+build/attnres compare --config "$CONFIG" --modes "$MODES" --seeds "$SEEDS" --tokens "$TOKENS" \
+  --data data/default/train.bin --val-data data/default/val.bin --val-tokens 131072 \
+  --batch 16 --seq-len 256 --lr 3e-3 --lr-min 3e-4 --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
+# The checkpoints carry the corpus tokenizer: what the last mode's model writes.
+LAST=$(echo "$MODES" | tr ',' '\n' | tail -1)
+echo "main_job: a sample from $LAST (attnres generate, temperature 0.8, top-p 0.95):"
+build/attnres generate --model "$RUN/$LAST-seed1337" --prompt "The Python interpreter" --max-new-tokens 48 \
   --temperature 0.8 --top-p 0.95 --seed 1
-echo "main_job: done in $(( $(date +%s) - START )) s; checkpoint and log.jsonl in $RUN"
+echo "main_job: done in $(( $(date +%s) - START )) s; table in $RUN/results.md, report in $RUN/report.html"

@@ -13,7 +13,8 @@ BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   python3 python3.11-doc dict-gcide)            # python3 reads bench JSON; the default corpus text
 TEST_PACKAGES=(libgtest-dev python3-torch python3-numpy
-  nodejs)                                       # the oracle; tokenizer fixtures (npm)
+  nodejs                                        # the oracle; tokenizer fixtures and Vega (npm)
+  chromium)                                     # renders the HTML report in a test
 PACKAGES=("${BUILD_PACKAGES[@]}")
 [ -z "$MAIN_ONLY" ] && PACKAGES+=("${TEST_PACKAGES[@]}")
 

@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ATTNRES_WERROR="${ATTNRES_WERROR:-ON}" scripts/setup.sh
 if [ -x scripts/fetch_tokenizer_fixtures.sh ]; then scripts/fetch_tokenizer_fixtures.sh; fi
+scripts/fetch_vega.sh   # the report inlines Vega, Vega-Lite and vega-embed
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"

@@ -20,6 +20,7 @@
 
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "cli/spawn.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/context.h"
@@ -75,34 +76,10 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, int64_t 
 // fork would inherit a started OpenMP pool, which hangs), so that its peak RSS
 // is its own, and returns the JSON line it prints.
 nlohmann::json run_worker(std::vector<std::string> args, const std::string& what) {
-  args.insert(args.begin(), {"attnres", "bench", "--worker"});
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  if (::pipe(fds) != 0) fail("pipe failed");
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  pid_t pid;
-  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (rc != 0) {
-    ::close(fds[0]);
-    fail("cannot start the benchmark worker: ", std::strerror(rc));
-  }
-  std::string text;
-  char buf[4096];
-  ssize_t k;
-  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<size_t>(k));
-  ::close(fds[0]);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || text.empty())
-    fail("benchmark of ", what, " failed (exit status ", status, ")");
-  return nlohmann::json::parse(text);
+  args.insert(args.begin(), {"bench", "--worker"});
+  const ChildResult r = run_self(args);
+  if (r.exit_code != 0 || r.out.empty()) fail("benchmark of ", what, " failed (exit status ", r.exit_code, ")");
+  return nlohmann::json::parse(r.out);
 }
 
 // A machine rate (SGEMM GFLOP/s, copy GB/s) measured in a process of its own:

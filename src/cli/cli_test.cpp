@@ -265,6 +265,19 @@ TEST_F(Cli, EvalTasksBadInputsAreClearErrors) {
   expect_clear_error(run(common + " --tasks piqa --num-fewshot 5"), {"piqa.train.jsonl: no such file", "few-shot"});
 }
 
+// compare and report: bad requests are one line each, before any training.
+TEST_F(Cli, CompareAndReportBadInputs) {
+  const std::string data = " --data " + dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --out " + dir_ + "/cmp";
+  expect_clear_error(run("compare --modes baseline,sideways --tokens 100" + data), {"sideways"});
+  expect_clear_error(run("compare --modes baseline" + data), {"--tokens"});
+  fs::create_directories(dir_ + "/cmp");
+  write_file_atomic(dir_ + "/cmp/compare.json", "{\"steps\": 99}");
+  expect_clear_error(run("compare --modes baseline --steps 2" + data), {"holds a comparison with", "another --out"});
+  expect_clear_error(run("report " + dir_ + "/model --out " + dir_ + "/r.html"),
+                     {"neither a comparison", "nor a training run"});
+  expect_clear_error(run("report --out " + dir_ + "/r.html"), {"at least one"});
+}
+
 // Weights that are not finite are refused, naming the tensor.
 TEST_F(Cli, NonFiniteWeightsAreAnError) {
   ParamLayout layout(cfg_);

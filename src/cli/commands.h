@@ -14,5 +14,7 @@ int cmd_prepare(int argc, char** argv);
 int cmd_routing(int argc, char** argv);
 int cmd_generate(int argc, char** argv);
 int cmd_export(int argc, char** argv);
+int cmd_compare(int argc, char** argv);
+int cmd_report(int argc, char** argv);
 
 }  // namespace attnres

@@ -23,6 +23,8 @@ constexpr Command kCommands[] = {
     {"eval-tasks", attnres::cmd_eval_tasks, "zero-shot downstream accuracy, scored as lm-evaluation-harness does"},
     {"routing", attnres::cmd_routing, "routing statistics of a checkpoint over a token file"},
     {"generate", attnres::cmd_generate, "text from a checkpoint (KV cache; greedy or sampled; batches of prompts)"},
+    {"compare", attnres::cmd_compare, "matched runs of several routing modes (× seeds) and their table"},
+    {"report", attnres::cmd_report, "an HTML page (offline) of comparisons and runs: curves, table, routing pictures"},
     {"export", attnres::cmd_export, "a checkpoint as a plain HF model directory (sharded, bf16) for the reference code"},
     {"bench", attnres::cmd_bench, "throughput, MFU and peak memory of full training steps"},
     {"tokenize", attnres::cmd_tokenize, "text -> token ids as JSON (or --decode ids -> text, --bench FILE)"},

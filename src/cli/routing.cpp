@@ -19,6 +19,7 @@
 #include "core/progress.h"
 #include "core/timer.h"
 #include "io/checkpoint.h"
+#include "eval/routing_stats.h"
 #include "io/token_file.h"
 #include "model/model.h"
 
@@ -45,10 +46,9 @@ int cmd_routing(int argc, char** argv) {
   if (T <= 0 || B <= 0) fail("--seq-len and --batch must be positive");
   const TokenFile data(f.str("data"));
   data.check_vocab(c.V);
-  int64_t n = static_cast<int64_t>(data.size());
-  if (max_tokens > 0) n = std::min(n, max_tokens);
-  const int64_t windows = n / T;
-  if (windows == 0) fail(f.str("data"), ": ", n, " tokens, fewer than one window of --seq-len ", T);
+  const int64_t n = max_tokens > 0 ? std::min<int64_t>(static_cast<int64_t>(data.size()), max_tokens)
+                                   : static_cast<int64_t>(data.size());
+  if (n / T == 0) fail(f.str("data"), ": ", n, " tokens, fewer than one window of --seq-len ", T);
 
   Context ctx(static_cast<int>(f.i64("threads")));
   ModelOptions mo;
@@ -57,19 +57,9 @@ int cmd_routing(int argc, char** argv) {
   mo.training = false;
   Model model(ctx, c, mo);
   model.load(dir);
-  RoutingStats stats = model.make_routing_stats();
-  model.attach_routing_stats(&stats);
-  std::vector<int32_t> inputs(static_cast<size_t>(B * T));
   const double t0 = now_seconds();
-  Progress progress(f.on("quiet") ? nullptr : stderr, "routing", static_cast<uint64_t>(windows));
-  for (int64_t w0 = 0; w0 < windows; w0 += B) {
-    const int64_t nb = std::min(B, windows - w0);
-    data.read(static_cast<size_t>(w0 * T), {inputs.data(), static_cast<size_t>(nb * T)});
-    model.forward(inputs.data(), nb, T);
-    progress.update(static_cast<uint64_t>(w0 + nb), progress.rate(static_cast<uint64_t>(w0 + nb), "windows"));
-  }
-  progress.finish(progress.rate(static_cast<uint64_t>(windows), "windows"));
-  model.attach_routing_stats(nullptr);
+  Progress progress(f.on("quiet") ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
+  const RoutingStats stats = measure_routing(model, data, T, B, max_tokens, &progress);
   const double seconds = now_seconds() - t0;
 
   nlohmann::json j = stats.to_json();

@@ -56,7 +56,7 @@ std::string resolve_model_dir(const std::string& path);
 struct TrainerState {
   int64_t step = 0;  // optimizer steps completed
   LoaderPosition data;
-  std::array<uint64_t, 4> rng{};
+  std::array<uint64_t, 4> rng{};  // the data generator (random windows) after `step` steps
   nlohmann::json settings;  // the run's flags, to check a resume against
 };
 

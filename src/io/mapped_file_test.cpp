@@ -28,6 +28,7 @@ TEST(MappedFileDeathTest, ATokenFileTruncatedWhileMappedIsAClearError) {
       {
         TokenFile f(path);
         if (::truncate(path.c_str(), 4096) != 0) std::abort();
+        std::filesystem::remove_all(tmp.path());  // the mapping outlives the name; nothing is left behind
         uint64_t sum = 0;
         for (size_t i = 0; i < f.size(); i += 1024) sum += f[i];
         std::printf("%llu\n", static_cast<unsigned long long>(sum));  // not reached
@@ -48,6 +49,7 @@ TEST(MappedFileDeathTest, ASafetensorsFileTruncatedWhileMappedIsAClearError) {
       {
         SafeTensorsReader r(path);
         if (::truncate(path.c_str(), 4096) != 0) std::abort();
+        std::filesystem::remove_all(tmp.path());
         const std::vector<float> back = r.read_float("w");
         std::exit(back.empty() ? 2 : 0);  // not reached
       },
@@ -70,6 +72,7 @@ TEST(MappedFileDeathTest, OtherSigbusKeepsItsDefault) {
   EXPECT_EXIT(
       {
         TokenFile f(path);  // installs the handler
+        std::filesystem::remove_all(tmp.path());
         ::raise(SIGBUS);
       },
       ::testing::KilledBySignal(SIGBUS), "");

@@ -345,6 +345,7 @@ void RoutingStats::clear() {
   for (auto& a : acc) {
     std::fill(a.weight_sum.begin(), a.weight_sum.end(), 0.0);
     a.token_max_sum = a.entropy_sum = a.cosine_sum = 0;
+    a.token_max_hist.fill(0);
     a.tokens = 0;
   }
 }
@@ -352,7 +353,7 @@ void RoutingStats::clear() {
 nlohmann::json RoutingStats::to_json() const {
   nlohmann::json mean_weight = nlohmann::json::array(), max_weight = nlohmann::json::array(),
                  token_max = nlohmann::json::array(), entropy = nlohmann::json::array(),
-                 cosine = nlohmann::json::array();
+                 cosine = nlohmann::json::array(), hist = nlohmann::json::array();
   int64_t tokens = 0;
   for (const auto& a : acc) {
     const double n = a.tokens > 0 ? static_cast<double>(a.tokens) : 1.0;
@@ -366,13 +367,15 @@ nlohmann::json RoutingStats::to_json() const {
     mean_weight.push_back(mw);
     max_weight.push_back(mx);
     token_max.push_back(a.token_max_sum / n);
+    hist.push_back(a.token_max_hist);
     entropy.push_back(a.entropy_sum / n);
     if (a.weight_sum.size() >= 2) cosine.push_back(a.cosine_sum / n);
     else cosine.push_back(nullptr);  // one source: no pair
   }
   return {{"mode", mode},           {"tokens", tokens},         {"routers", routers},
           {"sources", sources},     {"mean_weight", mean_weight}, {"max_weight", max_weight},
-          {"token_max", token_max}, {"entropy", entropy},       {"cosine", cosine}};
+          {"token_max", token_max}, {"entropy", entropy},       {"cosine", cosine},
+          {"token_max_hist", hist}};
 }
 
 int64_t Model::num_params() const {

@@ -94,8 +94,13 @@ void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng) {
   }
 }
 
+// The routing tensors draw from a stream of their own (seeded from the
+// generator's state, without drawing from it): the base tensors get the same
+// values in every mode, so runs of different modes with one seed start from
+// the same base model (matched comparisons, `attnres compare`).
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
-  for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, rng);
+  Rng routing(rng.state()[0] ^ 0x5851F42D4C957F2Dull);
+  for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, s.routing() ? routing : rng);
 }
 
 bool is_routing_param(const std::string& name) {

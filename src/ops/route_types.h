@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <vector>
 
 namespace attnres {
@@ -20,9 +21,13 @@ enum class Combine { kReplace, kAdd };
 
 // Routing statistics of one router, summed over the tokens of every forward
 // while attached (routing statistics of docs/routing.md).
+// Bins of the per-token max weight: [b/kMaxWeightBins, (b+1)/kMaxWeightBins), the last one closed.
+constexpr int kMaxWeightBins = 20;
+
 struct RouteStats {
   std::vector<double> weight_sum;  // (S)  Σ_tokens α_i
   double token_max_sum = 0;        // Σ_tokens max_i α_i
+  std::array<int64_t, kMaxWeightBins> token_max_hist{};  // tokens per bin of max_i α_i
   double entropy_sum = 0;          // Σ_tokens −Σ_i α_i ln α_i          (nats)
   double cosine_sum = 0;           // Σ_tokens mean_{i<j} cos(v_i, v_j)  (S ≥ 2; a zero row has cos 0)
   int64_t tokens = 0;

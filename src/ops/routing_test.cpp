@@ -319,6 +319,7 @@ TEST_P(RoutingStats, MatchReference) {
   K.forward(k, &st);  // accumulates over calls
   std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.S);
   double tmax = 0, ent = 0, cosine = 0;
+  std::array<int64_t, kMaxWeightBins> hist{};
   for (int64_t n = 0; n < k.N; ++n) {
     ref_token(D, n, out.data(), alpha.data());
     double m = 0, c_sum = 0;
@@ -337,6 +338,7 @@ TEST_P(RoutingStats, MatchReference) {
       }
     }
     tmax += m;
+    hist[std::min<int64_t>(static_cast<int64_t>(m * kMaxWeightBins), kMaxWeightBins - 1)] += 2;
     cosine += c_sum / (k.S * (k.S - 1) / 2);
   }
   EXPECT_EQ(st.tokens, 2 * k.N);
@@ -344,6 +346,10 @@ TEST_P(RoutingStats, MatchReference) {
   EXPECT_NEAR(st.token_max_sum, 2 * tmax, 1e-4);
   EXPECT_NEAR(st.entropy_sum, 2 * ent, 1e-4);
   EXPECT_NEAR(st.cosine_sum, 2 * cosine, 1e-4);
+  EXPECT_EQ(st.token_max_hist, hist);  // (a max weight at a bin edge could fall either side: none here)
+  int populated = 0;
+  for (int64_t h : hist) populated += h > 0;
+  EXPECT_GE(populated, 3);  // the histogram is spread, so the check means something
 }
 
 ATTNRES_ON_BACKENDS(RoutingStats);

@@ -86,7 +86,7 @@ int64_t trained_params(const ParamLayout& layout, const AdamW& adamw) {
 // model (as saved in `dir`) and the converted one (the model being trained, at
 // its init) run on the first `P` tokens of the first batch the run will draw.
 void report_conversion(Context& ctx, const TrainOptions& opt, const Config& saved, const std::string& dir,
-                       Rng rng) {
+                       Rng rng, Rng data_rng) {
   const Config& c = opt.model;
   const int64_t P = std::min<int64_t>(opt.seq_len, 256), V = c.V;
   ModelOptions mo;
@@ -100,7 +100,7 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
     Model m(ctx, c, mo);
     m.init(rng);  // the draws the trained model's init makes
     m.load(dir, /*keep_missing_routing=*/true);
-    DataLoader first(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &rng);
+    DataLoader first(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng);
     first.next(in.data(), tg.data());  // the run's first batch
     m.forward_logits(in.data(), conv.data());
     const Model::LossSum l = m.loss_sum(in.data(), tg.data(), 1, P);
@@ -183,8 +183,11 @@ TrainResult train(const TrainOptions& opt) {
     std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
   StopSignals signals;
 
+  // Two generators: the model's init, and the data windows — so every mode
+  // (whatever its init draws) reads the same windows in the same order.
   Rng rng(opt.seed);
-  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &rng);
+  Rng data_rng(opt.seed ^ 0xD1B54A32D192ED03ull);
+  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng);
   std::unique_ptr<TokenFile> val;
   if (!opt.val_data.empty()) {
     val = std::make_unique<TokenFile>(opt.val_data);
@@ -201,7 +204,7 @@ TrainResult train(const TrainOptions& opt) {
     if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
         saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
       fail(init_dir, ": its model shape (config.json) differs from the model being trained");
-    if (saved.to_json() != c.to_json() && !opt.quiet) report_conversion(ctx, opt, saved, init_dir, rng);
+    if (saved.to_json() != c.to_json() && !opt.quiet) report_conversion(ctx, opt, saved, init_dir, rng, data_rng);
   }
   ModelOptions mo{opt.batch, opt.seq_len};
   mo.freeze_base = opt.freeze_base;
@@ -218,7 +221,7 @@ TrainResult train(const TrainOptions& opt) {
       if (!opt.quiet) std::printf("resume: %s\n", note.c_str());
     start = st.step;
     loader.set_position(st.data);
-    rng.set_state(st.rng);
+    data_rng.set_state(st.rng);
     if (!opt.quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
   } else {
     model.init(rng);
@@ -308,8 +311,9 @@ TrainResult train(const TrainOptions& opt) {
   const nlohmann::json settings = run_settings(opt);  // stored in every checkpoint
   TrainResult result;
   const double run_start = now_seconds();
+  double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
   auto save = [&](int64_t step_done) {
-    TrainerState st{step_done, loader.position(), rng.state(), settings};
+    TrainerState st{step_done, loader.position(), data_rng.state(), settings};
     // Never write a diverged model: one pass over the weights before anything is written.
     if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
       fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
@@ -320,6 +324,12 @@ TrainResult train(const TrainOptions& opt) {
         save_checkpoint(opt.out, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
   };
   auto validate = [&](int64_t step_done) {
+    // How long validation takes: a binding time budget keeps that much for the last one.
+    struct Timed {
+      double t0;
+      double& out;
+      ~Timed() { out = now_seconds() - t0; }
+    } timed{now_seconds(), last_val_seconds};
     EvalOptions eo;
     eo.max_tokens = opt.val_tokens;
     eo.progress = !opt.quiet;  // windows and ETA on stderr
@@ -344,11 +354,16 @@ TrainResult train(const TrainOptions& opt) {
 
   int64_t step = start;
   int stopped_by = 0;  // the signal that ended the run early, if one did
-  for (; step < opt.steps; ++step) {
+  // The step the learning-rate schedule ends at: --steps, unless the time
+  // budget cannot reach it — then the schedule is shortened (never
+  // lengthened) to the steps the budget still allows, so a cut run still ends
+  // its decay at lr-min.  Only a binding budget makes a run depend on timing.
+  int64_t schedule = opt.steps;
+  for (; step < schedule; ++step) {
     const double t0 = now_seconds();
-    const double lr = lr_at(step, opt.warmup, opt.steps, opt.lr, opt.lr_min);
+    const double lr = lr_at(step, opt.warmup, schedule, opt.lr, opt.lr_min);
     const double lr_routing = opt.lr_routing < 0 ? lr
-                                                 : lr_at(step, opt.warmup, opt.steps, opt.lr_routing,
+                                                 : lr_at(step, opt.warmup, schedule, opt.lr_routing,
                                                          opt.lr_min_routing < 0 ? opt.lr_min : opt.lr_min_routing);
     const bool routing_step = log_routing && (step + 1) % opt.routing_every == 0;
     if (routing_step) {
@@ -364,12 +379,13 @@ TrainResult train(const TrainOptions& opt) {
     }
     const double loss = st.loss, norm = st.grad_norm;
     const double dt = now_seconds() - t0;
+    step_seconds += dt;
     const double tok_s = static_cast<double>(tokens_per_step) / dt;
     const double mfu = tok_s * flops_per_token / peak_flops;
     result.final_loss = loss;
     if (!opt.quiet)
       std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(opt.steps), loss, lr, norm, dt * 1e3,
+                  static_cast<long long>(step + 1), static_cast<long long>(schedule), loss, lr, norm, dt * 1e3,
                   tok_s, 100.0 * mfu);
     std::fprintf(log, "%s\n",
                  nlohmann::json({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
@@ -379,7 +395,18 @@ TrainResult train(const TrainOptions& opt) {
     std::fflush(log);
     std::fflush(stdout);
     const int64_t done = step + 1;
-    const bool last = done == opt.steps;
+    if (opt.time_budget > 0 && done < schedule) {
+      const double left = opt.time_budget - (now_seconds() - run_start) - last_val_seconds;
+      const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds / (done - start)));
+      if (can < schedule) {
+        schedule = std::max(done + 1, can);
+        if (!opt.quiet)
+          std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
+                      static_cast<long long>(schedule), static_cast<long long>(opt.steps));
+        std::fprintf(log, "%s\n", nlohmann::json({{"step", done}, {"schedule_steps", schedule}}).dump().c_str());
+      }
+    }
+    const bool last = done == schedule;
     const bool out_of_time = opt.time_budget > 0 && now_seconds() - run_start > opt.time_budget;
     if ((stopped_by = signals.received())) {  // finish here: checkpoint (no validation), say where, exit 0
       if (!opt.quiet) std::printf("%s received after step %lld: saving a checkpoint and stopping\n",
@@ -397,6 +424,7 @@ TrainResult train(const TrainOptions& opt) {
     }
   }
   result.steps_done = step;
+  result.schedule_steps = schedule;
   if (val && !stopped_by) validate(step);
   save(step);
   if (!opt.quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());

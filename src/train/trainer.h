@@ -17,6 +17,7 @@ namespace attnres {
 
 struct TrainResult {
   int64_t steps_done = 0;
+  int64_t schedule_steps = 0;  // where the learning-rate schedule ended (< --steps: the time budget cut the run)
   double final_loss = 0;
   double val_loss = 0, val_ppl = 0;
   int64_t val_tokens = 0;

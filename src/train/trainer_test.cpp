@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -440,6 +441,71 @@ TEST(Trainer, ThreadCountDoesNotChangeTheArithmetic) {
     EXPECT_EQ(loss[0], loss[1]) << mode;
     EXPECT_TRUE(model[0] == model[1]) << mode << ": the weights after 2 steps differ between 1 and 3 threads";
   }
+}
+
+// Matched comparisons (attnres compare): with one seed, every mode starts from
+// the same base weights — routing tensors draw from a stream of their own,
+// even with normal-initialised queries — and reads the same data windows.
+// A delta run gated at 0 computes baseline's function at step 1, so its first
+// loss equals baseline's only if both hold.
+TEST(Trainer, EveryModeStartsFromTheSameBaseAndReadsTheSameWindows) {
+  auto config = [](const char* mode, const char* query_init) {
+    return Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                              {"vocab_size", 64}, {"attnres_mode", mode}, {"attnres_num_blocks", 2},
+                              {"attnres_query_init", query_init}, {"attnres_gate_type", "learnable_alpha"}},
+                             "test");
+  };
+  Model base(testing::test_context(), config("baseline", "zero"), 2, 16);
+  Rng r0(9);
+  base.init(r0);
+  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+    Model m(testing::test_context(), config(mode, "normal"), 2, 16);
+    Rng r1(9);
+    m.init(r1);
+    for (const TensorSpec& s : base.layout().specs()) {
+      const TensorSpec* t = m.layout().find(s.name);
+      ASSERT_NE(t, nullptr) << s.name;
+      EXPECT_EQ(0, std::memcmp(base.params() + s.offset, m.params() + t->offset, s.numel * sizeof(float)))
+          << mode << ": " << s.name;
+    }
+  }
+  TempDir tmp("matched");
+  double first[2];
+  for (int k = 0; k < 2; ++k) {
+    TrainOptions o = small_run(tmp.path());
+    o.model = config(k == 0 ? "baseline" : "delta", "zero");
+    o.steps = 1;
+    o.out = cat(tmp.path(), "/run", k);
+    train(o);
+    first[k] = nlohmann::json::parse(slurp(o.out + "/log.jsonl").substr(0, slurp(o.out + "/log.jsonl").find('\n')))
+                   ["loss"].get<double>();
+  }
+  EXPECT_NEAR(first[0], first[1], 1e-6);
+}
+
+// A time budget that cannot reach --steps shortens the schedule, so the cut
+// run still ends its cosine decay near --lr-min (and says so in the log).
+TEST(Trainer, ACutRunStillEndsItsDecay) {
+  TempDir tmp("cut");
+  TrainOptions o = small_run(tmp.path());
+  o.steps = 10000000;
+  o.time_budget = 0.5;
+  o.lr = 1e-2;
+  o.lr_min = 1e-3;
+  const TrainResult r = train(o);
+  EXPECT_LT(r.schedule_steps, o.steps);
+  EXPECT_EQ(r.steps_done, r.schedule_steps);
+  double last_lr = 0;
+  bool said = false;
+  std::istringstream log(slurp(o.out + "/log.jsonl"));
+  for (std::string line; std::getline(log, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (j.contains("lr")) last_lr = j["lr"].get<double>();
+    said = said || j.contains("schedule_steps");
+  }
+  EXPECT_TRUE(said);
+  EXPECT_LT(last_lr, o.lr_min + 0.05 * (o.lr - o.lr_min)) << "schedule ended at " << r.schedule_steps;
 }
 
 TEST(Trainer, UnwritableOutputIsAnErrorBeforeTraining) {

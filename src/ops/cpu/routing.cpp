@@ -5,6 +5,7 @@
 // many threads ran or which chunk each took.
 #include "ops/cpu/cpu_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -21,13 +22,13 @@ int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every 
 
 // The scratch, in floats:  q (d doubles) | q (d floats) | per chunk:
 //   dq (d doubles) | dnull (d doubles) | alpha (S doubles) | da (S doubles) |
-//   stats (S + 3 doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
+//   stats (S + 3 + kMaxWeightBins doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
 // Each region is used with one type only.
 struct Scratch {
   int64_t d, S, chunk_floats;
   float* base;
   Scratch(float* p, int64_t d_, int64_t S_) : d(d_), S(S_), base(p) {
-    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * S) + pad16(2 * (S + 3)) + 16 + 2 * pad16(d);
+    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * S) + pad16(2 * (S + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d);
   }
   static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
   double* qd() const { return reinterpret_cast<double*>(base); }
@@ -38,7 +39,7 @@ struct Scratch {
   double* alpha(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + 2 * pad16(2 * d)); }
   double* da(int64_t ch) const { return alpha(ch) + pad16(2 * S) / 2; }
   double* stats(int64_t ch) const { return da(ch) + pad16(2 * S) / 2; }
-  double* dg(int64_t ch) const { return stats(ch) + pad16(2 * (S + 3)) / 2; }
+  double* dg(int64_t ch) const { return stats(ch) + pad16(2 * (S + 3 + kMaxWeightBins)) / 2; }
   float* tmp(int64_t ch) const { return reinterpret_cast<float*>(dg(ch) + 8); }
   float* tq(int64_t ch) const { return tmp(ch) + pad16(d); }
 };
@@ -157,9 +158,9 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
-    double* st = sc.stats(ch);  // weight_sum (S) | token_max | entropy | cosine
+    double* st = sc.stats(ch);  // weight_sum (S) | token_max | entropy | cosine | token_max bins
     if (stats)
-      for (int64_t i = 0; i < S + 3; ++i) st[i] = 0.0;
+      for (int64_t i = 0; i < S + 3 + kMaxWeightBins; ++i) st[i] = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       float* z = logits + n * S;
@@ -180,6 +181,7 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
         }
         st[S] += amax;
         st[S + 1] += ent;
+        st[S + 3 + std::min<int64_t>(static_cast<int64_t>(amax * kMaxWeightBins), kMaxWeightBins - 1)] += 1.0;
         if (S >= 2) {
           double* nrm = sc.da(ch);  // |v_i|, the Gram matrix's diagonal
           for (int64_t i = 0; i < S; ++i) {
@@ -213,6 +215,7 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
       stats->token_max_sum += st[S];
       stats->entropy_sum += st[S + 1];
       stats->cosine_sum += st[S + 2];
+      for (int b = 0; b < kMaxWeightBins; ++b) stats->token_max_hist[b] += static_cast<int64_t>(st[S + 3 + b]);
     }
     stats->tokens += N;
   }

@@ -1,0 +1,296 @@
+// compare.cpp — `attnres compare`: matched training runs of several routing
+// modes (× seeds), then their table.
+//
+// Matched: every run has the same config apart from attnres_mode, the same
+// schedule and number of tokens, reads the same windows in the same order
+// (the data generator is separate from the init's), and starts from the same
+// base weights (routing tensors draw from a stream of their own) — or, with
+// --init, converts the same checkpoint.  Each run is `attnres train` in a
+// process of its own (its peak RSS is its own), writing OUT/<mode>-seed<k>/;
+// a finished run leaves done.json and is not rerun, an interrupted one
+// resumes.  After each run its routing is measured on the validation tokens.
+// The results go to OUT/results.json and, as a Markdown table, to stdout and
+// OUT/results.md.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "cli/spawn.h"
+#include "core/error.h"
+#include "core/timer.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "io/json_util.h"
+#include "model/params.h"
+#include "model/presets.h"
+#include "report/report.h"
+#include "report/run_log.h"
+
+namespace attnres {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string item; std::getline(in, item, ',');)
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+std::string fmt(double x, int digits) {
+  if (std::isnan(x)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", digits, x);
+  return b;
+}
+
+// The mean of the per-token max weight over the deepest third of a run's routers.
+double deep_max_weight(const nlohmann::json& routing) {
+  if (!routing.is_object() || !routing.contains("token_max")) return NAN;
+  const auto& tm = routing["token_max"];
+  const size_t n = tm.size(), from = n - std::max<size_t>(1, n / 3);
+  double s = 0;
+  for (size_t i = from; i < n; ++i) s += tm[i].get<double>();
+  return n ? s / static_cast<double>(n - from) : NAN;
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  Flags f("compare",
+          "Matched training runs of several routing modes (the same data windows in the same order, the same base\n"
+          "initialisation or the same --init checkpoint, the same schedule and tokens), then a table of validation\n"
+          "loss, speed, memory and routing.  An interrupted comparison resumes: finished runs are not rerun.",
+          {
+              {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"},
+              {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"},
+              {"init", "", "convert this checkpoint into each mode instead of training from scratch"},
+              {"data", "", "training tokens (required)"},
+              {"val-data", "", "validation tokens (required)"},
+              {"tokens", "0", "training tokens per run (required unless --steps)"},
+              {"steps", "0", "optimizer steps per run (instead of --tokens)"},
+              {"minutes", "0", "time limit of the whole comparison; a run that would pass its share is cut, with its "
+                               "learning-rate decay completed (0 = none)"},
+              {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."},
+              {"seed", "1337", "first seed"},
+              {"batch", "16", "micro-batch size B"},
+              {"seq-len", "256", "sequence length T"},
+              {"lr", "3e-3", "peak learning rate"},
+              {"lr-min", "3e-4", "final learning rate"},
+              {"val-every", "0", "validate every N steps (0 = four times per run)"},
+              {"val-tokens", "262144", "validation tokens (0 = the whole file)"},
+              {"routing-every", "0", "log routing statistics every N steps (0 = twenty times per run)"},
+              {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
+              {"threads", "0", "threads per run (0 = all cores)"},
+              {"out", "", "output directory (required); rerun with the same flags to resume"},
+              {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed for the report (default: "
+                               "scripts/fetch_vega.sh's)"},
+          });
+  if (!f.parse(argc, argv)) return 0;
+  const std::string out = f.str("out");
+  if (out.empty() || f.str("data").empty() || f.str("val-data").empty())
+    fail("--out, --data and --val-data are required");
+  const std::vector<std::string> modes = split_list(f.str("modes"));
+  if (modes.empty()) fail("--modes names no mode");
+  for (const std::string& m : modes) parse_mode(m);  // an Error names a bad one
+  const int64_t seeds = f.i64("seeds"), B = f.i64("batch"), T = f.i64("seq-len");
+  if (seeds < 1) fail("--seeds must be at least 1");
+  if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");
+  int64_t steps = f.i64("steps");
+  if (steps <= 0) {
+    if (f.i64("tokens") <= 0) fail("give the work per run: --tokens N (or --steps N)");
+    steps = (f.i64("tokens") + B * T - 1) / (B * T);
+  }
+  const int64_t val_every = f.i64("val-every") > 0 ? f.i64("val-every") : std::max<int64_t>(1, steps / 4);
+  const int64_t routing_every = f.i64("routing-every") > 0 ? f.i64("routing-every") : std::max<int64_t>(1, steps / 20);
+
+  // The comparison's settings: a rerun must ask for the same comparison.
+  fs::create_directories(out);
+  nlohmann::json settings = {{"modes", modes}, {"config", f.str("config")}, {"init", f.str("init")},
+                             {"data", fs::absolute(f.str("data")).string()},
+                             {"val_data", fs::absolute(f.str("val-data")).string()},
+                             {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
+                             {"seed", f.i64("seed")}, {"lr", f.f64("lr")}, {"lr_min", f.f64("lr-min")},
+                             {"val_every", val_every}, {"val_tokens", f.i64("val-tokens")},
+                             {"routing_every", routing_every}};
+  const std::string settings_path = out + "/compare.json";
+  if (fs::exists(settings_path)) {
+    const nlohmann::json was = parse_json(read_file(settings_path), settings_path);
+    for (auto it = settings.begin(); it != settings.end(); ++it)
+      if (!was.contains(it.key()) || was[it.key()] != it.value())
+        fail(out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
+             ", not ", brief(it.value()), " (resume it with its own flags, or use another --out)");
+  } else {
+    write_file_atomic(settings_path, settings.dump(2) + "\n");
+  }
+
+  const double t_start = now_seconds();
+  const double limit_s = f.f64("minutes") * 60;
+  struct Run {
+    std::string mode, dir;
+    int64_t seed;
+  };
+  std::vector<Run> runs;
+  for (const std::string& m : modes)
+    for (int64_t k = 0; k < seeds; ++k)
+      runs.push_back({m, cat(out, "/", m, "-seed", f.i64("seed") + k), f.i64("seed") + k});
+
+  nlohmann::json results = nlohmann::json::array();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& run = runs[i];
+    const std::string done_path = run.dir + "/done.json";
+    if (fs::exists(done_path)) {
+      std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(),
+                  static_cast<long long>(run.seed));
+      results.push_back(parse_json(read_file(done_path), done_path));
+      continue;
+    }
+    std::vector<std::string> args = {"train"};
+    const bool resume = fs::exists(run.dir + "/latest");
+    if (resume) {
+      args.insert(args.end(), {"--resume", run.dir});
+    } else {
+      if (!f.str("init").empty()) args.insert(args.end(), {"--init", f.str("init")});
+      else args.insert(args.end(), {"--config", f.str("config")});
+      args.insert(args.end(),
+                  {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out", run.dir,
+                   "--steps", cat(steps), "--batch", cat(B), "--seq-len", cat(T), "--lr", f.str("lr"), "--lr-min",
+                   f.str("lr-min"), "--warmup", cat(std::max<int64_t>(1, steps / 20)), "--seed", cat(run.seed),
+                   "--val-every", cat(val_every), "--val-tokens", f.str("val-tokens"), "--routing-every",
+                   cat(routing_every), "--keep-checkpoints", "1", "--ckpt-every", cat(val_every)});
+    }
+    args.insert(args.end(), {"--threads", f.str("threads")});
+    if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
+      const double left = limit_s - (now_seconds() - t_start);
+      const double share = left / static_cast<double>(runs.size() - i) - 10;
+      if (share < 10) fail("--minutes ", f.str("minutes"), ": no time left for ", run.mode, " seed ", run.seed);
+      args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
+    }
+    std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
+                resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
+                static_cast<long long>(steps), static_cast<long long>(B * T), run.dir.c_str());
+    std::fflush(stdout);
+    fs::create_directories(run.dir);
+    const double t0 = now_seconds();
+    const ChildResult child = run_self(args, run.dir + "/train.out", run.dir + "/train.err");
+    if (child.exit_code != 0)
+      fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
+           "/train.err");
+    const RunLog log = read_run_log(run.dir + "/log.jsonl");
+    nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"steps", log.steps},
+                        {"planned_steps", steps}, {"cut", log.steps < steps},
+                        {"tokens", log.steps * B * T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
+                        {"tok_per_s", log.tok_per_s}, {"peak_rss_bytes", child.peak_rss_bytes},
+                        {"seconds", now_seconds() - t0}, {"val_curve", log.val_curve}, {"loss_curve", log.loss_curve},
+                        {"routing_curve", log.routing_curve}};
+    const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
+    r["params"] = ParamLayout(c).total();
+    if (c.mode != Mode::kBaseline) {  // the routing of the final model, on validation tokens
+      const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", f.str("val-data"), "--seq-len",
+                                       cat(T), "--max-tokens", f.str("routing-tokens"), "--threads",
+                                       f.str("threads"), "--json", "--quiet"});
+      if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
+      r["routing"] = nlohmann::json::parse(rt.out);
+    }
+    write_file_atomic(done_path, r.dump() + "\n");
+    std::printf("compare: %s seed %lld: val loss %s, perplexity %s, %s tok/s, peak RSS %lld MiB%s\n",
+                run.mode.c_str(), static_cast<long long>(run.seed), fmt(log.val_loss, 4).c_str(),
+                fmt(log.val_ppl, 2).c_str(), fmt(log.tok_per_s, 0).c_str(),
+                static_cast<long long>(child.peak_rss_bytes >> 20),
+                log.steps < steps ? cat(" (cut at step ", log.steps, " of ", steps, " by --minutes)").c_str() : "");
+    std::fflush(stdout);
+    results.push_back(r);
+  }
+
+  // Per mode: mean and spread over seeds.
+  std::string table =
+      "| mode | val loss (mean ± spread) | val ppl | vs baseline | tok/s | peak RSS MiB | parameters | "
+      "deep max weight | steps |\n|---|---|---|---|---|---|---|---|---|\n";
+  nlohmann::json summary = nlohmann::json::object();
+  double base_loss = NAN, base_spread = NAN;
+  std::vector<std::string> notes;
+  for (const std::string& m : modes) {
+    std::vector<double> losses, speeds, deep;
+    int64_t rss = 0, params = 0, steps_min = steps;
+    bool cut = false;
+    for (const auto& r : results)
+      if (r["mode"] == m) {
+        losses.push_back(r["val_loss"].get<double>());
+        speeds.push_back(r["tok_per_s"].get<double>());
+        rss = std::max(rss, r["peak_rss_bytes"].get<int64_t>());
+        params = r["params"].get<int64_t>();
+        steps_min = std::min(steps_min, r["steps"].get<int64_t>());
+        cut = cut || r["cut"].get<bool>();
+        if (r.contains("routing")) deep.push_back(deep_max_weight(r["routing"]));
+      }
+    double mean = 0, lo = INFINITY, hi = -INFINITY, speed = 0, dmw = 0;
+    for (double x : losses) mean += x / static_cast<double>(losses.size()), lo = std::min(lo, x), hi = std::max(hi, x);
+    for (double x : speeds) speed += x / static_cast<double>(speeds.size());
+    for (double x : deep) dmw += x / static_cast<double>(deep.size());
+    const double spread = (hi - lo) / 2;
+    if (m == "baseline") base_loss = mean, base_spread = spread;
+    summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
+                  {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
+                  {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
+                  {"steps", steps_min}, {"cut", cut}};
+    std::string vs = "-";
+    if (m != "baseline" && !std::isnan(base_loss)) {
+      const double d = mean - base_loss;
+      vs = cat(d >= 0 ? "+" : "", fmt(d, 4));
+      if (seeds < 2)
+        notes.push_back(cat(m, " vs baseline: ", vs,
+                            " nats from one seed each; seed noise is not measured (--seeds 3 tells whether a "
+                            "difference this size is real)"));
+      else if (std::fabs(d) <= spread + base_spread)
+        notes.push_back(cat(m, " vs baseline: ", vs, " nats, within the seeds' spread (±",
+                            fmt(spread + base_spread, 4), "): no difference shown at this size"));
+      else
+        notes.push_back(cat(m, " vs baseline: ", vs, " nats, beyond the seeds' spread (±",
+                            fmt(spread + base_spread, 4), ")"));
+    }
+    table += cat("| ", m, " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
+                 fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",
+                 deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " |\n");
+  }
+  std::string text = table + "\n";
+  text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", seeds,
+              " seed(s) per mode; validation loss on ",
+              f.i64("val-tokens") > 0 ? cat("the first ", f.str("val-tokens"), " tokens of ") : std::string("all of "),
+              f.str("val-data"),
+              ". deep max weight: the per-token max routing weight, mean over the deepest third of the routers.\n");
+  for (const std::string& n : notes) text += cat("- ", n, "\n");
+  for (const std::string& m : modes)
+    if (summary[m]["cut"].get<bool>())
+      text += cat("- ", m, " was cut by --minutes before its planned steps (its learning-rate decay was completed).\n");
+  std::printf("\n%s", text.c_str());
+  write_file_atomic(out + "/results.md", text);
+  write_file_atomic(out + "/results.json",
+                    nlohmann::json({{"settings", settings}, {"runs", results}, {"summary", summary},
+                                    {"notes", notes}})
+                            .dump(1) +
+                        "\n");
+  std::printf("results: %s/results.json, %s/results.md\n", out.c_str(), out.c_str());
+  std::string vega;
+  try {
+    vega = find_vega_dir(f.str("vega-dir"));
+  } catch (const Error& e) {  // the table stands without the pictures
+    std::printf("report: not written: %s\n", e.what());
+    return 0;
+  }
+  write_report({out}, out + "/report.html", vega);
+  std::printf("report: %s/report.html\n", out.c_str());
+  return 0;
+}
+
+}  // namespace attnres

@@ -1,0 +1,41 @@
+// report.cpp — `attnres report RUN_DIR… --out report.html`: one self-contained
+// HTML page of comparisons and training runs (report/report.h).
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "core/error.h"
+#include "report/report.h"
+
+namespace attnres {
+
+int cmd_report(int argc, char** argv) {
+  Flags f("report",
+          "attnres report RUN_DIR... --out report.html: one HTML page (opens offline) with the validation curves,\n"
+          "final perplexities, the table, and the routing pictures of `attnres compare` directories or training runs.",
+          {
+              {"out", "report.html", "the page to write"},
+              {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed (default: scripts/fetch_vega.sh's)"},
+          });
+  // Directories are the arguments that are neither flags nor flag values.
+  std::vector<std::string> dirs;
+  std::vector<char*> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--", 0) == 0) {
+      rest.push_back(argv[i]);
+      if (a.find('=') == std::string::npos && a != "--help" && i + 1 < argc) rest.push_back(argv[++i]);
+    } else {
+      dirs.push_back(a);
+    }
+  }
+  if (!f.parse(static_cast<int>(rest.size()), rest.data())) return 0;
+  if (dirs.empty()) fail("name at least one run or comparison directory (attnres report DIR... --out FILE)");
+  write_report(dirs, f.str("out"), find_vega_dir(f.str("vega-dir")));
+  std::printf("report: %s\n", f.str("out").c_str());
+  return 0;
+}
+
+}  // namespace attnres

@@ -1,0 +1,26 @@
+// spawn.h — running this program again, in a fresh process.
+//
+// Used where a piece of work must have its own peak RSS (benchmarks, each run
+// of a comparison) or its own lifetime (a run that may be cut).  posix_spawn
+// of /proc/self/exe, not fork: a forked child would inherit a started OpenMP
+// pool, which hangs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace attnres {
+
+struct ChildResult {
+  int exit_code = -1;          // -1: ended by a signal
+  std::string out;             // its stdout, when captured
+  int64_t peak_rss_bytes = 0;  // the child's own high-water mark (wait4)
+};
+
+// `attnres ARGS…`: stdout captured (out_file "") or appended to out_file;
+// stderr appended to err_file, or inherited when "".
+ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file = "",
+                     const std::string& err_file = "");
+
+}  // namespace attnres

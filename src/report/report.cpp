@@ -1,0 +1,273 @@
+// report.cpp — see report.h.
+#include "report/report.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/checkpoint.h"
+#include "io/file_util.h"
+#include "io/json_util.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "report/run_log.h"
+
+namespace attnres {
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+const char* kScripts[3] = {"vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js",
+                           "vega-embed/build/vega-embed.min.js"};
+
+// A run of `attnres train` alone, in the shape compare's done.json has.
+json single_run(const std::string& dir) {
+  const std::string ckpt = resolve_model_dir(dir);
+  const Config c = Config::load(ckpt + "/config.json");
+  json run = {{"mode", mode_name(c.mode)}, {"dir", dir}, {"params", ParamLayout(c).total()}};
+  const TrainerState st = read_trainer_state(ckpt);
+  run["seed"] = st.settings.value("seed", 0);
+  run["steps"] = st.step;
+  const RunLog log = read_run_log(dir + "/log.jsonl");
+  run["val_curve"] = log.val_curve;
+  run["loss_curve"] = log.loss_curve;
+  run["routing_curve"] = log.routing_curve;
+  if (!std::isnan(log.val_loss)) run["val_loss"] = log.val_loss, run["val_ppl"] = log.val_ppl;
+  if (log.tok_per_s > 0) run["tok_per_s"] = log.tok_per_s;
+  if (!log.last_routing.is_null()) {
+    run["routing"] = log.last_routing;
+    run["routing_source"] = cat("training batches of step ", log.last_routing_step);
+  }
+  run["settings"] = st.settings;
+  return run;
+}
+
+std::string machine() {
+  std::ifstream cpu("/proc/cpuinfo");
+  std::string line, model = "unknown CPU";
+  while (std::getline(cpu, line))
+    if (line.rfind("model name", 0) == 0) {
+      model = line.substr(line.find(':') + 2);
+      break;
+    }
+  return cat(model, ", ", ::sysconf(_SC_NPROCESSORS_ONLN), " cores, ",
+             static_cast<int64_t>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE) / (1 << 30), " GiB");
+}
+
+// The commit of the source tree the binary was built in, when it is a git checkout.
+std::string commit() {
+  std::error_code ec;
+  const fs::path root = fs::canonical("/proc/self/exe", ec).parent_path().parent_path();
+  std::string head = root / ".git/HEAD";
+  if (ec || !fs::exists(head)) return "unknown";
+  std::string ref = read_file(head);
+  while (!ref.empty() && (ref.back() == '\n' || ref.back() == ' ')) ref.pop_back();
+  if (ref.rfind("ref: ", 0) == 0) {
+    const fs::path p = root / ".git" / ref.substr(5);
+    if (!fs::exists(p)) return ref.substr(5);
+    ref = read_file(p.string());
+    while (!ref.empty() && ref.back() == '\n') ref.pop_back();
+  }
+  return ref.substr(0, 12);
+}
+
+// Code safe inside <script>: only "</script" (any case) would end the
+// element early; it becomes "<\/script" (the same string or regex in JS).
+// Other "</" must stay: in a regex literal like /</g an escape would change it.
+std::string script_safe(std::string s) {
+  for (size_t i = 0; (i = s.find("</", i)) != std::string::npos; i += 2) {
+    std::string next = s.substr(i + 2, 6);
+    for (char& ch : next) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (next == "script") s.replace(i, 2, "<\\/");
+  }
+  return s;
+}
+
+// JSON data safe inside <script>: "</" occurs only inside its strings, where "<\/" reads the same.
+std::string json_safe(std::string s) {
+  for (size_t i = 0; (i = s.find("</", i)) != std::string::npos; i += 3) s.replace(i, 2, "<\\/");
+  return s;
+}
+
+std::string html_escape(const std::string& s) {
+  std::string o;
+  for (char ch : s) {
+    switch (ch) {
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '&': o += "&amp;"; break;
+      default: o += ch;
+    }
+  }
+  return o;
+}
+
+// The page's own script: Vega-Lite specs built from DATA, one per chart
+// element; every failure lands in #errors.
+const char* kPageScript = R"JS(
+const errors = document.getElementById('errors');
+function fail(what) { errors.textContent += what + '\n'; }
+window.addEventListener('error', e => fail('script error: ' + e.message));
+const runs = DATA.runs;
+const label = r => r.mode + ' seed ' + r.seed;
+const routed = runs.filter(r => r.routing);
+const rows = (key, f) => runs.flatMap(r => (r[key] || []).map(p => f(r, p)));
+const W = 560, H = 260;
+const specs = {};
+specs['chart-val'] = {
+  title: 'Validation loss', width: W, height: H,
+  data: {values: rows('val_curve', (r, p) => ({run: label(r), mode: r.mode, step: p.step, val_loss: p.val_loss}))},
+  mark: {type: 'line', point: true},
+  encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'val_loss', type: 'quantitative', scale: {zero: false}},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+specs['chart-ppl'] = {
+  title: 'Final validation perplexity per mode (each dot a seed; bar: mean)', width: W, height: H,
+  data: {values: runs.filter(r => r.val_ppl != null).map(r => ({mode: r.mode, ppl: r.val_ppl, run: label(r)}))},
+  layer: [
+    {mark: {type: 'bar', opacity: 0.35}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {aggregate: 'mean', field: 'ppl', type: 'quantitative', scale: {zero: false}}, color: {field: 'mode'}}},
+    {mark: {type: 'point', filled: true, size: 60}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {field: 'ppl', type: 'quantitative'}, color: {field: 'mode'}, tooltip: [{field: 'run'}, {field: 'ppl'}]}}]};
+specs['chart-first'] = {
+  title: 'Training loss over the first steps (a conversion\'s spike shows here)', width: W, height: H,
+  data: {values: rows('loss_curve', (r, p) => ({run: label(r), mode: r.mode, step: p.step, loss: p.loss})).filter(p => p.step <= Math.max(50, Math.min(...runs.map(r => r.steps || 0)) / 5))},
+  mark: 'line',
+  encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'loss', type: 'quantitative', scale: {zero: false}},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+const depth = (key) => routed.flatMap(r => r.routing[key].map((v, i) => ({mode: r.mode, run: label(r), depth: i, router: r.routing.routers[i], value: v})));
+specs['chart-depth'] = {
+  title: 'Per-token max routing weight by depth (the collapse plot)', width: W, height: H,
+  data: {values: depth('token_max')},
+  mark: {type: 'line', point: true},
+  encoding: {x: {field: 'depth', type: 'quantitative', axis: {tickMinStep: 1, format: 'd'}, title: 'router (input of sublayer k; the last is the final router)'},
+             y: {field: 'value', type: 'quantitative', title: 'mean max weight', scale: {domain: [0, 1]}},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}, tooltip: [{field: 'router'}, {field: 'value'}]}};
+specs['chart-entropy'] = {
+  title: 'Routing entropy by depth (nats)', width: W, height: H,
+  data: {values: depth('entropy')},
+  mark: {type: 'line', point: true},
+  encoding: {x: {field: 'depth', type: 'quantitative', axis: {tickMinStep: 1, format: 'd'}}, y: {field: 'value', type: 'quantitative', title: 'entropy'},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+specs['chart-evolution'] = {
+  title: 'Max routing weight during training (mean over the deepest third of the routers)', width: W, height: H,
+  data: {values: rows('routing_curve', (r, p) => {
+    const t = p.token_max, from = t.length - Math.max(1, Math.floor(t.length / 3));
+    const deep = t.slice(from);
+    return {run: label(r), mode: r.mode, step: p.step, value: deep.reduce((a, b) => a + b, 0) / deep.length};
+  })},
+  mark: 'line',
+  encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'value', type: 'quantitative', title: 'max weight'},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+const heatRuns = [];
+for (const r of routed) if (!heatRuns.some(h => h.mode === r.mode)) heatRuns.push(r);  // one per mode: its first seed
+const heats = document.getElementById('heatmaps');
+heatRuns.forEach((r, k) => {
+  const div = document.createElement('div');
+  div.id = 'chart-heat-' + k;
+  div.className = 'chart';
+  heats.appendChild(div);
+  const values = r.routing.routers.flatMap((name, i) => r.routing.sources[i].map((s, j) => ({router: i + ' ' + name, source: j + ' ' + s, weight: r.routing.mean_weight[i][j]})));
+  specs[div.id] = {
+    title: r.mode + ': mean routing weight, router × source (' + label(r) + ')', width: W, height: {step: 12},
+    data: {values}, mark: 'rect',
+    encoding: {x: {field: 'source', type: 'ordinal', sort: null}, y: {field: 'router', type: 'ordinal', sort: null},
+               color: {field: 'weight', type: 'quantitative', scale: {scheme: 'viridis', domain: [0, 1]}},
+               tooltip: [{field: 'router'}, {field: 'source'}, {field: 'weight', format: '.3f'}]}};
+});
+if (!routed.length) ['chart-depth', 'chart-entropy', 'chart-evolution'].forEach(id => {
+  delete specs[id];
+  document.getElementById(id).textContent = 'No routed run: nothing to draw.';
+  document.getElementById(id).className = 'chart empty';
+});
+Promise.all(Object.entries(specs).map(([id, spec]) =>
+  vegaEmbed('#' + id, spec, {renderer: 'svg', actions: false}).catch(e => fail(id + ': ' + e))))
+  .then(() => { document.body.dataset.rendered = 'yes'; });
+)JS";
+
+}  // namespace
+
+std::string find_vega_dir(const std::string& flag) {
+  std::vector<std::string> tried;
+  if (!flag.empty()) tried.push_back(flag);
+  else if (const char* env = std::getenv("ATTNRES_VEGA_DIR")) tried.push_back(env);
+  else {
+    std::error_code ec;
+    const fs::path exe = fs::canonical("/proc/self/exe", ec);
+    if (!ec) tried.push_back((exe.parent_path().parent_path() / "third_party/npm/node_modules").string());
+  }
+  for (const std::string& d : tried) {
+    bool all = true;
+    for (const char* s : kScripts) all = all && fs::exists(fs::path(d) / s);
+    if (all) return d;
+  }
+  fail("the report needs Vega, Vega-Lite and vega-embed (inlined into the page, so it opens offline): run "
+       "scripts/fetch_vega.sh, or pass --vega-dir NODE_MODULES (looked in: ",
+       tried.empty() ? std::string("nothing") : tried[0], ")");
+}
+
+void write_report(const std::vector<std::string>& dirs, const std::string& out_html, const std::string& vega_dir) {
+  json data = {{"runs", json::array()}, {"comparisons", json::array()}, {"machine", machine()}, {"commit", commit()}};
+  std::string table, notes;
+  for (const std::string& dir : dirs) {
+    if (fs::exists(dir + "/results.json")) {
+      const json r = parse_json(read_file(dir + "/results.json"), dir + "/results.json");
+      for (const auto& run : r.at("runs")) data["runs"].push_back(run);
+      data["comparisons"].push_back({{"dir", dir}, {"settings", r["settings"]}, {"notes", r["notes"]}});
+      if (fs::exists(dir + "/results.md")) table += "<h3>" + html_escape(dir) + "</h3><pre>" + html_escape(read_file(dir + "/results.md")) + "</pre>";
+    } else if (fs::exists(dir + "/log.jsonl")) {
+      data["runs"].push_back(single_run(dir));
+    } else {
+      fail(dir, ": neither a comparison (results.json) nor a training run (log.jsonl)");
+    }
+  }
+  if (data["runs"].empty()) fail("no runs to report");
+  // The table of every run.
+  table += "<table><tr><th>run</th><th>mode</th><th>seed</th><th>steps</th><th>val loss</th><th>val ppl</th>"
+           "<th>tok/s</th><th>peak RSS MiB</th><th>parameters</th></tr>";
+  auto num = [](const json& j, const char* k, int digits) -> std::string {
+    if (!j.contains(k) || !j[k].is_number()) return "-";
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", digits, j[k].get<double>());
+    return b;
+  };
+  for (const auto& r : data["runs"])
+    table += cat("<tr><td>", html_escape(r.value("dir", "")), "</td><td>", r.value("mode", ""), "</td><td>",
+                 r.value("seed", int64_t{0}), "</td><td>", r.value("steps", int64_t{0}),
+                 r.value("cut", false) ? " (cut)" : "", "</td><td>", num(r, "val_loss", 4), "</td><td>",
+                 num(r, "val_ppl", 2), "</td><td>", num(r, "tok_per_s", 0), "</td><td>",
+                 r.contains("peak_rss_bytes") ? cat(r["peak_rss_bytes"].get<int64_t>() >> 20) : std::string("-"),
+                 "</td><td>", r.value("params", int64_t{0}), "</td></tr>");
+  table += "</table>";
+
+  std::string page = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>attnres report</title>\n<style>"
+                     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+                     "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+                     "pre{background:#f6f6f6;padding:8px;overflow-x:auto}#errors{color:#b00;white-space:pre}"
+                     ".chart{margin:1.5em 0}</style>\n";
+  for (const char* s : kScripts) page += "<script>" + script_safe(read_file((fs::path(vega_dir) / s).string())) + "</script>\n";
+  page += "</head><body>\n<h1>attnres: routing modes compared</h1>\n<div id=\"errors\"></div>\n";
+  page += "<p>" + html_escape(cat(data["runs"].size(), " run(s); made by attnres at commit ", data["commit"].get<std::string>(),
+                                  " on ", data["machine"].get<std::string>())) + "</p>\n";
+  page += "<h2>Results</h2>\n" + table + "\n";
+  page += "<h2>Validation</h2><div id=\"chart-val\" class=\"chart\"></div><div id=\"chart-ppl\" class=\"chart\"></div>\n";
+  page += "<h2>First steps</h2><div id=\"chart-first\" class=\"chart\"></div>\n";
+  page += "<h2>Routing</h2><p>Per router: the per-token largest routing weight (mean over tokens), the entropy of the "
+          "routing distribution, and the mean weight on each source; from each run's final model on validation "
+          "tokens (attnres compare) or from the last training batches logged with --routing-every.</p>"
+          "<div id=\"chart-depth\" class=\"chart\"></div><div id=\"chart-entropy\" class=\"chart\"></div>"
+          "<div id=\"chart-evolution\" class=\"chart\"></div><div id=\"heatmaps\"></div>\n";
+  page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2)) + "</pre>\n";
+  page += "<script>\nconst DATA = " + json_safe(data.dump()) + ";\n" + kPageScript + "</script>\n</body></html>\n";
+  write_file_atomic(out_html, page);
+}
+
+}  // namespace attnres

@@ -1,0 +1,33 @@
+// report.h — one self-contained HTML page of training runs: the table and the
+// pictures behind the paper's comparisons.
+//
+// Inputs are run directories: a comparison (`attnres compare`'s OUT, with
+// results.json) or single training runs (log.jsonl; their routing is the last
+// one logged with --routing-every).  The page holds the data as JSON and draws
+// it with Vega-Lite (declarative specs in the page's script; Vega, Vega-Lite
+// and vega-embed are inlined from third_party/npm, fetched by
+// scripts/fetch_vega.sh — nothing is loaded from the network):
+//   validation loss curves of all runs; final perplexity per mode with the
+//   seeds' spread; the table (perplexity, tok/s, peak RSS, parameters);
+//   per-depth max routing weight per routed mode (the collapse plot); a
+//   heatmap per routed mode of mean routing weight, router × source;
+//   entropy by depth; the max weight over training; the first steps' training
+//   loss (conversions: the loss spike); the settings and the machine.
+// A script error or a chart that fails to render is written into the page's
+// #errors element (the headless-browser test reads it).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attnres {
+
+// The directory holding vega/, vega-lite/ and vega-embed/ (node_modules):
+// `flag` if given, else $ATTNRES_VEGA_DIR, else third_party/npm/node_modules
+// beside the binary's build directory.  Throws an Error saying how to fetch them.
+std::string find_vega_dir(const std::string& flag);
+
+// Writes the page for `dirs` to `out_html` (atomically).
+void write_report(const std::vector<std::string>& dirs, const std::string& out_html, const std::string& vega_dir);
+
+}  // namespace attnres

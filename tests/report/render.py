@@ -1,0 +1,137 @@
+"""`attnres compare` end to end, and its report rendered in headless Chromium.
+
+Usage: /usr/bin/python3 tests/report/render.py --attnres build/attnres
+
+A tiny comparison (baseline, block, delta_block, a few steps each) on random
+tokens, then:
+- every run finished, and a rerun with the same flags trains nothing again;
+- results.md names every mode and says that one seed measures no noise;
+- report.html, loaded in `chromium --headless` with no network, renders every
+  chart (an <svg> inside every .chart element, one heatmap per routed mode)
+  and reports no script error (the page's #errors element stays empty and the
+  body is marked rendered).
+
+Exit status 1 on a failure, 77 when Chromium or the Vega builds are absent.
+"""
+
+import argparse
+import html.parser
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+VEGA = os.path.join(ROOT, "third_party", "npm", "node_modules")
+
+
+class Charts(html.parser.HTMLParser):
+    """Per .chart element: whether an <svg> is inside it; and #errors' text."""
+
+    def __init__(self):
+        super().__init__()
+        self.stack, self.charts, self.errors, self.rendered = [], {}, "", False
+        self.in_errors = False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "body" and a.get("data-rendered") == "yes":
+            self.rendered = True
+        cls = (a.get("class") or "").split()
+        chart = a.get("id") if "chart" in cls and "empty" not in cls else None
+        if chart:
+            self.charts[chart] = False
+        self.in_errors = a.get("id") == "errors"
+        if tag == "svg":
+            for c in self.stack:
+                if c:
+                    self.charts[c] = True
+        if tag not in ("br", "img", "meta", "input", "link", "hr"):
+            self.stack.append(chart)
+
+    def handle_endtag(self, tag):
+        if self.stack and tag not in ("br", "img", "meta", "input", "link", "hr"):
+            self.stack.pop()
+        self.in_errors = False
+
+    def handle_data(self, data):
+        if self.in_errors:
+            self.errors += data
+
+
+def chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        p = shutil.which(name)
+        if p:
+            return p
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attnres", required=True)
+    a = ap.parse_args()
+    browser = chromium()
+    if not browser or not os.path.exists(os.path.join(VEGA, "vega-embed", "build", "vega-embed.min.js")):
+        print("report: skipped (needs chromium and scripts/fetch_vega.sh)")
+        return 77
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        import random
+        r = random.Random(3)
+        for name, n in (("train.bin", 20000), ("val.bin", 4000)):
+            ids = [r.randrange(8192) for _ in range(n)]
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(struct.pack("<256i", 20240520, 2, n, *([0] * 253)) + struct.pack("<%dI" % n, *ids))
+        out = os.path.join(tmp, "cmp")
+        cmd = [a.attnres, "compare", "--modes", "baseline,block,delta_block", "--config", "tiny",
+               "--data", os.path.join(tmp, "train.bin"), "--val-data", os.path.join(tmp, "val.bin"),
+               "--steps", "6", "--batch", "2", "--seq-len", "32", "--val-tokens", "2000", "--routing-tokens", "1024",
+               "--threads", "2", "--out", out, "--vega-dir", VEGA]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            print("FAIL compare:", p.stdout[-2000:], p.stderr[-2000:])
+            return 1
+        for m in ("baseline", "block", "delta_block"):
+            if f"| {m} |" not in p.stdout:
+                print(f"FAIL: the table has no row for {m}")
+                failures += 1
+        if "seed noise is not measured" not in p.stdout:
+            print("FAIL: one seed, but the table does not say that noise is not measured")
+            failures += 1
+        again = subprocess.run(cmd, capture_output=True, text=True)
+        if again.returncode != 0 or again.stdout.count("finished before; not rerun") != 3:
+            print("FAIL: the rerun trained again:", again.stdout[-1000:])
+            failures += 1
+        # The comparison's page, and a page of one training run (routing from its log).
+        single = os.path.join(tmp, "single.html")
+        p = subprocess.run([a.attnres, "report", os.path.join(out, "delta_block-seed1337"), "--out", single,
+                            "--vega-dir", VEGA], capture_output=True, text=True)
+        if p.returncode != 0:
+            print("FAIL report of a single run:", p.stderr)
+            return 1
+        for page, want in ((os.path.join(out, "report.html"),
+                            {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-entropy",
+                             "chart-evolution", "chart-heat-0", "chart-heat-1"}),
+                           (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
+            dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                                  "--virtual-time-budget=20000", "--dump-dom", "file://" + page],
+                                 capture_output=True, text=True, timeout=180)
+            c = Charts()
+            c.feed(dom.stdout)
+            missing = sorted(want - set(c.charts))
+            blank = sorted(k for k, v in c.charts.items() if not v)
+            if missing or blank or not c.rendered or c.errors.strip():
+                print(f"FAIL {os.path.basename(page)}: missing charts {missing}, charts without an svg {blank}, "
+                      f"rendered {c.rendered}, errors {c.errors.strip()!r}")
+                failures += 1
+            print(f"report: {os.path.basename(page)}: {len(c.charts)} charts rendered in "
+                  f"{os.path.basename(browser)}, page {os.path.getsize(page) // 1024} KiB")
+    print("report:", "all ok" if not failures else f"{failures} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
