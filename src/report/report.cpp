@@ -167,6 +167,19 @@ specs['chart-evolution'] = {
   mark: 'line',
   encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'value', type: 'quantitative', title: 'max weight'},
              color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+specs['chart-maxdist'] = {
+  title: 'Distribution of the per-token max weight, deepest third of the routers', width: W, height: H,
+  data: {values: routed.filter(r => r.routing.token_max_hist).flatMap(r => {
+    const h = r.routing.token_max_hist, from = h.length - Math.max(1, Math.floor(h.length / 3));
+    const bins = h[0].length, sum = new Array(bins).fill(0);
+    for (const row of h.slice(from)) row.forEach((c, b) => sum[b] += c);
+    const total = sum.reduce((a, b) => a + b, 0) || 1;
+    return sum.map((c, b) => ({mode: r.mode, run: label(r), max_weight: (b + 0.5) / bins, share: c / total}));
+  })},
+  mark: {type: 'line', point: true, interpolate: 'step-after'},
+  encoding: {x: {field: 'max_weight', type: 'quantitative', scale: {domain: [0, 1]}, title: 'largest weight of a token'},
+             y: {field: 'share', type: 'quantitative', title: 'share of tokens'},
+             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
 const heatRuns = [];
 for (const r of routed) if (!heatRuns.some(h => h.mode === r.mode)) heatRuns.push(r);  // one per mode: its first seed
 const heats = document.getElementById('heatmaps');
@@ -183,7 +196,7 @@ heatRuns.forEach((r, k) => {
                color: {field: 'weight', type: 'quantitative', scale: {scheme: 'viridis', domain: [0, 1]}},
                tooltip: [{field: 'router'}, {field: 'source'}, {field: 'weight', format: '.3f'}]}};
 });
-if (!routed.length) ['chart-depth', 'chart-entropy', 'chart-evolution'].forEach(id => {
+if (!routed.length) ['chart-depth', 'chart-entropy', 'chart-evolution', 'chart-maxdist'].forEach(id => {
   delete specs[id];
   document.getElementById(id).textContent = 'No routed run: nothing to draw.';
   document.getElementById(id).className = 'chart empty';
@@ -263,7 +276,8 @@ void write_report(const std::vector<std::string>& dirs, const std::string& out_h
   page += "<h2>Routing</h2><p>Per router: the per-token largest routing weight (mean over tokens), the entropy of the "
           "routing distribution, and the mean weight on each source; from each run's final model on validation "
           "tokens (attnres compare) or from the last training batches logged with --routing-every.</p>"
-          "<div id=\"chart-depth\" class=\"chart\"></div><div id=\"chart-entropy\" class=\"chart\"></div>"
+          "<div id=\"chart-depth\" class=\"chart\"></div><div id=\"chart-maxdist\" class=\"chart\"></div>"
+          "<div id=\"chart-entropy\" class=\"chart\"></div>"
           "<div id=\"chart-evolution\" class=\"chart\"></div><div id=\"heatmaps\"></div>\n";
   page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2)) + "</pre>\n";
   page += "<script>\nconst DATA = " + json_safe(data.dump()) + ";\n" + kPageScript + "</script>\n</body></html>\n";

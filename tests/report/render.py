@@ -113,8 +113,8 @@ def main():
             print("FAIL report of a single run:", p.stderr)
             return 1
         for page, want in ((os.path.join(out, "report.html"),
-                            {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-entropy",
-                             "chart-evolution", "chart-heat-0", "chart-heat-1"}),
+                            {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-maxdist",
+                             "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1"}),
                            (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
             dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                   "--virtual-time-budget=20000", "--dump-dom", "file://" + page],
