@@ -15,8 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <map>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -30,7 +28,6 @@
 #include "io/file_util.h"
 #include "io/json_util.h"
 #include "model/params.h"
-#include "model/presets.h"
 #include "report/report.h"
 #include "report/run_log.h"
 
