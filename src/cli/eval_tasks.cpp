@@ -87,10 +87,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
   if (!std::filesystem::exists(tok_path))
     fail(tok_path, ": no such file: eval-tasks scores text, so it needs the model's tokenizer (pass --tokenizer FILE)");
-  const Tokenizer tok = Tokenizer::load(tok_path);
-  if (static_cast<int64_t>(tok.vocab_size()) > c.V)
-    fail(tok_path, ": the tokenizer has ", tok.vocab_size(), " tokens, more than the model's vocab_size ", c.V,
-         " (", dir, "/config.json): they do not belong together");
+  const Tokenizer tok = Tokenizer::load_for_model(tok_path, c.V, dir + "/config.json");
   const int64_t max_length = f.i64("max-length") > 0 ? f.i64("max-length") : c.max_position_embeddings;
   if (max_length > c.max_position_embeddings)
     fail("--max-length ", max_length, " exceeds max_position_embeddings ", c.max_position_embeddings);

@@ -100,10 +100,7 @@ int cmd_generate(int argc, char** argv) {
   std::optional<Tokenizer> tok;
   const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
   if (!f.str("tokenizer").empty() || std::filesystem::exists(tok_path)) {
-    tok = Tokenizer::load(tok_path);
-    if (static_cast<int64_t>(tok->vocab_size()) > c.V)
-      fail(tok_path, ": the tokenizer has ", tok->vocab_size(), " tokens, more than the model's vocab_size ", c.V,
-           " (", dir, "/config.json): they do not belong together");
+    tok = Tokenizer::load_for_model(tok_path, c.V, dir + "/config.json");
     g.tokenizer = &*tok;
   }
   const bool json = f.on("json");

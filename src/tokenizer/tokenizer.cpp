@@ -102,6 +102,14 @@ Tokenizer Tokenizer::load(const std::string& path) {
   return from_json(read_file(path), path);
 }
 
+Tokenizer Tokenizer::load_for_model(const std::string& path, int64_t vocab_size, const std::string& config) {
+  Tokenizer tok = load(path);
+  if (static_cast<int64_t>(tok.vocab_size()) > vocab_size)
+    fail(path, ": the tokenizer has ", tok.vocab_size(), " tokens, more than the model's vocab_size ", vocab_size,
+         " (", config, "): they do not belong together");
+  return tok;
+}
+
 Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source) {
   json j = parse_json(text, source);
   Tokenizer tok;

@@ -57,6 +57,9 @@ class Tokenizer {
  public:
   // Parses tokenizer.json; throws Error naming `path` and what is unsupported.
   static Tokenizer load(const std::string& path);
+  // The same, for a model of `vocab_size` entries (config.json at `config`):
+  // a tokenizer with more tokens than the model is an Error naming both.
+  static Tokenizer load_for_model(const std::string& path, int64_t vocab_size, const std::string& config);
   static Tokenizer from_json(std::string_view json, const std::string& source = "tokenizer.json");
 
   // Appends the ids of `text` to `out`.  With match_added = false, added and
