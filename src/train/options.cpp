@@ -166,8 +166,8 @@ void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std:
   });
 }
 
-std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& stored, int64_t step_done,
-                                      const std::string& where) {
+std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& now, const nlohmann::json& stored,
+                                      int64_t step_done, const std::string& where) {
   std::vector<std::string> notes;
   const std::string refuse = cat(where, ": cannot resume: ");
   const std::string fresh = " (a resume continues the run as it was; to change it, start a new run from this "
@@ -181,8 +181,8 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
       was = Config::from_json(was, where + "/trainer_state.json").to_json();
     } catch (const Error&) {
     }
-    const nlohmann::json now = o.model.to_json();
-    for (auto it = now.begin(); it != now.end(); ++it) {
+    const nlohmann::json& model = now.at("model");  // o.model as run_settings wrote it
+    for (auto it = model.begin(); it != model.end(); ++it) {
       const std::string& k = it.key();
       if (k == "model_type" || k == "architectures" || k == "torch_dtype") continue;  // follow from the rest
       if (!was.contains(k) || was[k] != it.value())
@@ -191,7 +191,6 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
     }
   }
 
-  const nlohmann::json now = run_settings(o);
   TrainOptions::each(o, [&](const auto&, const char* key, const char*, OnResume r, const char*) {
     const std::string flag = "--" + flag_of(key);
     if (!stored.contains(key)) return;  // a run from before the option existed

@@ -138,10 +138,11 @@ std::string options_table(const TrainOptions& o);
 // stored value, so `attnres train --resume DIR` alone continues the run.
 void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std::set<std::string>& given);
 
-// Whether options `o` may continue a run stored with `stored` at `step_done`:
-// throws an Error naming the first option that would change the run's
-// trajectory; returns one note per allowed change (printed by the trainer).
-std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& stored, int64_t step_done,
-                                      const std::string& where);
+// Whether options `o` (whose run_settings are `now`) may continue a run
+// stored with `stored` at `step_done`: throws an Error naming the first option
+// that would change the run's trajectory; returns one note per allowed change
+// (printed by the trainer).
+std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& now, const nlohmann::json& stored,
+                                      int64_t step_done, const std::string& where);
 
 }  // namespace attnres

@@ -161,10 +161,12 @@ TrainResult train(const TrainOptions& opt) {
   // continues the run unchanged or may change (the notes say which changed);
   // one that would alter the trajectory is refused.
   std::vector<std::string> resume_notes;
+  nlohmann::json settings;  // the run's settings, stored in every checkpoint (made here when resuming)
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
     const TrainerState st = read_trainer_state(dir);
-    resume_notes = check_resume(opt, st.settings, st.step, dir);
+    settings = run_settings(opt);
+    resume_notes = check_resume(opt, settings, st.settings, st.step, dir);
   }
 
   // Check the output directory first: a run must not train for an hour and then fail to save.
@@ -308,7 +310,7 @@ TrainResult train(const TrainOptions& opt) {
                   static_cast<long long>(model.layout().total()));
   }
 
-  const nlohmann::json settings = run_settings(opt);  // stored in every checkpoint
+  if (settings.is_null()) settings = run_settings(opt);
   TrainResult result;
   const double run_start = now_seconds();
   double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
