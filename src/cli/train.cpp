@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
+#include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "model/presets.h"
 #include "train/trainer.h"
@@ -37,7 +38,10 @@ int cmd_train(int argc, char** argv) {
   Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.", specs);
   if (!f.parse(argc, argv)) return 0;
 
+  // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
+  std::unique_ptr<Comm> comm = Comm::join();
   TrainOptions o;
+  o.world = comm->size();
   std::set<std::string> given;
   for (const TrainOptionSpec& s : train_option_specs()) {
     set_option(o, s.key, f.str(s.flag));
@@ -69,10 +73,20 @@ int cmd_train(int argc, char** argv) {
   o.model = Config::from_json(j, "the train flags");
   o.validate();
 
-  std::printf("attnres train\n  config = %s\n%s", preset ? f.str("config").c_str() : (from + " (its config.json)").c_str(),
-              options_table(o).c_str());
+  if (comm->root())
+    std::printf("attnres train\n  config = %s\n%s%s", preset ? f.str("config").c_str() : (from + " (its config.json)").c_str(),
+                options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
   std::fflush(stdout);  // before any error line on stderr, also when piped
-  TrainResult r = train(o);
+  TrainResult r;
+  try {
+    r = train(o, comm.get());
+  } catch (const Error& e) {
+    if (comm->size() == 1) throw;
+    // One rank's error ends the job: the others may be waiting for this one.
+    std::fprintf(stderr, "attnres train: error: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
+    comm->abort(1);
+  }
+  if (!comm->root()) return 0;
   if (r.val_tokens > 0)
     std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",
                 static_cast<long long>(r.steps_done), r.final_loss, r.val_loss, r.val_ppl);

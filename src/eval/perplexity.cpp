@@ -25,6 +25,7 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   double sum = 0.0;
   int64_t count = 0;
   for (int64_t w0 = 0; w0 < windows; w0 += B) {
+    if ((w0 / B) % o.parts != o.part) continue;
     const int64_t nb = std::min(B, windows - w0);
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -1);
@@ -45,7 +46,8 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   EvalResult r;
   r.tokens = count;
   r.windows = windows;
-  r.loss = sum / static_cast<double>(count);
+  r.sum = sum;
+  r.loss = count ? sum / static_cast<double>(count) : 0.0;
   r.ppl = std::exp(r.loss);
   r.seconds = now_seconds() - t0;
   return r;

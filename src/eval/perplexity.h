@@ -21,12 +21,17 @@ struct EvalResult {
   int64_t tokens = 0;  // predicted tokens
   int64_t windows = 0;
   double seconds = 0;
+  double sum = 0;  // Σ cross-entropy over the tokens this process predicted (its part)
 };
 
 struct EvalOptions {
   int64_t batch = 0, seq_len = 0;  // 0: the model's B(), T()
   int64_t max_tokens = 0;          // > 0: only the first max_tokens+1 tokens
   bool progress = false;           // a progress line on stderr (windows/s, ETA)
+  // Part `part` of `parts` (the ranks of a data-parallel run): batches of
+  // windows are dealt round-robin, batch k to part k mod parts; `sum` and
+  // `tokens` are then this part's, to be added up over the parts.
+  int part = 0, parts = 1;
 };
 
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});

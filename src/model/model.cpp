@@ -350,6 +350,30 @@ void RoutingStats::clear() {
   }
 }
 
+std::vector<double> RoutingStats::values() const {
+  std::vector<double> v;
+  for (const auto& a : acc) {
+    v.insert(v.end(), a.weight_sum.begin(), a.weight_sum.end());
+    v.insert(v.end(), {a.token_max_sum, a.entropy_sum, a.cosine_sum, static_cast<double>(a.tokens)});
+    for (int64_t h : a.token_max_hist) v.push_back(static_cast<double>(h));
+  }
+  return v;
+}
+
+void RoutingStats::set_values(const std::vector<double>& v) {
+  size_t i = 0;
+  for (auto& a : acc) {
+    ATTNRES_CHECK(i + a.weight_sum.size() + 4 + a.token_max_hist.size() <= v.size(), "routing values of another model");
+    for (double& w : a.weight_sum) w = v[i++];
+    a.token_max_sum = v[i++];
+    a.entropy_sum = v[i++];
+    a.cosine_sum = v[i++];
+    a.tokens = static_cast<int64_t>(v[i++]);
+    for (int64_t& h : a.token_max_hist) h = static_cast<int64_t>(v[i++]);
+  }
+  ATTNRES_CHECK(i == v.size(), "routing values of another model");
+}
+
 nlohmann::json RoutingStats::to_json() const {
   nlohmann::json mean_weight = nlohmann::json::array(), max_weight = nlohmann::json::array(),
                  token_max = nlohmann::json::array(), entropy = nlohmann::json::array(),

@@ -122,6 +122,9 @@ struct RoutingStats {
   std::vector<RouteStats> acc;                    // per router
   nlohmann::json to_json() const;
   void clear();
+  // Every sum and count in one vector (to add them up over the ranks of a run), and back.
+  std::vector<double> values() const;
+  void set_values(const std::vector<double>& v);
 };
 
 class Model {

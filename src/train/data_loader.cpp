@@ -43,17 +43,20 @@ DataOrder parse_data_order(const std::string& s) {
 }
 
 DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size, DataOrder order,
-                       Rng* rng)
-    : B_(B), T_(T), order_(order), rng_(rng), window_(static_cast<size_t>(batch_tokens(B, T) + 1)) {
+                       Rng* rng, int64_t group)
+    : B_(B), T_(T), order_(order), rng_(rng), group_(group), window_(static_cast<size_t>(batch_tokens(B, T) + 1)) {
   ATTNRES_CHECK(order != DataOrder::kRandom || rng != nullptr, "random order needs an Rng");
+  ATTNRES_CHECK(group >= 1, "a step has at least one micro-batch");
   for (const auto& path : expand_glob(pattern)) {
     TokenFile f(path);
     f.check_vocab(vocab_size);
-    // Sequential reads need one micro-batch per shard; random windows one window.
-    const int64_t need = order == DataOrder::kSequential ? B * T + 1 : T + 1;
+    // Sequential reads need one step's micro-batches per shard; random windows one window.
+    const int64_t need = order == DataOrder::kSequential ? checked_mul(group, B * T, "a step's tokens") + 1 : T + 1;
     if (static_cast<int64_t>(f.size()) < need)
-      fail(path, ": ", f.size(), " tokens, fewer than ", order == DataOrder::kSequential ? "one micro-batch" : "one window",
-           " needs (", need, ")");
+      fail(path, ": ", f.size(), " tokens, fewer than ",
+           order == DataOrder::kSequential ? (group > 1 ? "one step's micro-batches" : "one micro-batch")
+                                           : "one window",
+           " need (", need, ")");
     shards_.push_back(std::move(f));
   }
   int64_t total = 0;
@@ -71,14 +74,16 @@ int64_t DataLoader::total_tokens() const {
 
 void DataLoader::set_position(const LoaderPosition& p) {
   if (p.shard < 0 || p.shard >= static_cast<int64_t>(shards_.size()) || p.offset < 0 ||
-      p.offset + B_ * T_ + 1 > static_cast<int64_t>(shards_[p.shard].size()))
+      p.offset + group_ * B_ * T_ + 1 > static_cast<int64_t>(shards_[p.shard].size()))
     fail("data position (shard ", p.shard, ", offset ", p.offset, ") does not fit the training data");
   pos_ = p;
+  in_group_ = 0;
 }
 
 void DataLoader::next_random(int32_t* inputs, int32_t* targets) {
   for (int64_t b = 0; b < B_; ++b) {
     const int64_t g = static_cast<int64_t>(rng_->below(static_cast<uint64_t>(starts_.back())));
+    if (!inputs) continue;  // skip(): the draw only
     const size_t shard = static_cast<size_t>(std::upper_bound(starts_.begin(), starts_.end(), g) - starts_.begin());
     const int64_t start = g - (shard ? starts_[shard - 1] : 0);
     shards_[shard].read(static_cast<size_t>(start), {window_.data(), static_cast<size_t>(T_ + 1)});
@@ -91,17 +96,21 @@ void DataLoader::next_random(int32_t* inputs, int32_t* targets) {
 
 void DataLoader::next(int32_t* inputs, int32_t* targets) {
   if (order_ == DataOrder::kRandom) return next_random(inputs, targets);
-  const int64_t need = B_ * T_ + 1;
   const TokenFile& f = shards_[pos_.shard];
-  f.read(static_cast<size_t>(pos_.offset), window_);
-  for (int64_t i = 0; i < B_ * T_; ++i) {
-    inputs[i] = window_[i];
-    targets[i] = window_[i + 1];
+  if (inputs) {
+    f.read(static_cast<size_t>(pos_.offset), window_);
+    for (int64_t i = 0; i < B_ * T_; ++i) {
+      inputs[i] = window_[i];
+      targets[i] = window_[i + 1];
+    }
   }
   // Advance by B·T so consecutive micro-batches share one boundary token,
-  // as llm.c does; move to the next shard when the next batch would not fit.
+  // as llm.c does; after a step's last micro-batch, move to the next shard
+  // when the next step's would not fit.
   pos_.offset += B_ * T_;
-  if (pos_.offset + need > static_cast<int64_t>(f.size())) {
+  if (++in_group_ < group_) return;
+  in_group_ = 0;
+  if (pos_.offset + group_ * B_ * T_ + 1 > static_cast<int64_t>(f.size())) {
     pos_.offset = 0;
     if (++pos_.shard == static_cast<int64_t>(shards_.size())) {
       pos_.shard = 0;

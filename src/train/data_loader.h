@@ -4,12 +4,17 @@
 //  - kSequential (llm.c): each micro-batch is B consecutive windows of T+1
 //    tokens (inputs = first T, targets = last T) read through the shards in
 //    sorted order, wrapping to the first shard at the end (a new epoch).  The
-//    position (shard, offset, epoch) is what a checkpoint stores.
+//    micro-batches of one optimizer step (`group` of them: ranks × accum) are
+//    consecutive in one shard: the move to the next shard is decided per step,
+//    so every split of a step's windows into ranks and micro-batches reads
+//    the same ones.  The position (shard, offset, epoch) is what a checkpoint stores.
 //  - kRandom (default of `attnres train`): each of the B windows starts at a
 //    uniformly drawn token of the whole data (shards weighted by size), drawn
 //    from the caller's Rng, whose state the checkpoint stores.  Robust to
 //    corpora whose documents are stored grouped by source.
-// Either way a resumed run reads exactly the batches an uninterrupted one would.
+// Either way a resumed run reads exactly the batches an uninterrupted one would,
+// and a rank draws every micro-batch of a step (skip() for the others' ones)
+// so that all ranks stay at one position.
 #pragma once
 
 #include <cstdint>
@@ -41,10 +46,14 @@ class DataLoader {
  public:
   // Every shard is mapped and checked (format, ids < vocab_size) up front.
   // `rng` (kRandom only) must outlive the loader.
+  // `group`: micro-batches per optimizer step (kSequential moves on to the next
+  // shard only between groups).
   DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size,
-             DataOrder order = DataOrder::kSequential, Rng* rng = nullptr);
+             DataOrder order = DataOrder::kSequential, Rng* rng = nullptr, int64_t group = 1);
   // Fills inputs and targets (B·T each).
   void next(int32_t* inputs, int32_t* targets);
+  // Moves past one micro-batch without reading it (another rank's).
+  void skip() { next(nullptr, nullptr); }
   LoaderPosition position() const { return pos_; }
   void set_position(const LoaderPosition& p);
   int64_t total_tokens() const;
@@ -54,6 +63,7 @@ class DataLoader {
   int64_t B_, T_;
   DataOrder order_;
   Rng* rng_;
+  int64_t group_ = 1, in_group_ = 0;  // micro-batches per step; how many of this step's are drawn
   std::vector<int64_t> starts_;  // kRandom: cumulative count of window starts per shard
   void next_random(int32_t* inputs, int32_t* targets);
   LoaderPosition pos_;

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "core/error.h"
+
 namespace attnres {
 
 double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double lr_min) {
@@ -21,34 +23,39 @@ void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_n
   ops.scale(g, static_cast<float>(coef), n);
 }
 
-double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g) {
-  if (!adamw.freeze_base()) return global_norm(ops, g, layout.total());
+double sum_squares(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g) {
+  // The whole range in one call when every tensor trains (fixed chunks: the same bits as before sharding).
+  if (!adamw.freeze_base()) return ops.sum_squares(g + adamw.lo(), adamw.hi() - adamw.lo());
   double sum = 0;
-  for (const TensorSpec& s : layout.specs())
-    if (adamw.trains(s)) sum += ops.sum_squares(g + s.offset, s.numel);
-  return std::sqrt(sum);
+  adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { sum += ops.sum_squares(g + at, n); });
+  return sum;
+}
+
+double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g) {
+  return std::sqrt(sum_squares(ops, adamw, layout, g));
 }
 
 void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout, float* g, double norm,
                     double max_norm) {
-  if (!adamw.freeze_base()) return clip_gradients(ops, g, layout.total(), norm, max_norm);
-  for (const TensorSpec& s : layout.specs())
-    if (adamw.trains(s)) clip_gradients(ops, g + s.offset, s.numel, norm, max_norm);
+  if (!adamw.freeze_base()) return clip_gradients(ops, g + adamw.lo(), adamw.hi() - adamw.lo(), norm, max_norm);
+  adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { clip_gradients(ops, g + at, n, norm, max_norm); });
 }
 
-AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base)
+AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base, int64_t lo, int64_t hi)
     : ops_(ops),
       layout_(layout),
       cfg_(cfg),
       freeze_base_(freeze_base),
-      m_(ops.alloc(static_cast<size_t>(layout.total()) * sizeof(float), /*lazy=*/freeze_base)),
-      v_(ops.alloc(static_cast<size_t>(layout.total()) * sizeof(float), /*lazy=*/freeze_base)) {
+      lo_(lo),
+      hi_(hi < 0 ? layout.total() : hi),
+      m_(ops.alloc(static_cast<size_t>(hi_ - lo_) * sizeof(float), /*lazy=*/freeze_base)),
+      v_(ops.alloc(static_cast<size_t>(hi_ - lo_) * sizeof(float), /*lazy=*/freeze_base)) {
+  ATTNRES_CHECK(0 <= lo_ && lo_ <= hi_ && hi_ <= layout.total(), "optimizer range outside the arena");
   if (freeze_base) {  // lazily backed: zero the moments that are used
-    for (const TensorSpec& s : layout.specs())
-      if (trains(s)) {
-        ops.fill(m_.data() + s.offset, 0.0f, s.numel);
-        ops.fill(v_.data() + s.offset, 0.0f, s.numel);
-      }
+    for_each_range([&](const TensorSpec&, int64_t at, int64_t n) {
+      ops.fill(m_.data() + (at - lo_), 0.0f, n);
+      ops.fill(v_.data() + (at - lo_), 0.0f, n);
+    });
   }
 }
 
@@ -61,13 +68,12 @@ void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, d
   u.beta2 = static_cast<float>(cfg_.beta2);
   u.eps = static_cast<float>(cfg_.eps);
   u.inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-  for (const auto& s : layout_.specs()) {
-    if (!trains(s)) continue;
+  for_each_range([&](const TensorSpec& s, int64_t at, int64_t n) {
     const double lr = s.routing() ? lr_routing : lr_base;
     u.step_size = static_cast<float>(lr / bc1);
     u.decay = s.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    ops_.adamw_update(params + s.offset, grads + s.offset, m_.data() + s.offset, v_.data() + s.offset, s.numel, u);
-  }
+    ops_.adamw_update(params + at, grads + at, m_.data() + (at - lo_), v_.data() + (at - lo_), n, u);
+  });
 }
 
 }  // namespace attnres

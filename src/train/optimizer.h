@@ -3,6 +3,7 @@
 // the loops over the arena run as ops of the backend (ops/backend.h).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -26,8 +27,12 @@ class AdamW;
 double global_norm(Backend& ops, const float* g, int64_t n);
 // g *= min(1, max_norm / (norm + 1e-6)) when max_norm > 0 (torch clip_grad_norm_).
 void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm);
-// The same over the tensors the optimizer trains (all of the arena unless the base is frozen).
+// Σ g² over what this optimizer updates: the tensors it trains (all of the
+// arena unless the base is frozen) within its range.  With one rank that is
+// the square of the global norm; with N ranks, each adds its range's.
+double sum_squares(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g);
 double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g);
+// Clips what this optimizer updates by the global `norm`.
 void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout, float* g, double norm,
                     double max_norm);
 
@@ -36,9 +41,15 @@ void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout,
 // may run at its own rate, and the base may be frozen: then it is neither
 // updated nor decayed, and its moments — in a lazily backed arena — are
 // never touched, so they cost no memory.
+//
+// Sharded (ZeRO stage 1): an optimizer of the arena range [lo, hi) keeps the
+// moments of that range only (m()[0] is element lo's) and updates only those
+// parameters; each rank of a data-parallel run owns one range, and the
+// updated parameters are then all-gathered (dist/comm.h).
 class AdamW {
  public:
-  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base = false);
+  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base = false, int64_t lo = 0,
+        int64_t hi = -1);
   // One update at 1-based step t, at rate lr (lr_routing for the routing
   // group; < 0: lr), of every trained tensor:  p ← p·(1 − lr·wd) (decayed tensors only);
   // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
@@ -46,7 +57,18 @@ class AdamW {
   void step(float* params, const float* grads, double lr, int64_t t, double lr_routing = -1);
   bool trains(const TensorSpec& s) const { return !freeze_base_ || s.routing(); }
   bool freeze_base() const { return freeze_base_; }
-  float* m() { return m_.data(); }
+  int64_t lo() const { return lo_; }
+  int64_t hi() const { return hi_; }
+  // Calls f(offset, count) for each trained tensor's part within [lo, hi), in layout order.
+  template <class F>
+  void for_each_range(F&& f) const {
+    for (const TensorSpec& s : layout_.specs()) {
+      if (!trains(s)) continue;
+      const int64_t a = std::max(lo_, s.offset), b = std::min(hi_, s.offset + s.numel);
+      if (a < b) f(s, a, b - a);
+    }
+  }
+  float* m() { return m_.data(); }  // (hi − lo) moments of the range
   float* v() { return v_.data(); }
   const AdamWConfig& config() const { return cfg_; }
 
@@ -55,6 +77,7 @@ class AdamW {
   const ParamLayout& layout_;
   AdamWConfig cfg_;
   bool freeze_base_ = false;
+  int64_t lo_, hi_;
   Buffer m_, v_;
 };
 

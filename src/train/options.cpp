@@ -117,6 +117,8 @@ void TrainOptions::validate() const {
   if (data_order != "random" && data_order != "sequential")
     fail("--data-order must be random or sequential, got '", data_order, "'");
   if (threads < 0) fail("--threads must be 0 (all cores) or positive");
+  if (on_nan != "stop" && on_nan != "skip") fail("--on-nan must be stop or skip, got '", on_nan, "'");
+  if (collective_timeout < 0) fail("--collective-timeout must be 0 (none) or positive");
   if (data.empty()) fail("--data is required (a token file; see attnres train --help)");
   if (out.empty()) fail("--out is required");
 }
@@ -135,6 +137,7 @@ nlohmann::json run_settings(const TrainOptions& o) {
   });
   j["model"] = o.model.to_json();
   j["data_files"] = data_fingerprint(o.data);
+  j["world_size"] = o.world;
   return j;
 }
 
@@ -164,6 +167,20 @@ void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std:
            flag_of(key));
     }
   });
+  // Another number of ranks: the run's global batch G = ranks × batch × accum
+  // is kept by taking the micro-batch (then the accumulation) not given.
+  const int64_t W = stored.value("world_size", int64_t{1});
+  if (W == o.world || !stored.contains("batch") || !stored.contains("accum")) return;
+  const int64_t G = W * stored["batch"].get<int64_t>() * stored["accum"].get<int64_t>();
+  const bool batch_given = given.count("batch") > 0, accum_given = given.count("accum") > 0;
+  if (!batch_given && G % (o.world * o.accum) == 0) {
+    o.batch = G / (o.world * o.accum);
+  } else if (!accum_given && G % (o.world * o.batch) == 0) {
+    o.accum = G / (o.world * o.batch);
+  } else if (!batch_given && !accum_given && G % o.world == 0) {
+    o.accum = 1;
+    o.batch = G / o.world;
+  }  // else check_resume names the mismatch
 }
 
 std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::json& now, const nlohmann::json& stored,
@@ -189,6 +206,20 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
         fail(refuse, "the model's ", it.key(), " is ", brief(it.value()), ", the run's was ",
              was.contains(it.key()) ? brief(was[it.key()]) : std::string("absent"), fresh);
     }
+  }
+
+  // The global batch: the same windows per step whatever the ranks.
+  if (stored.contains("batch") && stored.contains("accum")) {
+    const int64_t W = stored.value("world_size", int64_t{1}), b = stored["batch"].get<int64_t>(),
+                  a = stored["accum"].get<int64_t>();
+    if (W * b * a != o.world * o.batch * o.accum)
+      fail(refuse, "the global batch (ranks x --batch x --accum) is ", o.world, " x ", o.batch, " x ", o.accum, " = ",
+           o.world * o.batch * o.accum, " windows, the run's was ", W, " x ", b, " x ", a, " = ", W * b * a,
+           " (with another number of ranks, give a --batch or --accum that keeps the run's)");
+    if (W != o.world || b != o.batch || a != o.accum)
+      notes.push_back(cat("the run's global batch of ", W * b * a, " windows, now as ", o.world, " rank",
+                          o.world == 1 ? "" : "s", " x --batch ", o.batch, " x --accum ", o.accum, " (the run's: ", W,
+                          " x ", b, " x ", a, ")"));
   }
 
   TrainOptions::each(o, [&](const auto&, const char* key, const char*, OnResume r, const char*) {
@@ -227,6 +258,8 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
       case OnResume::kSamePlace:
         if (!was.is_string() || !same_place(now[key].get<std::string>(), was.get<std::string>()))
           fail(refuse, flag, " is ", brief(now[key]), ", the run's was ", brief(was), fresh);
+        break;
+      case OnResume::kGlobalBatch:  // checked above, as a product
         break;
       case OnResume::kFree:
         if (was != now[key]) notes.push_back(cat(flag, " ", brief(now[key]), " (the run's: ", brief(was), ")"));

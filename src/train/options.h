@@ -30,6 +30,7 @@ enum class OnResume {
   kExtend,    // --steps: may grow, to extend a run (the schedule then ends at the new step)
   kSameData,  // --data: the shards must hold the run's tokens, however their paths are spelled
   kSamePlace, // --init: the same directory (by file identity), however its path is spelled
+  kGlobalBatch, // --batch, --accum: ranks × batch × accum must equal the run's (each may change with the ranks)
   kFree,      // may change: frequencies, logging, output, threads, memory
 };
 
@@ -57,6 +58,10 @@ struct TrainOptions {
   bool recompute;           // rerun each sublayer's forward in the backward (same bits, less memory)
   int threads;              // 0 = every core
   double peak_gflops;       // MFU's denominator; 0 = measure this machine's SGEMM at start
+  std::string on_nan;       // "stop" or "skip" a step whose loss or gradient is not finite
+  double collective_timeout;  // seconds a rank waits for the others (0 = forever)
+
+  int world = 1;  // ranks of the run (not a flag: mpirun -np says it); the global batch is world × batch × accum
 
   TrainOptions();  // every option at its default
 
@@ -75,9 +80,10 @@ struct TrainOptions {
     visit(o.tokenizer, "tokenizer", "", R::kFree,
           "tokenizer.json copied into every checkpoint (default: the one beside --data, else --init's / --resume's)");
     visit(o.steps, "steps", "200", R::kExtend, "optimizer steps (with --resume: a larger number extends the run)");
-    visit(o.batch, "batch", "8", R::kFixed, "micro-batch size B");
+    visit(o.batch, "batch", "8", R::kGlobalBatch,
+          "micro-batch size B of each rank (a step reads ranks x B x accum windows)");
     visit(o.seq_len, "seq_len", "256", R::kFixed, "sequence length T");
-    visit(o.accum, "accum", "1", R::kFixed, "micro-batches per optimizer step");
+    visit(o.accum, "accum", "1", R::kGlobalBatch, "micro-batches per optimizer step, per rank");
     visit(o.lr, "lr", "3e-3", R::kFixed, "peak learning rate");
     visit(o.lr_min, "lr_min", "3e-4", R::kFixed, "final learning rate of the cosine decay");
     visit(o.lr_routing, "lr_routing", "", R::kFixed, "peak learning rate of the routing parameters (default: --lr)");
@@ -109,7 +115,13 @@ struct TrainOptions {
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
-          "peak GFLOP/s that MFU is against (0 = measure SGEMM 2048^3 at start)");
+          "peak GFLOP/s of one rank that MFU is against (0 = measure SGEMM 2048^3 at start)");
+    visit(o.on_nan, "on_nan", "stop", R::kFree,
+          "a step whose loss or gradient is not finite (on any rank): stop (error, no checkpoint of it) or skip "
+          "its update (10 in a row stop the run)");
+    visit(o.collective_timeout, "collective_timeout", "300", R::kFree,
+          "seconds a rank waits for the others in a collective before it stops with an error (a rank died or "
+          "hangs; 0 = forever); must exceed a checkpoint save");
   }
 
   AdamWConfig adamw() const { return {beta1, beta2, eps, weight_decay}; }

@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
+#include "dist/comm.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
@@ -28,9 +29,11 @@ namespace attnres {
 
 namespace {
 
-// SIGINT, SIGTERM and SIGHUP while a run trains: the first asks the loop to
-// stop after the current step (with a checkpoint); a second one ends the
-// process at once, as the signal's default would.
+// SIGINT, SIGTERM, SIGHUP and SIGUSR1 while a run trains: the first asks the
+// loop to stop after the current step (with a checkpoint; with several ranks,
+// every rank stops after the same step); a second one ends the process at
+// once, as the signal's default would.  SIGUSR1 is the one mpirun passes on to
+// every rank as it is (it answers SIGTERM by ending the job itself).
 volatile std::sig_atomic_t g_stop_signal = 0;
 extern "C" void on_stop_signal(int sig) {
   if (g_stop_signal) {
@@ -48,16 +51,17 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
-    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
+    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~StopSignals() {
-    for (size_t i = 0; i < 3; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
+    for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &old_[i], nullptr);
   }
   int received() const { return g_stop_signal; }
 
  private:
-  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction old_[3];
+  static constexpr size_t kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
+  struct sigaction old_[kCount];
 };
 
 // Keeps the lines of log.jsonl whose step is at most `step` (atomically).
@@ -131,32 +135,92 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
 }  // namespace
 
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
-                     int64_t accum, double lr, int64_t t, double clip, double lr_routing) {
+                     const StepOptions& so) {
   const int64_t N = model.B() * model.T();
+  const int ranks = so.comm ? so.comm->size() : 1;
   // Scratch for one micro-batch; small next to the activations.
   thread_local std::vector<int32_t> inputs, targets;
   inputs.resize(static_cast<size_t>(N));
   targets.resize(static_cast<size_t>(N));
   StepStats st;
   model.zero_grad();
-  for (int64_t micro = 0; micro < accum; ++micro) {
+  const float scale = 1.0f / static_cast<float>(so.accum * ranks);
+  double loss = 0;  // this rank's mean over its micro-batches
+  for (int64_t micro = 0; micro < so.accum; ++micro) {
     next_batch(inputs.data(), targets.data());
-    st.loss += model.forward_backward(inputs.data(), targets.data(), true, 1.0f / static_cast<float>(accum));
+    loss += model.forward_backward(inputs.data(), targets.data(), true, scale);
   }
-  st.loss /= static_cast<double>(accum);
+  loss /= static_cast<double>(so.accum);
   Backend& ops = model.context().ops();
-  st.grad_norm = global_norm(ops, adamw, model.layout(), model.grads());
-  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm))
-    fail("step ", t, ": loss ", st.loss, ", gradient norm ", st.grad_norm,
-         " — training diverged (try a lower --lr)");
-  clip_gradients(ops, adamw, model.layout(), model.grads(), st.grad_norm, clip);
-  adamw.step(model.params(), model.grads(), lr, t, lr_routing);
+  float* grads = model.grads();
+  if (so.poison) {
+    loss = std::nan("");
+    ops.fill(grads + adamw.lo(), std::nanf(""), std::min<int64_t>(1, adamw.hi() - adamw.lo()));
+  }
+  double sum_sq = 0;
+  if (ranks == 1) {
+    sum_sq = sum_squares(ops, adamw, model.layout(), grads);
+  } else {
+    const int signal = so.received_signal ? so.received_signal() : 0;
+    ops.synchronize();  // the arena is read by MPI from the host
+    const std::string at = cat("step ", so.t, ": ");
+    so.comm->reduce_scatter(grads, *so.shards, at + "the gradient reduce-scatter");
+    const std::vector<double> all = so.comm->all_gather(
+        {loss, sum_squares(ops, adamw, model.layout(), grads), static_cast<double>(signal)},
+        at + "the exchange of losses and norms");
+    loss = 0;
+    st.signal = 0;
+    for (int r = 0; r < ranks; ++r) {  // in rank order: the same sums on every rank
+      loss += all[3 * static_cast<size_t>(r)];
+      sum_sq += all[3 * static_cast<size_t>(r) + 1];
+      if (!st.signal) st.signal = static_cast<int>(all[3 * static_cast<size_t>(r) + 2]);
+    }
+    loss /= ranks;
+  }
+  st.loss = loss;
+  st.grad_norm = std::sqrt(sum_sq);
+  if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
+    if (so.skip_nonfinite) {
+      st.skipped = true;
+      if (ranks == 1 && so.received_signal) st.signal = so.received_signal();
+      return st;  // every rank skips: the parameters stay as they are everywhere
+    }
+    fail("step ", so.t, ": loss ", st.loss, ", gradient norm ", st.grad_norm,
+         " — training diverged (try a lower --lr, or --on-nan skip)");
+  }
+  clip_gradients(ops, adamw, model.layout(), grads, st.grad_norm, so.clip);
+  adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing);
+  if (ranks > 1) {
+    ops.synchronize();
+    so.comm->all_gather(model.params(), *so.shards, cat("step ", so.t, ": the parameter all-gather"));
+  } else if (so.received_signal) {
+    st.signal = so.received_signal();  // one process: a signal during the whole step ends the run after it
+  }
   return st;
 }
 
-TrainResult train(const TrainOptions& opt) {
+StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
+                     int64_t accum, double lr, int64_t t, double clip, double lr_routing) {
+  StepOptions so;
+  so.accum = accum;
+  so.lr = lr;
+  so.t = t;
+  so.clip = clip;
+  so.lr_routing = lr_routing;
+  return train_step(model, adamw, next_batch, so);
+}
+
+TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   const Config& c = opt.model;
   opt.validate();
+  std::unique_ptr<Comm> own_comm;
+  if (!comm_in) own_comm = Comm::single();
+  Comm& comm = comm_in ? *comm_in : *own_comm;
+  const int ranks = comm.size(), rank = comm.rank();
+  ATTNRES_CHECK(opt.world == ranks, "TrainOptions::world (", opt.world, ") is not the number of ranks (", ranks, ")");
+  const bool root = comm.root();
+  const bool quiet = opt.quiet || !root;  // rank 0 speaks for the run
+  comm.set_timeout(opt.collective_timeout);
   // A resume is checked before anything is built: every option either
   // continues the run unchanged or may change (the notes say which changed);
   // one that would alter the trajectory is refused.
@@ -169,8 +233,10 @@ TrainResult train(const TrainOptions& opt) {
     resume_notes = check_resume(opt, settings, st.settings, st.step, dir);
   }
 
-  // Check the output directory first: a run must not train for an hour and then fail to save.
-  {
+  // Rank 0 owns the output directory.  Check it first: a run must not train
+  // for an hour and then fail to save.
+  std::unique_ptr<DirLock> lock;
+  if (root) {
     std::error_code ec;
     std::filesystem::create_directories(opt.out, ec);
     const std::string probe = opt.out + "/.write_test";
@@ -178,18 +244,31 @@ TrainResult train(const TrainOptions& opt) {
     if (ec || !f) fail(opt.out, ": output directory is not writable");
     f.close();
     std::filesystem::remove(probe, ec);
+    // One run per directory: a second one is refused, naming the first.
+    lock = std::make_unique<DirLock>(opt.out);
+    if (const int n = remove_stray_checkpoint_dirs(opt.out); n > 0 && !quiet)
+      std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
   }
-  // One run per directory: a second one is refused, naming the first.
-  DirLock lock(opt.out);
-  if (const int n = remove_stray_checkpoint_dirs(opt.out); n > 0 && !opt.quiet)
-    std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
   StopSignals signals;
 
   // Two generators: the model's init, and the data windows — so every mode
-  // (whatever its init draws) reads the same windows in the same order.
+  // (whatever its init draws) reads the same windows in the same order.  Every
+  // rank draws every window of a step (ranks × accum micro-batches of B) and
+  // computes its own: rank r the micro-batches r·accum … r·accum + accum − 1.
   Rng rng(opt.seed);
   Rng data_rng(opt.seed ^ 0xD1B54A32D192ED03ull);
-  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng);
+  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng,
+                    ranks * opt.accum);
+  int64_t drawn = 0;  // micro-batches of this step this rank has drawn
+  auto next_batch = [&](int32_t* in, int32_t* tg) {
+    if (drawn == 0)
+      for (int64_t j = 0; j < rank * opt.accum; ++j) loader.skip();  // lower ranks' micro-batches
+    loader.next(in, tg);
+    if (++drawn == opt.accum) {
+      for (int64_t j = 0; j < (ranks - 1 - rank) * opt.accum; ++j) loader.skip();  // higher ranks'
+      drawn = 0;
+    }
+  };
   std::unique_ptr<TokenFile> val;
   if (!opt.val_data.empty()) {
     val = std::make_unique<TokenFile>(opt.val_data);
@@ -206,34 +285,47 @@ TrainResult train(const TrainOptions& opt) {
     if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
         saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
       fail(init_dir, ": its model shape (config.json) differs from the model being trained");
-    if (saved.to_json() != c.to_json() && !opt.quiet) report_conversion(ctx, opt, saved, init_dir, rng, data_rng);
+    if (saved.to_json() != c.to_json() && !quiet) report_conversion(ctx, opt, saved, init_dir, rng, data_rng);
   }
   ModelOptions mo{opt.batch, opt.seq_len};
   mo.freeze_base = opt.freeze_base;
   mo.recompute = opt.recompute;
   Model model(ctx, c, mo);
-  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base);
+  // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena.
+  const Shards shards(model.layout().total(), ranks);
+  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base, shards.lo(rank), shards.hi(rank));
   auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
-    TrainerState st =
-        load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
+    // Every rank reads the checkpoint (written for any number of ranks) and keeps its range of the moments.
+    TrainerState st;
+    if (ranks == 1) {
+      st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
+    } else {
+      Buffer m = ctx.ops().alloc(static_cast<size_t>(model.layout().total()) * sizeof(float), opt.freeze_base);
+      Buffer v = ctx.ops().alloc(static_cast<size_t>(model.layout().total()) * sizeof(float), opt.freeze_base);
+      st = load_checkpoint(dir, model.layout(), model.params(), m.data(), v.data(), trained, ctx.threads());
+      adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) {
+        std::copy(m.data() + at, m.data() + at + n, adamw.m() + (at - adamw.lo()));
+        std::copy(v.data() + at, v.data() + at + n, adamw.v() + (at - adamw.lo()));
+      });
+    }
     for (const std::string& note : resume_notes)
-      if (!opt.quiet) std::printf("resume: %s\n", note.c_str());
+      if (!quiet) std::printf("resume: %s\n", note.c_str());
     start = st.step;
     loader.set_position(st.data);
     data_rng.set_state(st.rng);
-    if (!opt.quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
+    if (!quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
   } else {
-    model.init(rng);
+    model.init(rng);  // the same draws on every rank: the same weights
     if (!init_dir.empty()) {
       const std::string& dir = init_dir;
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
       const double t0 = now_seconds();
       const int64_t kept = model.load(dir, /*keep_missing_routing=*/true);
-      if (!opt.quiet)
+      if (!quiet)
         std::printf("initialised from %s in %.1f s%s\n", dir.c_str(), now_seconds() - t0,
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
                          : "");
@@ -241,21 +333,34 @@ TrainResult train(const TrainOptions& opt) {
   }
 
   const std::string log_path = opt.out + "/log.jsonl";
-  // A resumed run's log continues from the checkpoint's step: lines of the
-  // steps it redoes (written after that checkpoint) are dropped first.
-  if (start > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start);
-  std::FILE* log = std::fopen(log_path.c_str(), start > 0 ? "a" : "w");
-  if (!log) fail(log_path, ": cannot open log for writing");
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard(log, &std::fclose);
+  std::FILE* log = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard(nullptr, &std::fclose);
+  if (root) {
+    // A resumed run's log continues from the checkpoint's step: lines of the
+    // steps it redoes (written after that checkpoint) are dropped first.
+    if (start > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start);
+    log = std::fopen(log_path.c_str(), start > 0 ? "a" : "w");
+    if (!log) fail(log_path, ": cannot open log for writing");
+    log_guard.reset(log);
+  }
+  auto log_line = [&](const nlohmann::json& j) {
+    if (!log) return;
+    std::fprintf(log, "%s\n", j.dump().c_str());
+    std::fflush(log);
+  };
 
   const int64_t N = opt.batch * opt.seq_len;
   const double flops_per_token = model.flops_per_token(opt.seq_len);
-  const double peak_flops = opt.peak_gflops > 0 ? opt.peak_gflops * 1e9 : measure_sgemm_gflops(ctx.threads()) * 1e9;
-  if (!opt.quiet && opt.peak_gflops <= 0)
-    std::printf("MFU against this machine's SGEMM rate, measured now: %.1f GFLOP/s\n", peak_flops / 1e9);
+  // MFU is against every rank's peak: one rank's (measured on rank 0) × ranks.
+  double peak_flops = opt.peak_gflops * 1e9;
+  if (peak_flops <= 0) peak_flops = root ? measure_sgemm_gflops(ctx.threads()) * 1e9 : 1;
+  if (!quiet && opt.peak_gflops <= 0)
+    std::printf("MFU against this machine's SGEMM rate, measured now: %.1f GFLOP/s%s\n", peak_flops / 1e9,
+                ranks > 1 ? " per rank" : "");
+  peak_flops *= ranks;
   std::fflush(stdout);
-  const int64_t tokens_per_step = N * opt.accum;
-  if (!opt.quiet)
+  const int64_t tokens_per_step = N * opt.accum * ranks;
+  if (!quiet) {
     std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
                 c.mode != Mode::kDeltaBlock ? ""
                 : c.block_delta == BlockDelta::kTrue
@@ -263,6 +368,14 @@ TrainResult train(const TrainOptions& opt) {
                     : " (attnres_block_delta reference: the released code's x - last source)",
                 static_cast<long long>(model.num_params()), static_cast<long long>(tokens_per_step),
                 static_cast<long long>(loader.total_tokens()));
+    if (ranks > 1)
+      std::printf("data parallel: %d ranks x batch %lld x accum %lld = a global batch of %lld windows of %lld "
+                  "tokens; AdamW moments sharded (%.1f MiB per rank instead of %.1f)\n",
+                  ranks, static_cast<long long>(opt.batch), static_cast<long long>(opt.accum),
+                  static_cast<long long>(ranks * opt.batch * opt.accum), static_cast<long long>(opt.seq_len),
+                  2.0 * shards.size(0) * sizeof(float) / (1 << 20),
+                  2.0 * model.layout().total() * sizeof(float) / (1 << 20));
+  }
 
   // The tokenizer that travels with the checkpoints.
   std::string tokenizer = opt.tokenizer;
@@ -301,7 +414,7 @@ TrainResult train(const TrainOptions& opt) {
       break;
     }
   }
-  if (!opt.quiet) {
+  if (!quiet) {
     std::printf("tokenizer: %s\n", tokenizer.empty() ? "none found (checkpoints will not carry one)"
                                                       : (tokenizer + " (copied into every checkpoint)").c_str());
     if (opt.freeze_base)
@@ -316,14 +429,27 @@ TrainResult train(const TrainOptions& opt) {
   double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), data_rng.state(), settings};
-    // Never write a diverged model: one pass over the weights before anything is written.
+    // Never write a diverged model: one pass over the weights (the same on
+    // every rank, so every rank stops) before anything is written.
     if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
       fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
            "no checkpoint written", result.last_checkpoint.empty() ? "" : ", the last good one is ",
            result.last_checkpoint);
     ctx.ops().synchronize();  // the arenas are read from the host
-    result.last_checkpoint =
-        save_checkpoint(opt.out, c, model.layout(), model.params(), adamw.m(), adamw.v(), st, so);
+    const float* m = adamw.m();
+    const float* v = adamw.v();
+    Buffer full_m, full_v;  // rank 0, several ranks: every rank's moments, for the file
+    if (ranks > 1 && opt.save_optimizer) {
+      const size_t bytes = root ? static_cast<size_t>(model.layout().total()) * sizeof(float) : 0;
+      full_m = ctx.ops().alloc(bytes, opt.freeze_base);
+      full_v = ctx.ops().alloc(bytes, opt.freeze_base);
+      const std::string what = cat("step ", step_done, ": the gather of the AdamW moments for the checkpoint");
+      comm.gather_to_root(adamw.m(), full_m.data(), shards, what);
+      comm.gather_to_root(adamw.v(), full_v.data(), shards, what);
+      m = full_m.data();
+      v = full_v.data();
+    }
+    if (root) result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), m, v, st, so);
   };
   auto validate = [&](int64_t step_done) {
     // How long validation takes: a binding time budget keeps that much for the last one.
@@ -334,35 +460,54 @@ TrainResult train(const TrainOptions& opt) {
     } timed{now_seconds(), last_val_seconds};
     EvalOptions eo;
     eo.max_tokens = opt.val_tokens;
-    eo.progress = !opt.quiet;  // windows and ETA on stderr
+    eo.progress = !quiet;  // windows and ETA on stderr
+    eo.part = rank;        // the ranks share the windows, in batches dealt round-robin
+    eo.parts = ranks;
     EvalResult r = evaluate(model, *val, eo);
+    if (ranks > 1) {
+      const std::vector<double> all = comm.all_gather({r.sum, static_cast<double>(r.tokens)},
+                                                      cat("step ", step_done, ": the validation sums"));
+      r.sum = 0;
+      r.tokens = 0;
+      for (int q = 0; q < ranks; ++q) {
+        r.sum += all[2 * static_cast<size_t>(q)];
+        r.tokens += static_cast<int64_t>(all[2 * static_cast<size_t>(q) + 1]);
+      }
+      r.loss = r.sum / static_cast<double>(r.tokens);
+      r.ppl = std::exp(r.loss);
+      r.seconds = now_seconds() - timed.t0;
+    }
     result.val_loss = r.loss;
     result.val_ppl = r.ppl;
     result.val_tokens = r.tokens;
-    if (!opt.quiet)
+    if (!quiet)
       std::printf("step %5lld | val loss %.4f | val ppl %.2f | %lld tokens | %.1f s\n",
                   static_cast<long long>(step_done), r.loss, r.ppl, static_cast<long long>(r.tokens), r.seconds);
-    std::fprintf(log, "%s\n",
-                 nlohmann::json({{"step", step_done}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}})
-                     .dump()
-                     .c_str());
-    std::fflush(log);
+    log_line({{"step", step_done}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}});
   };
 
-  // Routing statistics of every routing_every-th step (all its micro-batches),
-  // one JSONL line each; the forward does no statistics work on other steps.
+  // Routing statistics of every routing_every-th step (all its micro-batches,
+  // of every rank), one JSONL line each; the forward does no statistics work on other steps.
   RoutingStats routing = model.make_routing_stats();
   const bool log_routing = opt.routing_every > 0 && !model.routers().empty();
 
+  // Tests: ATTNRES_TEST_NAN=RANK:STEP makes that rank's gradient NaN at that step.
+  int poison_rank = -1;
+  int64_t poison_step = -1;
+  if (const char* e = std::getenv("ATTNRES_TEST_NAN")) std::sscanf(e, "%d:%ld", &poison_rank, &poison_step);
+
   int64_t step = start;
-  int stopped_by = 0;  // the signal that ended the run early, if one did
+  int stopped_by = 0;    // the signal that ended the run early, if one did
+  int skipped_in_a_row = 0;
   // The step the learning-rate schedule ends at: --steps, unless the time
   // budget cannot reach it — then the schedule is shortened (never
   // lengthened) to the steps the budget still allows, so a cut run still ends
-  // its decay at lr-min.  Only a binding budget makes a run depend on timing.
+  // its decay at lr-min.  Only a binding budget makes a run depend on timing
+  // (rank 0's clock decides, for every rank).
   int64_t schedule = opt.steps;
   for (; step < schedule; ++step) {
     const double t0 = now_seconds();
+    comm.take_seconds();
     const double lr = lr_at(step, opt.warmup, schedule, opt.lr, opt.lr_min);
     const double lr_routing = opt.lr_routing < 0 ? lr
                                                  : lr_at(step, opt.warmup, schedule, opt.lr_routing,
@@ -372,55 +517,95 @@ TrainResult train(const TrainOptions& opt) {
       routing.clear();
       model.attach_routing_stats(&routing);
     }
-    const StepStats st = train_step(
-        model, adamw, [&](int32_t* in, int32_t* tg) { loader.next(in, tg); }, opt.accum, lr, step + 1, opt.clip,
-        lr_routing);
+    StepOptions sopt;
+    sopt.accum = opt.accum;
+    sopt.t = step + 1;
+    sopt.lr = lr;
+    sopt.lr_routing = lr_routing;
+    sopt.clip = opt.clip;
+    sopt.skip_nonfinite = opt.on_nan == "skip";
+    sopt.received_signal = [&] { return signals.received(); };
+    sopt.poison = rank == poison_rank && step + 1 == poison_step;
+    sopt.comm = &comm;
+    sopt.shards = &shards;
+    const StepStats st = train_step(model, adamw, next_batch, sopt);
     if (routing_step) {
       model.attach_routing_stats(nullptr);
-      std::fprintf(log, "%s\n", nlohmann::json({{"step", step + 1}, {"routing", routing.to_json()}}).dump().c_str());
+      if (ranks > 1) {  // the global batch's statistics: every rank's sums, added in rank order
+        const std::vector<double> mine = routing.values();
+        const std::vector<double> all = comm.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));
+        std::vector<double> sum(mine.size(), 0.0);
+        for (int q = 0; q < ranks; ++q)
+          for (size_t i = 0; i < mine.size(); ++i) sum[i] += all[static_cast<size_t>(q) * mine.size() + i];
+        routing.set_values(sum);
+      }
+      log_line({{"step", step + 1}, {"routing", routing.to_json()}});
     }
     const double loss = st.loss, norm = st.grad_norm;
+    const double comm_s = comm.take_seconds();
     const double dt = now_seconds() - t0;
     step_seconds += dt;
     const double tok_s = static_cast<double>(tokens_per_step) / dt;
     const double mfu = tok_s * flops_per_token / peak_flops;
-    result.final_loss = loss;
-    if (!opt.quiet)
-      std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%\n",
-                  static_cast<long long>(step + 1), static_cast<long long>(schedule), loss, lr, norm, dt * 1e3,
-                  tok_s, 100.0 * mfu);
-    std::fprintf(log, "%s\n",
-                 nlohmann::json({{"step", step + 1}, {"loss", loss}, {"lr", lr}, {"grad_norm", norm},
-                                 {"ms", dt * 1e3}, {"tok_per_s", tok_s}, {"mfu", mfu}})
-                     .dump()
-                     .c_str());
-    std::fflush(log);
-    std::fflush(stdout);
     const int64_t done = step + 1;
-    if (opt.time_budget > 0 && done < schedule) {
-      const double left = opt.time_budget - (now_seconds() - run_start) - last_val_seconds;
-      const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds / (done - start)));
-      if (can < schedule) {
-        schedule = std::max(done + 1, can);
-        if (!opt.quiet)
+    if (st.skipped) {
+      ++skipped_in_a_row;
+      if (!quiet)
+        std::printf("step %5lld/%lld | loss %.4f | norm %.3f | not finite: update skipped (--on-nan skip, %d in a "
+                    "row)\n",
+                    static_cast<long long>(done), static_cast<long long>(schedule), loss, norm, skipped_in_a_row);
+      log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}, {"loss", nullptr}});
+      if (skipped_in_a_row >= 10)
+        fail("step ", done, ": 10 steps in a row had a non-finite loss or gradient (--on-nan skip): training "
+             "diverged (try a lower --lr)", result.last_checkpoint.empty() ? "" : "; the last checkpoint is ",
+             result.last_checkpoint);
+    } else {
+      skipped_in_a_row = 0;
+      result.final_loss = loss;
+      if (!quiet)
+        std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%%s\n",
+                    static_cast<long long>(done), static_cast<long long>(schedule), loss, lr, norm, dt * 1e3,
+                    tok_s, 100.0 * mfu, ranks > 1 ? cat(" | comm ", static_cast<int>(comm_s * 1e3), " ms").c_str() : "");
+      nlohmann::json line = {{"step", done}, {"loss", loss}, {"lr", lr},         {"grad_norm", norm},
+                             {"ms", dt * 1e3}, {"tok_per_s", tok_s}, {"mfu", mfu}};
+      if (ranks > 1) line["comm_ms"] = comm_s * 1e3;
+      log_line(line);
+    }
+    std::fflush(stdout);
+    // Rank 0's clock decides the time budget, for every rank.
+    int64_t decision[2] = {schedule, 0};  // the schedule's end; out of time
+    if (opt.time_budget > 0) {
+      if (root) {
+        if (done < schedule) {
+          const double left = opt.time_budget - (now_seconds() - run_start) - last_val_seconds;
+          const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds / (done - start)));
+          if (can < schedule) decision[0] = std::max(done + 1, can);
+        }
+        decision[1] = now_seconds() - run_start > opt.time_budget;
+      }
+      comm.broadcast(decision, sizeof decision, cat("step ", done, ": the time-budget decision"));
+      if (decision[0] < schedule) {
+        schedule = decision[0];
+        if (!quiet)
           std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
                       static_cast<long long>(schedule), static_cast<long long>(opt.steps));
-        std::fprintf(log, "%s\n", nlohmann::json({{"step", done}, {"schedule_steps", schedule}}).dump().c_str());
+        log_line({{"step", done}, {"schedule_steps", schedule}});
       }
     }
     const bool last = done == schedule;
-    const bool out_of_time = opt.time_budget > 0 && now_seconds() - run_start > opt.time_budget;
-    if ((stopped_by = signals.received())) {  // finish here: checkpoint (no validation), say where, exit 0
-      if (!opt.quiet) std::printf("%s received after step %lld: saving a checkpoint and stopping\n",
-                                  ::strsignal(stopped_by), static_cast<long long>(done));
+    const bool out_of_time = decision[1] != 0;
+    if ((stopped_by = st.signal)) {  // finish here, on every rank: checkpoint (no validation), say where, exit 0
+      if (!quiet)
+        std::printf("%s received%s after step %lld: saving a checkpoint and stopping\n", ::strsignal(stopped_by),
+                    ranks > 1 ? " (by a rank)" : "", static_cast<long long>(done));
       ++step;
       break;
     }
     if (val && opt.val_every > 0 && done % opt.val_every == 0 && !last && !out_of_time) validate(done);
     if (opt.ckpt_every > 0 && done % opt.ckpt_every == 0 && !last && !out_of_time) save(done);
     if (out_of_time) {
-      if (!opt.quiet) std::printf("time budget of %.0f s reached after %lld steps\n", opt.time_budget,
-                                  static_cast<long long>(done));
+      if (!quiet) std::printf("time budget of %.0f s reached after %lld steps\n", opt.time_budget,
+                              static_cast<long long>(done));
       ++step;
       break;
     }
@@ -429,7 +614,21 @@ TrainResult train(const TrainOptions& opt) {
   result.schedule_steps = schedule;
   if (val && !stopped_by) validate(step);
   save(step);
-  if (!opt.quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+  if (ranks > 1) {
+    const std::vector<double> rss =
+        comm.all_gather({static_cast<double>(peak_rss_bytes())}, "the end of the run: peak memory of each rank");
+    if (!quiet) {
+      std::string line = "peak RSS per rank (MiB):";
+      nlohmann::json per_rank = nlohmann::json::array();
+      for (double b : rss) {
+        line += cat(" ", static_cast<int64_t>(b) >> 20);
+        per_rank.push_back(static_cast<int64_t>(b));
+      }
+      std::printf("%s\n", line.c_str());
+      log_line({{"step", step}, {"peak_rss_bytes_per_rank", per_rank}});
+    }
+  }
+  if (!quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
   std::fflush(stdout);
   return result;
 }

@@ -24,17 +24,47 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
-TrainResult train(const TrainOptions& opt);
+class Comm;
+// With `comm` (null: a world of one), one rank of a data-parallel run: every
+// rank calls train() with the same options; rank 0 logs, validates and writes
+// the checkpoints (see docs/distributed.md).
+TrainResult train(const TrainOptions& opt, Comm* comm = nullptr);
 
 class Model;
 class AdamW;
-// One optimizer step: `accum` micro-batches from next_batch(inputs, targets),
-// gradients averaged, clipped to `clip`, AdamW at 1-based step t with rate lr
-// (lr_routing for the routing parameters; < 0: lr).
-// Returns the mean loss and the gradient norm before clipping.
-struct StepStats {
-  double loss = 0, grad_norm = 0;
+struct Shards;
+
+// One optimizer step of one rank.  The step's global batch is ranks × accum
+// micro-batches; this rank computes `accum` of them (next_batch(inputs,
+// targets) gives each) with the loss scaled by 1/(ranks·accum), so that the
+// summed gradient is the global batch's mean.  Then:
+//   reduce-scatter of the gradient arena (rank r gets the sum of its range),
+//   all-gather of (loss, Σg² of the range, signal): the global loss (mean of
+//   the ranks' means, in rank order) and norm, the same bits on every rank,
+//   a non-finite loss or norm → Error (or, with skip_nonfinite, no update),
+//   clip to `clip`, AdamW on this rank's range at 1-based step t with rate lr
+//   (lr_routing for the routing parameters; < 0: lr),
+//   all-gather of the parameters.
+// With one rank the collectives are no-ops and this is plain training.
+struct StepOptions {
+  int64_t accum = 1, t = 1;
+  double lr = 0, lr_routing = -1, clip = 0;
+  bool skip_nonfinite = false;
+  // The stop signal this process has received (0: none), read once per step
+  // (before the exchange with several ranks, which tells it to every rank).
+  std::function<int()> received_signal;
+  bool poison = false;           // tests: make this rank's gradient NaN (a fault on one rank)
+  Comm* comm = nullptr;          // null: one process
+  const Shards* shards = nullptr;  // the ranks' ranges of the arena (with comm)
 };
+struct StepStats {
+  double loss = 0, grad_norm = 0;  // global, before clipping
+  bool skipped = false;            // not finite, and skipped
+  int signal = 0;                  // the first rank's stop signal, if any rank had one
+};
+StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
+                     const StepOptions& so);
+// One process: the step above without ranks.
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
                      int64_t accum, double lr, int64_t t, double clip, double lr_routing = -1);
 

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "dist/comm.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
 #include "io/safetensors.h"
@@ -23,6 +24,7 @@
 #include "core/rng.h"
 #include "train/data_loader.h"
 #include "train/optimizer.h"
+#include "train/options.h"
 #include "testing/check.h"
 #include "testing/context.h"
 
@@ -125,6 +127,130 @@ TEST(DataLoader, RandomWindowsAreContiguousSlicesAndRepeatable) {
   }
   EXPECT_TRUE(saw_second_shard);
   EXPECT_THROW(parse_data_order("shuffled"), Error);
+}
+
+// A step's micro-batches split over ranks: a rank draws every micro-batch of
+// the step and skips the others' ones, so 2 ranks × B 2 (group 2) read the
+// windows 1 rank × B 4 reads — also where a shard ends, which is decided per step.
+TEST(DataLoader, RanksSplitAStepIntoTheSameWindows) {
+  TempDir tmp("loader_ranks");
+  std::vector<uint32_t> a(53), b(41);
+  for (uint32_t i = 0; i < a.size(); ++i) a[i] = i;
+  for (uint32_t i = 0; i < b.size(); ++i) b[i] = 1000 + i;
+  write_token_file(tmp / "s0.bin", a);
+  write_token_file(tmp / "s1.bin", b);
+  for (DataOrder order : {DataOrder::kSequential, DataOrder::kRandom}) {
+    Rng r1(9), r2(9), r3(9);
+    DataLoader one(tmp / "s*.bin", 4, 3, 2000, order, &r1);                  // 1 rank × B 4
+    DataLoader rank0(tmp / "s*.bin", 2, 3, 2000, order, &r2, /*group=*/2);  // 2 ranks × B 2
+    DataLoader rank1(tmp / "s*.bin", 2, 3, 2000, order, &r3, /*group=*/2);
+    std::vector<int32_t> in(12), tg(12), in0(6), tg0(6), in1(6), tg1(6);
+    bool saw_second_shard = false;
+    for (int step = 0; step < 20; ++step) {
+      one.next(in.data(), tg.data());
+      rank0.next(in0.data(), tg0.data());  // rank 0: the first micro-batch, then skips rank 1's
+      rank0.skip();
+      rank1.skip();  // rank 1: skips rank 0's, then the second
+      rank1.next(in1.data(), tg1.data());
+      for (int i = 0; i < 6; ++i) {
+        ASSERT_EQ(in0[i], in[i]) << "step " << step;
+        ASSERT_EQ(in1[i], in[6 + i]) << "step " << step;
+        ASSERT_EQ(tg1[i], tg[6 + i]);
+      }
+      saw_second_shard |= in[0] >= 1000;
+      ASSERT_EQ(rank0.position().shard, one.position().shard);
+      ASSERT_EQ(rank0.position().offset, one.position().offset);
+    }
+    EXPECT_TRUE(saw_second_shard);
+  }
+  // Sequential order needs one step's micro-batches per shard.
+  EXPECT_THROW(DataLoader(tmp / "s*.bin", 2, 10, 2000, DataOrder::kSequential, nullptr, 3), Error);
+}
+
+// ZeRO stage 1: optimizers of adjoining ranges (ranges cut through tensors)
+// update exactly what one optimizer of the whole arena does.
+TEST(AdamW, ShardedRangesUpdateWhatOneOptimizerDoes) {
+  Config c = Config::from_json({{"hidden_size", 64}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 32}, {"intermediate_size", 128},
+                                {"vocab_size", 300}, {"attnres_mode", "delta_block"}, {"attnres_num_blocks", 2}},
+                               "test");
+  ParamLayout layout(c);
+  Backend& ops = testing::test_context().ops();
+  std::vector<float> g(layout.total());
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.37 * static_cast<double>(i));
+  for (bool freeze : {false, true}) {
+    std::vector<float> whole(layout.total(), 1.0f), parts(layout.total(), 1.0f);
+    AdamW one(ops, layout, AdamWConfig{}, freeze);
+    const Shards shards(layout.total(), 3);
+    std::vector<std::unique_ptr<AdamW>> ranks;
+    for (int r = 0; r < 3; ++r)
+      ranks.push_back(std::make_unique<AdamW>(ops, layout, AdamWConfig{}, freeze, shards.lo(r), shards.hi(r)));
+    double norm_sq = 0;
+    for (auto& a : ranks) norm_sq += sum_squares(ops, *a, layout, g.data());
+    EXPECT_NEAR(norm_sq, sum_squares(ops, one, layout, g.data()), 1e-9 * norm_sq);
+    for (int64_t t = 1; t <= 3; ++t) {
+      one.step(whole.data(), g.data(), 1e-2, t, 1e-1);
+      for (auto& a : ranks) a->step(parts.data(), g.data(), 1e-2, t, 1e-1);
+    }
+    ASSERT_EQ(whole, parts) << (freeze ? "frozen base" : "");
+    for (int r = 0; r < 3; ++r)  // each range's moments are the whole optimizer's there
+      for (int64_t i = shards.lo(r); i < shards.hi(r); i += 97)
+        if (!freeze || one.m()[i] != 0) {
+          ASSERT_EQ(ranks[r]->m()[i - shards.lo(r)], one.m()[i]) << i;
+        }
+  }
+}
+
+// --resume on another number of ranks keeps the run's global batch (ranks ×
+// batch × accum): the micro-batch not given follows, a mismatch is refused.
+TEST(Options, ResumeKeepsTheGlobalBatchAcrossWorldSizes) {
+  TrainOptions run;
+  run.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                                 {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                                 {"vocab_size", 64}},
+                                "test");
+  TempDir tmp("global_batch");
+  write_token_file(tmp / "t.bin", std::vector<uint32_t>(100, 1));
+  run.data = tmp / "t.bin";
+  run.out = tmp / "run";
+  run.batch = 4;
+  run.world = 2;
+  const nlohmann::json stored = run_settings(run);
+  EXPECT_EQ(stored["world_size"], 2);
+
+  TrainOptions one = run;
+  one.world = 1;
+  take_run_settings(one, stored, {});
+  EXPECT_EQ(one.batch, 8);  // 2 × 4 × 1 = 1 × 8 × 1
+  std::vector<std::string> notes = check_resume(one, run_settings(one), stored, 3, "ckpt");
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("global batch of 8 windows, now as 1 rank x --batch 8 x --accum 1"), std::string::npos)
+      << notes[0];
+
+  TrainOptions four = run;
+  four.world = 4;
+  four.accum = 2;
+  take_run_settings(four, stored, {"accum"});  // accum given: the batch follows
+  EXPECT_EQ(four.batch, 1);
+
+  TrainOptions three = run;
+  three.world = 3;
+  take_run_settings(three, stored, {});
+  try {
+    check_resume(three, run_settings(three), stored, 3, "ckpt");
+    FAIL() << "3 ranks cannot read a global batch of 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the global batch (ranks x --batch x --accum) is 3 x 4 x 1 = 12 windows, "
+                                         "the run's was 2 x 4 x 1 = 8"),
+              std::string::npos)
+        << e.what();
+  }
+  TrainOptions bad = run;
+  bad.on_nan = "ignore";
+  EXPECT_THROW(bad.validate(), Error);
+  bad = run;
+  bad.collective_timeout = -1;
+  EXPECT_THROW(bad.validate(), Error);
 }
 
 std::string slurp(const std::string& p) { return read_file(p); }

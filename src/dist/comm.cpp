@@ -1,0 +1,281 @@
+// comm.cpp — see comm.h.
+#include "dist/comm.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "core/timer.h"
+
+#ifdef ATTNRES_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only (the C++ bindings are deprecated and not linked)
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace attnres {
+
+Shards::Shards(int64_t total, int ranks) {
+  // Whole 16-float units, spread as evenly as they go; the tail (< 16 floats) to the last rank.
+  const int64_t units = total / 16;
+  bounds.resize(static_cast<size_t>(ranks) + 1);
+  for (int r = 0; r <= ranks; ++r) bounds[static_cast<size_t>(r)] = units * r / ranks * 16;
+  bounds.back() = total;
+}
+
+// A thread that ends the process when a collective outlives the timeout.
+// Armed by begin() and disarmed by end() around every collective; a blocking
+// MPI call cannot be interrupted, so the error line and _exit(1) come from
+// here, and the launcher (which sees a rank exit without MPI_Finalize) ends
+// the others.
+struct Comm::Watchdog {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool armed = false, quit = false;
+  uint64_t seq = 0;
+  std::chrono::steady_clock::time_point deadline;
+  std::string what;
+  int rank = 0, size = 1;
+  double timeout = 0;
+  std::thread thread;
+
+  Watchdog(int r, int n) : rank(r), size(n) {
+    thread = std::thread([this] { run(); });
+  }
+  ~Watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      quit = true;
+    }
+    cv.notify_all();
+    thread.join();
+  }
+  void arm(const std::string& w, double seconds) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      armed = true;
+      ++seq;
+      what = w;
+      timeout = seconds;
+      deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                        std::chrono::duration<double>(seconds));
+    }
+    cv.notify_all();
+  }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(mu);
+    armed = false;
+  }
+  void run() {
+    std::unique_lock<std::mutex> lock(mu);
+    while (!quit) {
+      if (!armed) {
+        cv.wait(lock);
+        continue;
+      }
+      const uint64_t s = seq;
+      const auto d = deadline;
+      cv.wait_until(lock, d, [&] { return quit || !armed || seq != s; });
+      if (quit || !armed || seq != s) continue;
+      std::fprintf(stderr,
+                   "attnres: error: rank %d of %d: %s did not complete within %g s (--collective-timeout): another "
+                   "rank died or hangs; ending this rank (the checkpoints written so far are intact)\n",
+                   rank, size, what.c_str(), timeout);
+      std::fflush(stderr);
+      ::_exit(1);
+    }
+  }
+};
+
+namespace {
+
+// The world size a launcher announces in the environment (mpirun: OMPI_*;
+// PMI-2 launchers such as srun: PMI_SIZE); 2 when only a PMIx rank is set
+// (MPI tells the size); 0 when no launcher started this process.
+int launcher_world_size() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"})
+    if (const char* v = std::getenv(var); v && *v) return std::atoi(v);
+  return std::getenv("PMIX_RANK") ? 2 : 0;
+}
+
+#ifdef ATTNRES_HAVE_MPI
+void check_count(int64_t n, const std::string& what) {
+  if (n > INT_MAX)
+    fail(what, ": ", n, " floats in one message exceed MPI's int counts (2^31 - 1); models this large need more "
+               "ranks (a smaller range each)");
+}
+#endif
+
+}  // namespace
+
+bool Comm::built_with_mpi() {
+#ifdef ATTNRES_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Comm> Comm::single() { return std::unique_ptr<Comm>(new Comm()); }
+
+std::unique_ptr<Comm> Comm::join(double timeout_s) {
+  std::unique_ptr<Comm> c(new Comm());
+  c->timeout_s_ = timeout_s;
+  const int launched = launcher_world_size();
+  if (launched <= 1) return c;  // alone (or a launcher with one rank: nothing to exchange)
+#ifdef ATTNRES_HAVE_MPI
+  int provided = 0;
+  // Only the main thread calls MPI (the OpenMP threads compute, the watchdog never calls it).
+  if (MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+    fail("MPI_Init failed (started by a launcher for ", launched, " ranks)");
+  c->mpi_ = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &c->rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
+  // Errors come back as codes (then an Error) rather than MPI's own abort.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  if (c->size_ > 1) c->watchdog_ = std::make_unique<Watchdog>(c->rank_, c->size_);
+  return c;
+#else
+  fail("started by a launcher for ", launched, " ranks, but this attnres was built without MPI "
+       "(install libopenmpi-dev and rebuild; cmake -DATTNRES_MPI=ON)");
+#endif
+}
+
+Comm::~Comm() {
+  watchdog_.reset();
+#ifdef ATTNRES_HAVE_MPI
+  if (mpi_) MPI_Finalize();
+#endif
+}
+
+double Comm::take_seconds() {
+  const double s = seconds_;
+  seconds_ = 0;
+  return s;
+}
+
+void Comm::begin(const std::string& what) {
+  t0_ = now_seconds();
+  if (watchdog_ && timeout_s_ > 0) watchdog_->arm(what, timeout_s_);
+}
+
+void Comm::end() {
+  if (watchdog_) watchdog_->disarm();
+  seconds_ += now_seconds() - t0_;
+}
+
+#ifdef ATTNRES_HAVE_MPI
+namespace {
+void check_mpi(int rc, const std::string& what) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  fail(what, ": MPI error: ", std::string(text, static_cast<size_t>(len)));
+}
+struct Counts {
+  std::vector<int> n, at;
+  Counts(const Shards& s, int size, const std::string& what) {
+    for (int r = 0; r < size; ++r) {
+      check_count(s.hi(r), what);
+      n.push_back(static_cast<int>(s.size(r)));
+      at.push_back(static_cast<int>(s.lo(r)));
+    }
+  }
+};
+}  // namespace
+#endif
+
+void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) {
+  if (size_ == 1) return;
+#ifdef ATTNRES_HAVE_MPI
+  const Counts c(s, size_, what);
+  scratch_.resize(static_cast<size_t>(s.size(rank_)));
+  begin(what);
+  const int rc = MPI_Reduce_scatter(buf, scratch_.data(), c.n.data(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+  std::copy(scratch_.begin(), scratch_.end(), buf + s.lo(rank_));
+#endif
+}
+
+void Comm::all_gather(float* buf, const Shards& s, const std::string& what) {
+  if (size_ == 1) return;
+#ifdef ATTNRES_HAVE_MPI
+  const Counts c(s, size_, what);
+  begin(what);
+  const int rc =
+      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.n.data(), c.at.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+#endif
+}
+
+void Comm::gather_to_root(const float* part, float* full, const Shards& s, const std::string& what) {
+  if (size_ == 1) {
+    std::copy(part, part + s.size(0), full);
+    return;
+  }
+#ifdef ATTNRES_HAVE_MPI
+  const Counts c(s, size_, what);
+  begin(what);
+  const int rc = MPI_Gatherv(part, c.n[static_cast<size_t>(rank_)], MPI_FLOAT, full, c.n.data(), c.at.data(),
+                             MPI_FLOAT, 0, MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+#endif
+}
+
+std::vector<double> Comm::all_gather(const std::vector<double>& mine, const std::string& what) {
+  if (size_ == 1) return mine;
+  std::vector<double> all(mine.size() * static_cast<size_t>(size_));
+#ifdef ATTNRES_HAVE_MPI
+  begin(what);
+  const int n = static_cast<int>(mine.size());
+  const int rc = MPI_Allgather(mine.data(), n, MPI_DOUBLE, all.data(), n, MPI_DOUBLE, MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+#endif
+  return all;
+}
+
+void Comm::broadcast(void* data, int64_t bytes, const std::string& what) {
+  if (size_ == 1) return;
+#ifdef ATTNRES_HAVE_MPI
+  check_count(bytes, what);
+  begin(what);
+  const int rc = MPI_Bcast(data, static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+#endif
+}
+
+void Comm::barrier(const std::string& what) {
+  if (size_ == 1) return;
+#ifdef ATTNRES_HAVE_MPI
+  begin(what);
+  const int rc = MPI_Barrier(MPI_COMM_WORLD);
+  end();
+  check_mpi(rc, what);
+#endif
+}
+
+void Comm::abort(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+#ifdef ATTNRES_HAVE_MPI
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
+}  // namespace attnres

@@ -1,0 +1,320 @@
+"""Data-parallel training over MPI, end to end: `mpirun --oversubscribe -np N attnres train`.
+
+Usage: /usr/bin/python3 tests/dist/mpi.py --attnres build/attnres [--only NAME]
+
+On a tiny model (1 thread per rank, a small corpus written here):
+- equivalence, every routing mode: the per-step losses of 2 ranks x batch 4
+  equal 1 rank x batch 8 to 1e-5 relative over 20 steps, and 2 x 4 is compared
+  with 1 rank x batch 4 x accum 2 (printed: how close the reduction order lets it be);
+- resume across world sizes: a 2-rank run's step-10 checkpoint resumed by 1
+  rank (batch 8 taken from the global batch) and by 4 ranks (batch 2) gives
+  the uninterrupted run's losses; 3 ranks cannot keep the global batch of 8
+  and are refused with a clear error;
+- stopping: SIGTERM to one rank, and SIGUSR1 to mpirun (which passes it on),
+  end every rank after the same step with one checkpoint and exit status 0;
+- failures: kill -9 of one rank ends the job within a bounded time with the
+  last checkpoint intact (it resumes); a stopped (hung) rank makes the other
+  stop with the --collective-timeout error; a NaN injected on one rank
+  (ATTNRES_TEST_NAN) stops every rank at that step, or with --on-nan skip is
+  skipped by every rank and the run goes on.
+
+Exit status 1 on a failure, 77 when mpirun is absent or attnres was built without MPI.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+MODES = ["baseline", "block", "full", "delta", "delta_block"]
+ENV = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMP_WAIT_POLICY="passive")
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def write_tokens(path, n, seed):
+    # A corpus with structure (a random walk over 512 ids, some jumps), so the loss moves.
+    rng = random.Random(seed)
+    ids, x = [], 0
+    for _ in range(n):
+        x = (x + rng.choice([1, 1, 2, 3])) % 512 if rng.random() < 0.9 else rng.randrange(8192)
+        ids.append(x)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 2, n, *([0] * 253)) + struct.pack("<%dI" % n, *ids))
+
+
+class Runner:
+    def __init__(self, attnres, tmp):
+        self.attnres, self.tmp = attnres, tmp
+        self.data = os.path.join(tmp, "train.bin")
+        self.val = os.path.join(tmp, "val.bin")
+
+    def args(self, out, mode="delta_block", steps=20, extra=()):
+        return ["train", "--config", "tiny", "--mode", mode, "--data", self.data, "--steps", str(steps),
+                "--seq-len", "32", "--threads", "1", "--peak-gflops", "10", "--warmup", "5", "--seed", "7",
+                "--out", os.path.join(self.tmp, out)] + list(extra)
+
+    def cmd(self, ranks, args):
+        if ranks == 0:  # no launcher at all
+            return [self.attnres] + args
+        return ["mpirun", "--oversubscribe", "-np", str(ranks), self.attnres] + args
+
+    def run(self, ranks, args, env=None, timeout=300):
+        return subprocess.run(self.cmd(ranks, args), capture_output=True, text=True, env=env or ENV, timeout=timeout)
+
+    def start(self, ranks, args, env=None):
+        return subprocess.Popen(self.cmd(ranks, args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env or ENV)
+
+    def losses(self, out):
+        steps = {}
+        with open(os.path.join(self.tmp, out, "log.jsonl")) as f:
+            for line in f:
+                j = json.loads(line)
+                if "loss" in j and j["loss"] is not None:
+                    steps[j["step"]] = j["loss"]
+        return steps
+
+    def routing(self, out):
+        lines = {}
+        with open(os.path.join(self.tmp, out, "log.jsonl")) as f:
+            for line in f:
+                j = json.loads(line)
+                if "routing" in j:
+                    lines[j["step"]] = j["routing"]
+        return lines
+
+
+def max_rel(a, b, steps):
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
+
+
+def wait_for_steps(r, out, n, proc, limit=120):
+    t0 = time.time()
+    while time.time() - t0 < limit:
+        if proc.poll() is not None:
+            return False
+        try:
+            if len(r.losses(out)) >= n:
+                return True
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def rank_pids(mpirun_pid):
+    out = subprocess.run(["pgrep", "-P", str(mpirun_pid)], capture_output=True, text=True).stdout.split()
+    return [int(p) for p in out]
+
+
+def checkpoints(r, out):
+    d = os.path.join(r.tmp, out)
+    return sorted(x for x in os.listdir(d) if x.startswith("step_"))
+
+
+def test_equivalence(r):
+    for mode in MODES:
+        runs = {"1x8": (1, ["--batch", "8"]), "2x4": (2, ["--batch", "4"]), "1x4x2": (1, ["--batch", "4", "--accum", "2"])}
+        for name, (ranks, extra) in runs.items():
+            p = r.run(ranks, r.args(f"eq-{mode}-{name}", mode, extra=extra + ["--routing-every", "10"]))
+            if not check(p.returncode == 0, f"{mode}: {name} trains"):
+                print(p.stdout[-1500:], p.stderr[-3000:])
+                return
+        a, b, c = (r.losses(f"eq-{mode}-{n}") for n in ("1x8", "2x4", "1x4x2"))
+        steps = range(1, 21)
+        if not check(all(s in a and s in b and s in c for s in steps), f"{mode}: 20 logged steps each"):
+            return
+        rel_b = max_rel(b, a, steps)
+        rel_c = max_rel(b, c, steps)
+        check(rel_b <= 1e-5, f"{mode}: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel_b:.2e} <= 1e-5")
+        check(rel_c <= 1e-5, f"{mode}: 2 ranks x B4 vs 1 rank x B4 x accum 2: max relative difference {rel_c:.2e}")
+        check(a[20] < a[1] - 0.1, f"{mode}: the loss falls ({a[1]:.3f} -> {a[20]:.3f})")
+        if mode != "baseline":  # the routing statistics of a step cover the global batch (every rank's tokens)
+            ra, rb = r.routing(f"eq-{mode}-1x8"), r.routing(f"eq-{mode}-2x4")
+            ok = sorted(ra) == [10, 20] and sorted(rb) == [10, 20]
+            worst = 0.0
+            for s in (10, 20) if ok else ():
+                ok &= ra[s]["tokens"] == rb[s]["tokens"]
+                for key in ("max_weight", "token_max", "entropy"):
+                    for x, y in zip(ra[s][key], rb[s][key]):
+                        worst = max(worst, abs(x - y) / max(abs(y), 1e-12))
+            check(ok and worst <= 1e-4, f"{mode}: routing statistics of 2 ranks = 1 rank's (max relative {worst:.1e})")
+
+
+def test_resume_across_world_sizes(r):
+    full = "rs-full"
+    p = r.run(2, r.args(full, extra=["--batch", "4", "--ckpt-every", "10"]))
+    if not check(p.returncode == 0, "resume: a 2-rank run with a checkpoint at step 10"):
+        print(p.stderr[-3000:])
+        return
+    ref = r.losses(full)
+    ckpt = os.path.join(r.tmp, full, "step_00000010")
+    for ranks, batch in ((1, 8), (4, 2)):
+        out = f"rs-{ranks}"
+        launcher = 0 if ranks == 1 else ranks  # one rank: no mpirun at all
+        p = r.run(launcher, ["train", "--resume", ckpt, "--out", os.path.join(r.tmp, out), "--threads", "1"])
+        if not check(p.returncode == 0, f"resume: the step-10 checkpoint of 2 ranks resumes on {ranks}"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            continue
+        check(f"global batch of 8 windows, now as {ranks} rank" in p.stdout and f"--batch {batch}" in p.stdout,
+              f"resume on {ranks}: the note names the global batch kept (batch {batch})")
+        got = r.losses(out)
+        steps = range(11, 21)
+        ok = all(s in got for s in steps)
+        rel = max_rel(got, ref, steps) if ok else float("inf")
+        check(rel <= 1e-5, f"resume on {ranks} rank(s): steps 11-20 equal the uninterrupted 2-rank run ({rel:.2e})")
+    p = r.run(3, ["train", "--resume", ckpt, "--out", os.path.join(r.tmp, "rs-3"), "--threads", "1"])
+    check(p.returncode != 0 and "global batch (ranks x --batch x --accum) is 3 x" in p.stderr,
+          "resume on 3 ranks (8 windows do not split in 3) is refused, naming the global batch")
+
+
+def stop_test(r, name, send):
+    out = f"stop-{name}"
+    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4", "--seq-len", "64"]))
+    if not check(wait_for_steps(r, out, 3, proc), f"{name}: the run trains"):
+        proc.kill()
+        return
+    send(proc)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        check(False, f"{name}: the job ends within 60 s")
+        return
+    if not check(proc.returncode == 0, f"{name}: mpirun exits 0 (got {proc.returncode})"):
+        print(stdout[-1500:], stderr[-3000:])
+        return
+    cks = checkpoints(r, out)
+    last = max(r.losses(out))
+    check(len(cks) == 1 and cks[0] == "step_%08d" % last,
+          f"{name}: one checkpoint, at the last logged step ({cks}, step {last})")
+    check(f"after step {last}: saving a checkpoint and stopping" in stdout, f"{name}: rank 0 says where it stopped")
+
+
+def test_signals(r):
+    def term_one_rank(proc):
+        os.kill(rank_pids(proc.pid)[-1], signal.SIGTERM)
+
+    def term_every_rank(proc):
+        for pid in rank_pids(proc.pid):
+            os.kill(pid, signal.SIGTERM)
+
+    stop_test(r, "SIGTERM to one rank", term_one_rank)
+    stop_test(r, "SIGTERM to every rank", term_every_rank)
+    stop_test(r, "SIGUSR1 to mpirun", lambda proc: proc.send_signal(signal.SIGUSR1))
+
+
+def test_kill_one_rank(r):
+    out = "kill9"
+    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4", "--ckpt-every", "2", "--collective-timeout", "20"]))
+    if not check(wait_for_steps(r, out, 5, proc), "kill -9: the run trains"):
+        proc.kill()
+        return
+    t0 = time.time()
+    os.kill(rank_pids(proc.pid)[-1], signal.SIGKILL)
+    try:
+        proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+    took = time.time() - t0
+    check(proc.returncode not in (0, None) and took < 60,
+          f"kill -9 of one rank: the job ends with an error in {took:.1f} s (status {proc.returncode})")
+    subprocess.run(["pkill", "-KILL", "-f", os.path.join(r.tmp, out) + "$"], capture_output=True)
+    cks = checkpoints(r, out)
+    if not check(len(cks) >= 1, f"kill -9: checkpoints remain ({cks})"):
+        return
+    step = int(cks[-1][5:])
+    p = r.run(0, ["train", "--resume", os.path.join(r.tmp, out), "--steps", str(step + 2), "--threads", "1"])
+    check(p.returncode == 0 and f"resumed from" in p.stdout,
+          f"kill -9: the last checkpoint (step {step}) resumes on one rank")
+
+
+def test_hung_rank(r):
+    out = "hang"
+    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4", "--collective-timeout", "5"]))
+    if not check(wait_for_steps(r, out, 3, proc), "hung rank: the run trains"):
+        proc.kill()
+        return
+    pid = rank_pids(proc.pid)[-1]
+    os.kill(pid, signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        _, stderr = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    took = time.time() - t0
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    check("did not complete within 5 s (--collective-timeout)" in stderr and proc.returncode != 0 and took < 60,
+          f"hung rank: the other stops with the timeout error in {took:.1f} s")
+
+
+def test_nan(r):
+    env = dict(ENV, ATTNRES_TEST_NAN="1:3")
+    p = r.run(2, r.args("nan-stop", steps=6, extra=["--batch", "4"]), env=env)
+    check(p.returncode != 0 and "step 3: loss nan" in p.stderr and "rank 0 of 2" in p.stderr
+          and "rank 1 of 2" in p.stderr, "NaN on rank 1 at step 3: every rank stops there with the error")
+    check(not os.path.exists(os.path.join(r.tmp, "nan-stop", "step_00000003")), "NaN: no checkpoint of the bad step")
+    p = r.run(2, r.args("nan-skip", steps=6, extra=["--batch", "4", "--on-nan", "skip"]), env=env)
+    if not check(p.returncode == 0, "--on-nan skip: the run goes on"):
+        print(p.stdout[-1500:], p.stderr[-3000:])
+        return
+    with open(os.path.join(r.tmp, "nan-skip", "log.jsonl")) as f:
+        lines = [json.loads(x) for x in f]
+    check(any(j.get("step") == 3 and "skipped" in j for j in lines), "--on-nan skip: step 3 logged as skipped")
+    got = r.losses("nan-skip")
+    check(all(s in got for s in (4, 5, 6)), "--on-nan skip: steps 4-6 train with finite losses")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--attnres", required=True)
+    ap.add_argument("--only", default="")
+    a = ap.parse_args()
+    if not shutil.which("mpirun"):
+        print("SKIP: no mpirun (apt-get install openmpi-bin libopenmpi-dev)")
+        return 77
+    tmp = tempfile.mkdtemp(prefix="attnres_mpi_")
+    try:
+        r = Runner(os.path.abspath(a.attnres), tmp)
+        write_tokens(r.data, 200000, 1)
+        write_tokens(r.val, 20000, 2)
+        p = r.run(2, r.args("probe", steps=1, extra=["--batch", "1"]))
+        if "built without MPI" in p.stderr:
+            print("SKIP: attnres was built without MPI")
+            return 77
+        tests = {"equivalence": test_equivalence, "resume": test_resume_across_world_sizes, "signals": test_signals,
+                 "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan}
+        for name, t in tests.items():
+            if not a.only or name in a.only.split(","):
+                t0 = time.time()
+                t(r)
+                print(f"---- {name}: {time.time() - t0:.1f} s", flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if failures:
+        print(f"{len(failures)} failure(s)")
+        return 1
+    print("all passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
