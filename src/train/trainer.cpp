@@ -554,7 +554,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
         std::printf("step %5lld/%lld | loss %.4f | norm %.3f | not finite: update skipped (--on-nan skip, %d in a "
                     "row)\n",
                     static_cast<long long>(done), static_cast<long long>(schedule), loss, norm, skipped_in_a_row);
-      log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}, {"loss", nullptr}});
+      log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}});
       if (skipped_in_a_row >= 10)
         fail("step ", done, ": 10 steps in a row had a non-finite loss or gradient (--on-nan skip): training "
              "diverged (try a lower --lr)", result.last_checkpoint.empty() ? "" : "; the last checkpoint is ",
@@ -614,20 +614,17 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   result.schedule_steps = schedule;
   if (val && !stopped_by) validate(step);
   save(step);
-  if (ranks > 1) {
-    const std::vector<double> rss =
-        comm.all_gather({static_cast<double>(peak_rss_bytes())}, "the end of the run: peak memory of each rank");
-    if (!quiet) {
-      std::string line = "peak RSS per rank (MiB):";
-      nlohmann::json per_rank = nlohmann::json::array();
-      for (double b : rss) {
-        line += cat(" ", static_cast<int64_t>(b) >> 20);
-        per_rank.push_back(static_cast<int64_t>(b));
-      }
-      std::printf("%s\n", line.c_str());
-      log_line({{"step", step}, {"peak_rss_bytes_per_rank", per_rank}});
-    }
+  // Peak memory of every rank (ZeRO-1 shrinks each one's moments), in the log and on stdout.
+  const std::vector<double> rss =
+      comm.all_gather({static_cast<double>(peak_rss_bytes())}, "the end of the run: peak memory of each rank");
+  nlohmann::json per_rank = nlohmann::json::array();
+  std::string rss_line = ranks > 1 ? "peak RSS per rank (MiB):" : "peak RSS (MiB):";
+  for (double b : rss) {
+    per_rank.push_back(static_cast<int64_t>(b));
+    rss_line += cat(" ", static_cast<int64_t>(b) >> 20);
   }
+  if (!quiet) std::printf("%s\n", rss_line.c_str());
+  log_line({{"step", step}, {"peak_rss_bytes_per_rank", per_rank}});
   if (!quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
   std::fflush(stdout);
   return result;
