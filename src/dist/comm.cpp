@@ -142,6 +142,11 @@ std::unique_ptr<Comm> Comm::join(double timeout_s) {
   MPI_Comm_size(MPI_COMM_WORLD, &c->size_);
   // Errors come back as codes (then an Error) rather than MPI's own abort.
   MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm local;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, c->rank_, MPI_INFO_NULL, &local) == MPI_SUCCESS) {
+    MPI_Comm_size(local, &c->local_size_);
+    MPI_Comm_free(&local);
+  }
   if (c->size_ > 1) c->watchdog_ = std::make_unique<Watchdog>(c->rank_, c->size_);
   return c;
 #else

@@ -56,6 +56,8 @@ class Comm {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool root() const { return rank_ == 0; }
+  // Ranks on this machine (this one included): they share its cores.
+  int local_size() const { return local_size_; }
   // Whether MPI is compiled in (not whether this run uses it).
   static bool built_with_mpi();
   void set_timeout(double seconds) { timeout_s_ = seconds; }
@@ -86,7 +88,7 @@ class Comm {
   struct Watchdog;
   void begin(const std::string& what);
   void end();
-  int rank_ = 0, size_ = 1;
+  int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;
   double timeout_s_ = 0, seconds_ = 0, t0_ = 0;
   std::unique_ptr<Watchdog> watchdog_;

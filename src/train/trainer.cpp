@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -275,7 +276,18 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
     val->check_vocab(c.V);
   }
 
-  Context ctx(opt.threads);
+  // --threads 0: the cores this process may run on — the ones mpirun bound it
+  // to, or, unbound, the machine's shared by the ranks on it.
+  int threads = opt.threads;
+  if (threads == 0) {
+    const int mine = hardware_threads(), online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+    threads = mine < online ? mine : std::max(1, mine / comm.local_size());
+    if (!quiet && comm.local_size() > 1)
+      std::printf("threads: %d per rank (%s)\n", threads,
+                  mine < online ? cat("bound to ", mine, " of ", online, " cores").c_str()
+                                : cat(online, " cores shared by ", comm.local_size(), " ranks").c_str());
+  }
+  Context ctx(threads);
   // A conversion is measured first, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
   std::string init_dir;
