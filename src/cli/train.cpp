@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/checkpoint.h"
 #include "model/presets.h"
 #include "train/trainer.h"

@@ -45,7 +45,7 @@ void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout,
 // Sharded (ZeRO stage 1): an optimizer of the arena range [lo, hi) keeps the
 // moments of that range only (m()[0] is element lo's) and updates only those
 // parameters; each rank of a data-parallel run owns one range, and the
-// updated parameters are then all-gathered (dist/comm.h).
+// updated parameters are then all-gathered (distributed/comm.h).
 class AdamW {
  public:
   AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base = false, int64_t lo = 0,

@@ -17,7 +17,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "core/timer.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"

@@ -14,7 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "dist/comm.h"
+#include "distributed/comm.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
 #include "io/safetensors.h"

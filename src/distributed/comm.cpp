@@ -1,5 +1,5 @@
 // comm.cpp — see comm.h.
-#include "dist/comm.h"
+#include "distributed/comm.h"
 
 #include <unistd.h>
 

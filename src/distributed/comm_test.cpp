@@ -1,6 +1,6 @@
 // comm_test.cpp — the ranks' ranges of an arena, and a world of one (the
-// collectives of several ranks are tested end to end by tests/dist/mpi.py).
-#include "dist/comm.h"
+// collectives of several ranks are tested end to end by tests/distributed/mpi.py).
+#include "distributed/comm.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 """Data-parallel training over MPI, end to end: `mpirun --oversubscribe -np N attnres train`.
 
-Usage: /usr/bin/python3 tests/dist/mpi.py --attnres build/attnres [--only NAME]
+Usage: /usr/bin/python3 tests/distributed/mpi.py --attnres build/attnres [--only NAME]
 
 On a tiny model (1 thread per rank, a small corpus written here):
 - equivalence, every routing mode: the per-step losses of 2 ranks x batch 4
