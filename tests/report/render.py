@@ -9,7 +9,12 @@ tokens, then:
 - report.html, loaded in `chromium --headless` with no network, renders every
   chart (an <svg> inside every .chart element, one heatmap per routed mode)
   and reports no script error (the page's #errors element stays empty and the
-  body is marked rendered).
+  body is marked rendered);
+- `compare --init` of a checkpoint as published models come (a plain Qwen3
+  directory in BF16, HF names, written by `attnres export` from a short
+  baseline run): each mode's run starts from it (the conversion and its
+  step-0 change are printed), and its page draws the first steps' loss of
+  every mode (the conversion plot).
 
 Exit status 1 on a failure, 77 when Chromium or the Vega builds are absent.
 """
@@ -33,6 +38,7 @@ class Charts(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
         self.stack, self.charts, self.errors, self.rendered = [], {}, "", False
+        self.text = {}  # per chart, the text drawn in it (axis titles, legend labels)
         self.in_errors = False
 
     def handle_starttag(self, tag, attrs):
@@ -57,6 +63,9 @@ class Charts(html.parser.HTMLParser):
         self.in_errors = False
 
     def handle_data(self, data):
+        for c in self.stack:
+            if c:
+                self.text[c] = self.text.get(c, "") + " " + data
         if self.in_errors:
             self.errors += data
 
@@ -112,7 +121,31 @@ def main():
         if p.returncode != 0:
             print("FAIL report of a single run:", p.stderr)
             return 1
-        for page, want in ((os.path.join(out, "report.html"),
+        # A conversion comparison: a "pretrained" plain Qwen3 (baseline run, exported as HF BF16) into each mode.
+        data = ["--data", os.path.join(tmp, "train.bin"), "--val-data", os.path.join(tmp, "val.bin")]
+        pre, hf, conv = (os.path.join(tmp, n) for n in ("pre", "hf", "conv"))
+        steps = [[a.attnres, "train", "--config", "tiny", "--mode", "baseline", "--data", data[1], "--steps", "15",
+                  "--batch", "4", "--seq-len", "32", "--threads", "2", "--peak-gflops", "10", "--out", pre],
+                 [a.attnres, "export", "--model", pre, "--out", hf, "--dtype", "bf16"],
+                 [a.attnres, "compare", "--init", hf, "--modes", "baseline,block,delta_block"] + data +
+                 ["--steps", "5", "--batch", "2", "--seq-len", "32", "--val-tokens", "2000", "--routing-tokens", "1024",
+                  "--threads", "2", "--out", conv, "--vega-dir", VEGA]]
+        for cmd in steps:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                print("FAIL", cmd[1], p.stdout[-2000:], p.stderr[-2000:])
+                return 1
+        for m in ("baseline", "block", "delta_block"):
+            with open(os.path.join(conv, f"{m}-seed1337", "train.out")) as f:
+                log = f.read()
+            if f"initialised from {hf}" not in log:
+                print(f"FAIL: the {m} run of compare --init did not start from the checkpoint")
+                failures += 1
+            if m != "baseline" and f"conversion baseline -> {m}:" not in log:
+                print(f"FAIL: the {m} run of compare --init does not report its conversion")
+                failures += 1
+        for page, want in ((os.path.join(conv, "report.html"), {"chart-val", "chart-first", "chart-depth"}),
+                           (os.path.join(out, "report.html"),
                             {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-maxdist",
                              "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1"}),
                            (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
@@ -123,6 +156,14 @@ def main():
             c.feed(dom.stdout)
             missing = sorted(want - set(c.charts))
             blank = sorted(k for k, v in c.charts.items() if not v)
+            if page.startswith(conv):  # the conversion plot names every mode
+                legend = c.text.get("chart-first", "")
+                absent = [m for m in ("baseline", "block", "delta_block") if m not in legend]
+                if absent:
+                    print(f"FAIL: the first steps' chart of compare --init lacks {absent}: {legend[:300]!r}")
+                    failures += 1
+                else:
+                    print("report: compare --init: the first steps' chart draws baseline, block and delta_block")
             if missing or blank or not c.rendered or c.errors.strip():
                 print(f"FAIL {os.path.basename(page)}: missing charts {missing}, charts without an svg {blank}, "
                       f"rendered {c.rendered}, errors {c.errors.strip()!r}")
