@@ -165,10 +165,34 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     const int signal = so.received_signal ? so.received_signal() : 0;
     ops.synchronize();  // the arena is read by MPI from the host
     const std::string at = cat("step ", so.t, ": ");
-    so.comm->reduce_scatter(grads, *so.shards, at + "the gradient reduce-scatter");
-    const std::vector<double> all = so.comm->all_gather(
-        {loss, sum_squares(ops, adamw, model.layout(), grads), static_cast<double>(signal)},
-        at + "the exchange of losses and norms");
+    double my_sum_sq;
+    if (!adamw.freeze_base()) {
+      so.comm->reduce_scatter(grads, *so.shards, at + "the gradient reduce-scatter");
+      my_sum_sq = sum_squares(ops, adamw, model.layout(), grads);
+    } else {
+      // A frozen base: only the routing parameters' gradients travel, packed
+      // into one buffer, summed (reduce-scatter + all-gather: every rank gets
+      // the same bits) and unpacked; each rank then updates every routing
+      // parameter itself (their moments are small: not sharded).
+      thread_local std::vector<float> packed;
+      packed.clear();
+      adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
+        packed.insert(packed.end(), grads + off, grads + off + n);
+      });
+      const Shards parts(static_cast<int64_t>(packed.size()), ranks);
+      so.comm->reduce_scatter(packed.data(), parts, at + "the routing gradients' reduce-scatter");
+      so.comm->all_gather(packed.data(), parts, at + "the routing gradients' all-gather");
+      size_t i = 0;
+      adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
+        std::copy(packed.begin() + static_cast<std::ptrdiff_t>(i), packed.begin() + static_cast<std::ptrdiff_t>(i + n),
+                  grads + off);
+        i += static_cast<size_t>(n);
+      });
+      // Every rank holds the whole sum: rank 0's Σg² counts once.
+      my_sum_sq = so.comm->root() ? sum_squares(ops, adamw, model.layout(), grads) : 0.0;
+    }
+    const std::vector<double> all = so.comm->all_gather({loss, my_sum_sq, static_cast<double>(signal)},
+                                                        at + "the exchange of losses and norms");
     loss = 0;
     st.signal = 0;
     for (int r = 0; r < ranks; ++r) {  // in rank order: the same sums on every rank
@@ -191,10 +215,10 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   }
   clip_gradients(ops, adamw, model.layout(), grads, st.grad_norm, so.clip);
   adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing);
-  if (ranks > 1) {
+  if (ranks > 1 && !adamw.freeze_base()) {
     ops.synchronize();
     so.comm->all_gather(model.params(), *so.shards, cat("step ", so.t, ": the parameter all-gather"));
-  } else if (so.received_signal) {
+  } else if (ranks == 1 && so.received_signal) {
     st.signal = so.received_signal();  // one process: a signal during the whole step ends the run after it
   }
   return st;
@@ -303,16 +327,18 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   mo.freeze_base = opt.freeze_base;
   mo.recompute = opt.recompute;
   Model model(ctx, c, mo);
-  // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena.
-  const Shards shards(model.layout().total(), ranks);
-  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base, shards.lo(rank), shards.hi(rank));
+  // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena
+  // (with a frozen base, the few routing parameters' moments are not sharded).
+  const Shards shards(model.layout().total(), opt.freeze_base ? 1 : ranks);
+  const int shard = opt.freeze_base ? 0 : rank;
+  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base, shards.lo(shard), shards.hi(shard));
   auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
     // Every rank reads the checkpoint (written for any number of ranks) and keeps its range of the moments.
     TrainerState st;
-    if (ranks == 1) {
+    if (adamw.lo() == 0 && adamw.hi() == model.layout().total()) {
       st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
     } else {
       Buffer m = ctx.ops().alloc(static_cast<size_t>(model.layout().total()) * sizeof(float), opt.freeze_base);
@@ -380,13 +406,19 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
                     : " (attnres_block_delta reference: the released code's x - last source)",
                 static_cast<long long>(model.num_params()), static_cast<long long>(tokens_per_step),
                 static_cast<long long>(loader.total_tokens()));
-    if (ranks > 1)
+    if (ranks > 1) {
+      char moments[160];
+      if (opt.freeze_base)
+        std::snprintf(moments, sizeof moments, "frozen base: the routing parameters' gradients are summed, packed");
+      else
+        std::snprintf(moments, sizeof moments, "AdamW moments sharded (%.1f MiB per rank instead of %.1f)",
+                      2.0 * shards.size(0) * sizeof(float) / (1 << 20),
+                      2.0 * model.layout().total() * sizeof(float) / (1 << 20));
       std::printf("data parallel: %d ranks x batch %lld x accum %lld = a global batch of %lld windows of %lld "
-                  "tokens; AdamW moments sharded (%.1f MiB per rank instead of %.1f)\n",
+                  "tokens; %s\n",
                   ranks, static_cast<long long>(opt.batch), static_cast<long long>(opt.accum),
-                  static_cast<long long>(ranks * opt.batch * opt.accum), static_cast<long long>(opt.seq_len),
-                  2.0 * shards.size(0) * sizeof(float) / (1 << 20),
-                  2.0 * model.layout().total() * sizeof(float) / (1 << 20));
+                  static_cast<long long>(ranks * opt.batch * opt.accum), static_cast<long long>(opt.seq_len), moments);
+    }
   }
 
   // The tokenizer that travels with the checkpoints.
@@ -451,7 +483,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
     const float* m = adamw.m();
     const float* v = adamw.v();
     Buffer full_m, full_v;  // rank 0, several ranks: every rank's moments, for the file
-    if (ranks > 1 && opt.save_optimizer) {
+    if (shards.bounds.size() > 2 && opt.save_optimizer) {  // sharded moments
       const size_t bytes = root ? static_cast<size_t>(model.layout().total()) * sizeof(float) : 0;
       full_m = ctx.ops().alloc(bytes, opt.freeze_base);
       full_v = ctx.ops().alloc(bytes, opt.freeze_base);

@@ -6,6 +6,8 @@ On a tiny model (1 thread per rank, a small corpus written here):
 - equivalence, every routing mode: the per-step losses of 2 ranks x batch 4
   equal 1 rank x batch 8 to 1e-5 relative over 20 steps, and 2 x 4 is compared
   with 1 rank x batch 4 x accum 2 (printed: how close the reduction order lets it be);
+- a frozen base (routing parameters trained alone, their gradients packed):
+  2 ranks x batch 4 equal 1 rank x batch 8 to 1e-5;
 - resume across world sizes: a 2-rank run's step-10 checkpoint resumed by 1
   rank (batch 8 taken from the global batch) and by 4 ranks (batch 2) gives
   the uninterrupted run's losses; 3 ranks cannot keep the global batch of 8
@@ -98,6 +100,15 @@ class Runner:
         return lines
 
 
+def tensors(path):
+    """name -> raw bytes of every tensor of a .safetensors file."""
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items() if k != "__metadata__"}
+
+
 def max_rel(a, b, steps):
     return max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
 
@@ -153,6 +164,30 @@ def test_equivalence(r):
                     for x, y in zip(ra[s][key], rb[s][key]):
                         worst = max(worst, abs(x - y) / max(abs(y), 1e-12))
             check(ok and worst <= 1e-4, f"{mode}: routing statistics of 2 ranks = 1 rank's (max relative {worst:.1e})")
+
+
+def test_frozen_base(r):
+    # Fine-tuning the routing parameters only: their gradients travel packed; the base stays bit-identical.
+    init = "fz-init"
+    p = r.run(0, r.args(init, mode="baseline", steps=5, extra=["--batch", "8"]))
+    if not check(p.returncode == 0, "frozen base: a baseline checkpoint to convert"):
+        return
+    extra = ["--init", os.path.join(r.tmp, init), "--freeze-base", "--lr-routing", "1e-2"]
+    for name, ranks, batch in (("1x8", 0, "8"), ("2x4", 2, "4")):
+        p = r.run(ranks, r.args(f"fz-{name}", steps=10, extra=extra + ["--batch", batch]))
+        if not check(p.returncode == 0, f"frozen base: {name} trains"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+    a, b = r.losses("fz-1x8"), r.losses("fz-2x4")
+    rel = max_rel(b, a, range(1, 11))
+    check(rel <= 1e-5, f"frozen base, delta_block: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel:.2e}")
+    base = tensors(os.path.join(r.tmp, init, "step_00000005", "model.safetensors"))
+    for name in ("1x8", "2x4"):
+        got = tensors(os.path.join(r.tmp, f"fz-{name}", "step_00000010", "model.safetensors"))
+        frozen_same = all(got[k] == v for k, v in base.items())
+        routing_moved = any(got[k] != bytes(len(got[k])) for k in got if "_res_proj" in k)  # queries start at zero
+        check(frozen_same and routing_moved,
+              f"frozen base, {name}: every base tensor bit-identical to the checkpoint, the routing queries trained")
 
 
 def test_resume_across_world_sizes(r):
@@ -300,7 +335,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "frozen": test_frozen_base, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
