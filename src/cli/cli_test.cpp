@@ -22,6 +22,7 @@
 #include "io/token_file.h"
 #include "model/config.h"
 #include "core/rng.h"
+#include "distributed/comm.h"
 #include "model/params.h"
 #include "testing/check.h"
 
@@ -405,6 +406,25 @@ TEST_F(Cli, BadTokenFiles) {
 TEST_F(Cli, UnwritableOutput) {
   expect_clear_error(run("train --config " + dir_ + "/model/config.json --data " + dir_ + "/ok.bin --out /proc/x/y"),
                      {"/proc/x/y", "not writable"});
+}
+
+// The launcher's variables: in a build with MPI, a launcher of one rank
+// (OMPI_COMM_WORLD_SIZE=1) trains alone without touching MPI; in a build
+// without it (the sanitizer build), a launcher of two is refused — each
+// process would otherwise train the whole model alone.
+TEST_F(Cli, LauncherWithoutMpiIsAClearError) {
+  const std::string args = "train --data " + dir_ + "/ok.bin --steps 1 --batch 1 --seq-len 8 --threads 1 "
+                           "--peak-gflops 10 --out " + dir_ + "/launched";
+  const bool mpi = Comm::built_with_mpi();
+  ::setenv("OMPI_COMM_WORLD_SIZE", mpi ? "1" : "2", 1);
+  const Result r = run(args);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  if (mpi) {
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_TRUE(fs::exists(dir_ + "/launched/step_00000001"));
+  } else {
+    expect_clear_error(r, {"started by a launcher for 2 ranks, but this attnres was built without MPI"});
+  }
 }
 
 TEST_F(Cli, BadFlags) {
