@@ -271,6 +271,9 @@ TEST_F(Cli, CompareAndReportBadInputs) {
   const std::string data = " --data " + dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --out " + dir_ + "/cmp";
   expect_clear_error(run("compare --modes baseline,sideways --tokens 100" + data), {"sideways"});
   expect_clear_error(run("compare --modes baseline" + data), {"--tokens"});
+  expect_clear_error(run("compare --modes baseline --steps 2 --ranks 0" + data), {"--ranks must be at least 1"});
+  expect_clear_error(run("compare --modes baseline --steps 2 --batch 5 --ranks 2" + data),
+                     {"--batch 5 does not split over --ranks 2"});
   fs::create_directories(dir_ + "/cmp");
   write_file_atomic(dir_ + "/cmp/compare.json", "{\"steps\": 99}");
   expect_clear_error(run("compare --modes baseline --steps 2" + data), {"holds a comparison with", "another --out"});

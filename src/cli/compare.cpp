@@ -90,6 +90,8 @@ int cmd_compare(int argc, char** argv) {
               {"routing-every", "0", "log routing statistics every N steps (0 = twenty times per run)"},
               {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
               {"threads", "0", "threads per run (0 = all cores)"},
+              {"ranks", "1", "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
+                             "then the global micro-batch, B / N per rank)"},
               {"out", "", "output directory (required); rerun with the same flags to resume"},
               {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed for the report (default: "
                                "scripts/fetch_vega.sh's)"},
@@ -104,6 +106,12 @@ int cmd_compare(int argc, char** argv) {
   const int64_t seeds = f.i64("seeds"), B = f.i64("batch"), T = f.i64("seq-len");
   if (seeds < 1) fail("--seeds must be at least 1");
   if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");
+  const int64_t ranks = f.i64("ranks");
+  if (ranks < 1) fail("--ranks must be at least 1");
+  if (B % ranks != 0) fail("--batch ", B, " does not split over --ranks ", ranks, " (each rank takes B / ranks windows)");
+  // Each run under mpirun: the same global batch, split over the ranks (docs/distributed.md).
+  const std::vector<std::string> launcher =
+      ranks > 1 ? std::vector<std::string>{"mpirun", "-np", cat(ranks)} : std::vector<std::string>{};
   int64_t steps = f.i64("steps");
   if (steps <= 0) {
     if (f.i64("tokens") <= 0) fail("give the work per run: --tokens N (or --steps N)");
@@ -162,7 +170,7 @@ int cmd_compare(int argc, char** argv) {
       else args.insert(args.end(), {"--config", f.str("config")});
       args.insert(args.end(),
                   {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out", run.dir,
-                   "--steps", cat(steps), "--batch", cat(B), "--seq-len", cat(T), "--lr", f.str("lr"), "--lr-min",
+                   "--steps", cat(steps), "--batch", cat(B / ranks), "--seq-len", cat(T), "--lr", f.str("lr"), "--lr-min",
                    f.str("lr-min"), "--warmup", cat(std::max<int64_t>(1, steps / 20)), "--seed", cat(run.seed),
                    "--val-every", cat(val_every), "--val-tokens", f.str("val-tokens"), "--routing-every",
                    cat(routing_every), "--keep-checkpoints", "1", "--ckpt-every", cat(val_every)});
@@ -180,7 +188,7 @@ int cmd_compare(int argc, char** argv) {
     std::fflush(stdout);
     fs::create_directories(run.dir);
     const double t0 = now_seconds();
-    const ChildResult child = run_self(args, run.dir + "/train.out", run.dir + "/train.err");
+    const ChildResult child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", launcher);
     if (child.exit_code != 0)
       fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
            "/train.err");
@@ -188,7 +196,8 @@ int cmd_compare(int argc, char** argv) {
     nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"steps", log.steps},
                         {"planned_steps", steps}, {"cut", log.steps < steps},
                         {"tokens", log.steps * B * T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
-                        {"tok_per_s", log.tok_per_s}, {"peak_rss_bytes", child.peak_rss_bytes},
+                        {"tok_per_s", log.tok_per_s},
+                        {"peak_rss_bytes", log.peak_rss_bytes > 0 ? log.peak_rss_bytes : child.peak_rss_bytes},
                         {"seconds", now_seconds() - t0}, {"val_curve", log.val_curve}, {"loss_curve", log.loss_curve},
                         {"routing_curve", log.routing_curve}};
     const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "core/error.h"
 
@@ -15,9 +16,17 @@ extern char** environ;
 
 namespace attnres {
 
-ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file) {
+ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file,
+                     const std::vector<std::string>& launcher) {
   std::vector<std::string> a = args;
-  a.insert(a.begin(), "attnres");
+  if (launcher.empty()) {
+    a.insert(a.begin(), "attnres");
+  } else {
+    std::error_code ec;
+    a.insert(a.begin(), std::filesystem::read_symlink("/proc/self/exe", ec).string());
+    if (ec) fail("cannot find this program's path (/proc/self/exe): ", ec.message());
+    a.insert(a.begin(), launcher.begin(), launcher.end());
+  }
   std::vector<char*> argv;
   for (auto& s : a) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -34,12 +43,14 @@ ChildResult run_self(const std::vector<std::string>& args, const std::string& ou
   if (!err_file.empty())
     posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   pid_t pid;
-  const int rc = ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  const int rc = launcher.empty() ? ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ)
+                                  : ::posix_spawnp(&pid, launcher[0].c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (out_file.empty()) ::close(fds[1]);
   if (rc != 0) {
     if (out_file.empty()) ::close(fds[0]);
-    fail("cannot start attnres ", args.empty() ? "" : args[0], ": ", std::strerror(rc));
+    fail("cannot start ", launcher.empty() ? "attnres " : launcher[0] + " attnres ", args.empty() ? "" : args[0], ": ",
+         std::strerror(rc));
   }
   ChildResult r;
   if (out_file.empty()) {

@@ -19,8 +19,10 @@ struct ChildResult {
 };
 
 // `attnres ARGS…`: stdout captured (out_file "") or appended to out_file;
-// stderr appended to err_file, or inherited when "".
+// stderr appended to err_file, or inherited when "".  With a launcher (for
+// example {"mpirun", "-np", "2"}), `LAUNCHER… /path/to/attnres ARGS…` (found
+// on PATH); its peak RSS is the launcher's then, not its ranks'.
 ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file = "",
-                     const std::string& err_file = "");
+                     const std::string& err_file = "", const std::vector<std::string>& launcher = {});
 
 }  // namespace attnres

@@ -35,6 +35,9 @@ RunLog read_run_log(const std::string& path) {
       r.last_routing_step = step;
     } else if (j.contains("schedule_steps")) {
       r.schedule_steps = j["schedule_steps"].get<int64_t>();
+    } else if (j.contains("peak_rss_bytes_per_rank") && j["peak_rss_bytes_per_rank"].is_array()) {
+      for (const auto& b : j["peak_rss_bytes_per_rank"])
+        if (b.is_number()) r.peak_rss_bytes = std::max(r.peak_rss_bytes, b.get<int64_t>());
     }
   }
   if (!speeds.empty()) {

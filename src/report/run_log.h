@@ -19,6 +19,7 @@ struct RunLog {
   nlohmann::json routing_curve = nlohmann::json::array();  // [{step, token_max: per router}]
   nlohmann::json last_routing;                             // the last routing statistics logged (null: none)
   int64_t last_routing_step = 0;
+  int64_t peak_rss_bytes = 0;  // the largest rank's, as the run logged it at its end (0: not logged)
 };
 
 // Reads DIR/log.jsonl (a torn last line of a killed run is skipped).

@@ -8,6 +8,8 @@ On a tiny model (1 thread per rank, a small corpus written here):
   with 1 rank x batch 4 x accum 2 (printed: how close the reduction order lets it be);
 - a frozen base (routing parameters trained alone, their gradients packed):
   2 ranks x batch 4 equal 1 rank x batch 8 to 1e-5;
+- `attnres compare --ranks 2` trains each run under mpirun with the same
+  global batch: its validation losses equal those of `--ranks 1`;
 - resume across world sizes: a 2-rank run's step-10 checkpoint resumed by 1
   rank (batch 8 taken from the global batch) and by 4 ranks (batch 2) gives
   the uninterrupted run's losses; 3 ranks cannot keep the global batch of 8
@@ -190,6 +192,27 @@ def test_frozen_base(r):
               f"frozen base, {name}: every base tensor bit-identical to the checkpoint, the routing queries trained")
 
 
+def test_compare(r):
+    # attnres compare --ranks 2: each run under mpirun, the same global batch; the same numbers as one rank.
+    vals = {}
+    for ranks in (1, 2):
+        out = os.path.join(r.tmp, f"cmp-{ranks}")
+        p = subprocess.run([r.attnres, "compare", "--modes", "baseline,delta_block", "--config", "tiny", "--data", r.data,
+                            "--val-data", r.val, "--steps", "6", "--batch", "4", "--seq-len", "32", "--val-tokens",
+                            "4000", "--routing-tokens", "1024", "--threads", "1", "--ranks", str(ranks), "--out", out,
+                            "--vega-dir", "/nonexistent"], capture_output=True, text=True, env=ENV, timeout=600)
+        if not check(p.returncode == 0 and "| delta_block |" in p.stdout, f"compare --ranks {ranks}: the table"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+        with open(os.path.join(out, "results.json")) as f:
+            vals[ranks] = {run["mode"]: run["val_loss"] for run in json.load(f)["runs"]}
+        if ranks == 2:
+            with open(os.path.join(out, "delta_block-seed1337", "train.out")) as f:
+                check("data parallel: 2 ranks x batch 2" in f.read(), "compare --ranks 2: each run is 2 ranks x batch 2")
+    worst = max(abs(vals[2][m] - vals[1][m]) / vals[1][m] for m in vals[1])
+    check(worst <= 1e-5, f"compare --ranks 2: validation losses equal one rank's ({worst:.1e})")
+
+
 def test_resume_across_world_sizes(r):
     full = "rs-full"
     p = r.run(2, r.args(full, extra=["--batch", "4", "--ckpt-every", "10"]))
@@ -335,7 +358,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "frozen": test_frozen_base, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "frozen": test_frozen_base, "compare": test_compare, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
