@@ -17,31 +17,12 @@
 
 namespace attnres {
 
-int cmd_train(int argc, char** argv) {
-  // The model flags build a Config; every other flag is a training option
-  // (train/options.h: one list gives the flags, --help, the table, the stored
-  // settings and the resume rules).
-  std::vector<FlagSpec> specs = {
-      {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json "
-                         "(default with --init/--resume: the checkpoint's)"},
-      {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
-      {"num-blocks", "", "override attnres_num_blocks (block modes)"},
-      {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"},
-      {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"},
-      {"gate", "", "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
-                   "in the delta modes)"},
-      {"query-init", "", "override attnres_query_init: zero or normal"},
-      {"resume", "", "checkpoint or run directory to continue, bit-identically; every option not given is the "
-                     "run's own"},
-  };
-  for (const TrainOptionSpec& s : train_option_specs()) specs.push_back({s.flag, s.default_value, s.help});
-  Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.", specs);
-  if (!f.parse(argc, argv)) return 0;
+namespace {
 
-  // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
-  std::unique_ptr<Comm> comm = Comm::join();
+// Everything after the flags and the join: may throw on any rank.
+int run_train(Flags& f, Comm& comm) {
   TrainOptions o;
-  o.world = comm->size();
+  o.world = comm.size();
   std::set<std::string> given;
   for (const TrainOptionSpec& s : train_option_specs()) {
     set_option(o, s.key, f.str(s.flag));
@@ -73,24 +54,51 @@ int cmd_train(int argc, char** argv) {
   o.model = Config::from_json(j, "the train flags");
   o.validate();
 
-  if (comm->root())
+  if (comm.root())
     std::printf("attnres train\n  config = %s\n%s%s", preset ? f.str("config").c_str() : (from + " (its config.json)").c_str(),
                 options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
   std::fflush(stdout);  // before any error line on stderr, also when piped
-  TrainResult r;
+  const TrainResult r = train(o, &comm);
+  if (!comm.root()) return 0;
+  if (r.val_tokens > 0)
+    std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",
+                static_cast<long long>(r.steps_done), r.final_loss, r.val_loss, r.val_ppl);
+  return 0;
+}
+
+}  // namespace
+
+int cmd_train(int argc, char** argv) {
+  // The model flags build a Config; every other flag is a training option
+  // (train/options.h: one list gives the flags, --help, the table, the stored
+  // settings and the resume rules).
+  std::vector<FlagSpec> specs = {
+      {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json "
+                         "(default with --init/--resume: the checkpoint's)"},
+      {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
+      {"num-blocks", "", "override attnres_num_blocks (block modes)"},
+      {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"},
+      {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"},
+      {"gate", "", "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
+                   "in the delta modes)"},
+      {"query-init", "", "override attnres_query_init: zero or normal"},
+      {"resume", "", "checkpoint or run directory to continue, bit-identically; every option not given is the "
+                     "run's own"},
+  };
+  for (const TrainOptionSpec& s : train_option_specs()) specs.push_back({s.flag, s.default_value, s.help});
+  Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.", specs);
+  if (!f.parse(argc, argv)) return 0;
+
+  // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
+  std::unique_ptr<Comm> comm = Comm::join();
   try {
-    r = train(o, comm.get());
+    return run_train(f, *comm);
   } catch (const Error& e) {
     if (comm->size() == 1) throw;
     // One rank's error ends the job: the others may be waiting for this one.
     std::fprintf(stderr, "attnres train: error: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
     comm->abort(1);
   }
-  if (!comm->root()) return 0;
-  if (r.val_tokens > 0)
-    std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",
-                static_cast<long long>(r.steps_done), r.final_loss, r.val_loss, r.val_ppl);
-  return 0;
 }
 
 }  // namespace attnres

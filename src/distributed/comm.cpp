@@ -156,10 +156,14 @@ std::unique_ptr<Comm> Comm::join(double timeout_s) {
 }
 
 Comm::~Comm() {
-  watchdog_.reset();
 #ifdef ATTNRES_HAVE_MPI
-  if (mpi_) MPI_Finalize();
+  if (mpi_) {  // MPI_Finalize waits for the other ranks too: watched like a collective
+    begin("the end of the run (MPI_Finalize)");
+    MPI_Finalize();
+    end();
+  }
 #endif
+  watchdog_.reset();
 }
 
 double Comm::take_seconds() {
