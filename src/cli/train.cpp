@@ -1,5 +1,6 @@
 // train.cpp — `attnres train`: train from scratch, fine-tune, or resume.
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <set>
 #include <string>
@@ -93,9 +94,11 @@ int cmd_train(int argc, char** argv) {
   std::unique_ptr<Comm> comm = Comm::join();
   try {
     return run_train(f, *comm);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     if (comm->size() == 1) throw;
     // One rank's error ends the job: the others may be waiting for this one.
+    // Any exception (also std::bad_alloc or a std::filesystem error): left to
+    // main, it would reach MPI_Finalize, which waits for the others.
     std::fprintf(stderr, "attnres train: error: rank %d of %d: %s\n", comm->rank(), comm->size(), e.what());
     comm->abort(1);
   }
