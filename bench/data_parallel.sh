@@ -10,19 +10,21 @@
 # the medians.
 #
 # Usage: bench/data_parallel.sh [CONFIG]     (default bench-small)
-# Env:   BATCH (per rank, default 4), SEQ (512), STEPS (10), ROUNDS (2), RANKS (2), THREADS (RANKS), MODE (delta_block)
+# Env:   BATCH (per rank, default 4), SEQ (512), STEPS (10), ROUNDS (2), RANKS (2), THREADS (RANKS), MODE (delta_block),
+#        SAVE (false; true: the final checkpoint holds the AdamW moments, so the peak RSS includes writing them),
+#        ATTNRES (the binary, default build/attnres)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 CONFIG="${1:-bench-small}"
 BATCH="${BATCH:-4}" SEQ="${SEQ:-512}" STEPS="${STEPS:-10}" ROUNDS="${ROUNDS:-2}" RANKS="${RANKS:-2}"
-THREADS="${THREADS:-$RANKS}" MODE="${MODE:-delta_block}"
+THREADS="${THREADS:-$RANKS}" MODE="${MODE:-delta_block}" SAVE="${SAVE:-false}" ATTNRES="${ATTNRES:-build/attnres}"
 command -v mpirun >/dev/null || { echo "data_parallel.sh: no mpirun (apt-get install openmpi-bin libopenmpi-dev)" >&2; exit 1; }
 [ -f data/default/train.bin ] || scripts/prepare_default_data.sh
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 w=$(mktemp -d)
 trap 'rm -rf "$w"' EXIT
 common=(train --config "$CONFIG" --mode "$MODE" --data data/default/train.bin --steps "$STEPS" --seq-len "$SEQ"
-        --save-optimizer false --peak-gflops 100 --warmup 2)
+        --save-optimizer "$SAVE" --peak-gflops 100 --warmup 2)
 summary() {  # log.jsonl -> "tok/s comm_ms rss_list"
   /usr/bin/python3 - "$1" <<'EOF'
 import json, statistics, sys
@@ -35,18 +37,18 @@ print(f"{statistics.median(j['tok_per_s'] for j in steps):.0f} {comm:.0f} {rss}"
 EOF
 }
 echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# $CONFIG $MODE, global batch $((RANKS * BATCH)) x $SEQ tokens, $STEPS steps (median of steps 3-$STEPS), $ROUNDS rounds"
+echo "# $ATTNRES: $CONFIG $MODE, global batch $((RANKS * BATCH)) x $SEQ tokens, $STEPS steps (median of steps 3-$STEPS), $ROUNDS rounds, optimizer saved: $SAVE"
 echo "| run | round | tok/s | comm ms/step | peak RSS MiB per process |"
 echo "|---|---|---|---|---|"
 one=() many=()
 for round in $(seq 1 "$ROUNDS"); do
   out="$w/one-$round"
-  build/attnres "${common[@]}" --threads "$THREADS" --batch $((RANKS * BATCH)) --out "$out" >/dev/null
+  "$ATTNRES" "${common[@]}" --threads "$THREADS" --batch $((RANKS * BATCH)) --out "$out" >/dev/null
   read -r tok comm rss <<<"$(summary "$out/log.jsonl")"
   echo "| 1 rank x $THREADS threads, batch $((RANKS * BATCH)) | $round | $tok | - | $rss |"
   one+=("$tok")
   out="$w/many-$round"
-  mpirun --oversubscribe -np "$RANKS" build/attnres "${common[@]}" --threads 1 --batch "$BATCH" --out "$out" >/dev/null
+  mpirun --oversubscribe -np "$RANKS" "$ATTNRES" "${common[@]}" --threads 1 --batch "$BATCH" --out "$out" >/dev/null
   read -r tok comm rss <<<"$(summary "$out/log.jsonl")"
   echo "| $RANKS ranks x 1 thread, batch $BATCH each | $round | $tok | $comm | $rss |"
   many+=("$tok")

@@ -229,19 +229,81 @@ void Comm::all_gather(float* buf, const Shards& s, const std::string& what) {
 #endif
 }
 
-void Comm::gather_to_root(const float* part, float* full, const Shards& s, const std::string& what) {
-  if (size_ == 1) {
-    std::copy(part, part + s.size(0), full);
-    return;
-  }
+void Comm::send(const float* p, int64_t n, int to, int tag, const std::string& what) {
 #ifdef ATTNRES_HAVE_MPI
-  const Counts c(s, size_, what);
+  check_count(n, what);
   begin(what);
-  const int rc = MPI_Gatherv(part, c.n[static_cast<size_t>(rank_)], MPI_FLOAT, full, c.n.data(), c.at.data(),
-                             MPI_FLOAT, 0, MPI_COMM_WORLD);
+  const int rc = MPI_Send(p, static_cast<int>(n), MPI_FLOAT, to, tag, MPI_COMM_WORLD);
   end();
   check_mpi(rc, what);
+#else
+  (void)p, (void)n, (void)to, (void)tag;
+  fail(what, ": a world of one has no rank to send to");
 #endif
+}
+
+void Comm::recv(float* p, int64_t n, int from, int tag, const std::string& what) {
+#ifdef ATTNRES_HAVE_MPI
+  check_count(n, what);
+  begin(what);
+  const int rc = MPI_Recv(p, static_cast<int>(n), MPI_FLOAT, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+  end();
+  check_mpi(rc, what);
+#else
+  (void)p, (void)n, (void)from, (void)tag;
+  fail(what, ": a world of one has no rank to receive from");
+#endif
+}
+
+void Comm::send_range(const float* part, const Shards& s, int tag, int64_t chunk, const std::string& what) {
+  for (int64_t at = s.lo(rank_); at < s.hi(rank_); at += chunk)
+    send(part + (at - s.lo(rank_)), std::min(chunk, s.hi(rank_) - at), 0, tag, what);
+}
+
+RangeReader::RangeReader(Comm& comm, const Shards& s, const float* mine, int tag, int64_t chunk, std::string what)
+    : comm_(comm), s_(s), mine_(mine), tag_(tag), chunk_(chunk), what_(std::move(what)) {
+  ATTNRES_CHECK(comm.root() && chunk > 0, "a RangeReader is rank 0's");
+  next_ = comm.size() > 1 ? s.lo(1) : 0;
+}
+
+bool RangeReader::receive_next() {
+  while (from_ < comm_.size() && next_ >= s_.hi(from_))  // this rank's pieces have all come (or it has none)
+    if (++from_ < comm_.size()) next_ = s_.lo(from_);
+  if (from_ >= comm_.size()) return false;
+  const int64_t n = std::min(chunk_, s_.hi(from_) - next_);
+  piece_.resize(static_cast<size_t>(chunk_));
+  comm_.recv(piece_.data(), n, from_, tag_, what_);
+  b0_ = next_;
+  b1_ = next_ + n;
+  next_ += n;
+  return true;
+}
+
+void RangeReader::read(int64_t at, std::span<float> out) {
+  size_t done = 0;
+  while (done < out.size()) {
+    const int64_t a = at + static_cast<int64_t>(done);
+    const float* src = nullptr;
+    int64_t avail = 0;
+    if (a < s_.hi(0)) {  // rank 0's own part
+      src = mine_ + (a - s_.lo(0));
+      avail = s_.hi(0) - a;
+    } else {
+      ATTNRES_CHECK(a >= b0_, what_, ": read backwards (at ", a, " after the piece from ", b0_, ")");
+      while (a >= b1_)
+        if (!receive_next()) fail(what_, ": asked for float ", a, " past the arena (", s_.bounds.back(), ")");
+      src = piece_.data() + (a - b0_);
+      avail = b1_ - a;
+    }
+    const size_t n = std::min(out.size() - done, static_cast<size_t>(avail));
+    std::copy(src, src + n, out.data() + done);
+    done += n;
+  }
+}
+
+void RangeReader::finish() {
+  while (receive_next()) {
+  }
 }
 
 std::vector<double> Comm::all_gather(const std::vector<double>& mine, const std::string& what) {

@@ -6,11 +6,12 @@
 // run is a world of one and every collective below is a no-op: no MPI
 // runtime is needed, none is initialised.
 //
-// Data parallelism with sharded optimizer state (ZeRO stage 1) needs three
+// Data parallelism with sharded optimizer state (ZeRO stage 1) needs two
 // collectives over the float arenas, each over contiguous rank ranges
 // (`Shards`): the gradient reduce-scatter (rank r receives the sum over ranks
-// of its range), the parameter all-gather (every rank receives every range),
-// and the gather of the moments to rank 0 for a checkpoint.  Scalars (losses,
+// of its range) and the parameter all-gather (every rank receives every
+// range); a checkpoint streams the moments to rank 0 piece by piece
+// (RangeReader), so that no process holds them whole.  Scalars (losses,
 // norms, flags) are all-gathered so that every rank adds them in rank order
 // and holds bit-identical results.
 //
@@ -22,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,8 +75,13 @@ class Comm {
   void reduce_scatter(float* buf, const Shards& s, const std::string& what);
   // buf[lo(q), hi(q)) ← rank q's buf[lo(q), hi(q)) for every q (in place).
   void all_gather(float* buf, const Shards& s, const std::string& what);
-  // Rank 0: full[lo(q), hi(q)) ← rank q's part (n = size(rank) floats); others send.
-  void gather_to_root(const float* part, float* full, const Shards& s, const std::string& what);
+  // Point to point (a RangeReader's pieces): n floats to / from one rank.
+  // Messages of one tag between two ranks arrive in the order sent.
+  void send(const float* p, int64_t n, int to, int tag, const std::string& what);
+  void recv(float* p, int64_t n, int from, int tag, const std::string& what);
+  // This rank's part of a sharded arena (part[0] is the float at lo(rank)),
+  // to rank 0 in pieces of at most `chunk` floats, for its RangeReader.
+  void send_range(const float* part, const Shards& s, int tag, int64_t chunk, const std::string& what);
   // Every rank's n values, rank 0's first: (size · n).
   std::vector<double> all_gather(const std::vector<double>& mine, const std::string& what);
   // Rank 0's bytes to every rank.
@@ -93,6 +100,33 @@ class Comm {
   double timeout_s_ = 0, seconds_ = 0, t0_ = 0;
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<float> scratch_;  // the reduce-scatter's receive buffer (one range)
+};
+
+// Rank 0's reading of a sharded arena that no process holds whole (the AdamW
+// moments of a ZeRO run, written into one checkpoint file): every other rank
+// calls comm.send_range(its part, s, tag, chunk, …); rank 0 reads ranges in
+// increasing order and calls finish(), which receives whatever was not asked
+// for (a sender waits until its pieces are taken).  Rank 0 holds one piece of
+// `chunk` floats at a time, not the arena.
+class RangeReader {
+ public:
+  RangeReader(Comm& comm, const Shards& s, const float* mine, int tag, int64_t chunk, std::string what);
+  // out ← arena[at, at + out.size()); `at` never goes back.
+  void read(int64_t at, std::span<float> out);
+  void finish();
+
+ private:
+  Comm& comm_;
+  const Shards& s_;
+  const float* mine_;  // rank 0's part: arena[lo(0), hi(0))
+  int tag_;
+  int64_t chunk_;
+  std::string what_;
+  int from_ = 1;          // the rank whose pieces come next
+  int64_t next_ = 0;      // where its next piece starts (arena offset)
+  int64_t b0_ = 0, b1_ = 0;  // the piece held: arena[b0_, b1_)
+  std::vector<float> piece_;
+  bool receive_next();  // false when every piece has come
 };
 
 }  // namespace attnres

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
 
 #include "core/error.h"
@@ -31,13 +32,20 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
 
 // Reads every tensor of the layout from `files` (names prefixed), into the
 // float32 arena at `base`, or — for the matrices, when `base16` is given —
-// into the bf16 arena at the same offsets.
+// into the bf16 arena at the same offsets.  With a range [lo, hi) of the
+// arena, only that part (into base[0, hi - lo), float32 only): one rank's
+// moments.
 int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* base, const std::string& prefix,
                    bf16* base16 = nullptr, bool keep_missing_routing = false,
-                   const std::function<bool(const TensorSpec&)>& which = nullptr) {
+                   const std::function<bool(const TensorSpec&)>& which = nullptr, int64_t lo = 0,
+                   int64_t hi = INT64_MAX) {
+  const bool whole = lo == 0 && hi >= layout.total();
+  ATTNRES_CHECK(whole || !base16, "a range of a bf16 arena");
   int64_t kept = 0;
   for (const auto& s : layout.specs()) {
     if (which && !which(s)) continue;
+    const int64_t from = std::max(lo, s.offset), to = std::min(hi, s.offset + s.numel);  // the part in range
+    if (from >= to) continue;
     const std::string name = prefix + s.name;
     if (keep_missing_routing && !files.has(name) && is_routing_param(s.name)) {
       ++kept;
@@ -60,10 +68,10 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
 #pragma omp parallel for num_threads(nt) reduction(| : bad)
       for (int64_t i = 0; i < s.numel; ++i) bad |= (p[i] & 0x7F80u) == 0x7F80u;  // exponent all ones: Inf/NaN
     } else {
-      float* p = base + s.offset;
-      files.read_float(name, shape, {p, static_cast<size_t>(s.numel)});
+      float* p = base + (from - lo);
+      files.read_float(name, shape, static_cast<size_t>(from - s.offset), {p, static_cast<size_t>(to - from)});
 #pragma omp parallel for num_threads(nt) reduction(| : bad)
-      for (int64_t i = 0; i < s.numel; ++i) bad |= !std::isfinite(p[i]);
+      for (int64_t i = 0; i < to - from; ++i) bad |= !std::isfinite(p[i]);
     }
     if (bad) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
   }
@@ -200,8 +208,18 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   write_model_files(tmp_dir, c, layout, params, so.bf16);
   if (so.optimizer) {
     SafeTensorsWriter opt;
-    add_arena(opt, layout, m, "exp_avg.", so.trained);
-    add_arena(opt, layout, v, "exp_avg_sq.", so.trained);
+    if (so.fetch_moments) {  // tensor by tensor from their owners, in arena order
+      for (int k = 0; k < 2; ++k)
+        for (const auto& s : layout.specs())
+          if (!so.trained || so.trained(s))
+            opt.add_f32(cat(k == 0 ? "exp_avg." : "exp_avg_sq.", s.name), s.shape,
+                        [&, k, at = s.offset](size_t first, std::span<float> out) {
+                          so.fetch_moments(k, at + static_cast<int64_t>(first), out);
+                        });
+    } else {
+      add_arena(opt, layout, m, "exp_avg.", so.trained);
+      add_arena(opt, layout, v, "exp_avg_sq.", so.trained);
+    }
     opt.write(tmp_dir + "/optimizer.safetensors");
   }
   nlohmann::json j;
@@ -243,14 +261,15 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 }
 
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
-                             const std::function<bool(const TensorSpec&)>& trained, int threads) {
+                             const std::function<bool(const TensorSpec&)>& trained, int threads, int64_t lo,
+                             int64_t hi) {
   load_params(dir, layout, params, nullptr, false, threads);
   if (!fs::exists(dir + "/optimizer.safetensors"))
     fail(dir, ": holds no optimizer state (saved weights-only), so a run cannot resume from it; "
               "fine-tune from it with --init instead");
   WeightFiles opt(dir + "/optimizer.safetensors", threads);
-  read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained);
-  read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained);
+  read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained, lo, hi);
+  read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained, lo, hi);
   return read_trainer_state(dir);
 }
 

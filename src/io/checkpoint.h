@@ -16,6 +16,7 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,12 @@ struct SaveOptions {
   // (tokenizer.json, tokenizer_config.json, ...) and generation_config.json.
   std::vector<std::string> copy_files;
   int64_t keep = 0;  // keep the newest `keep` step_* checkpoints of out_dir and delete older ones (0 = all)
+  // Moments that no process holds whole (ZeRO: each rank keeps a range):
+  // fetch(k, at, out) fills out with floats [at, at + out.size()) of the
+  // arena of moment k (0: exp_avg, 1: exp_avg_sq).  Asked for in increasing
+  // `at`, every exp_avg piece before the first exp_avg_sq one.  When set,
+  // save_checkpoint's m and v are not read.
+  std::function<void(int k, int64_t at, std::span<float> out)> fetch_moments;
 };
 
 // Writes <out>/step_<step>/ atomically and repoints <out>/latest; returns the path.
@@ -78,8 +85,11 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
                             const SaveOptions& so = {});
 // Loads parameters, moments (of the tensors `trained` accepts; null: all) and
 // trainer state from a checkpoint directory, converting with `threads` threads.
+// With a range [lo, hi) of the arena, m and v receive that part only (m[0]
+// is the moment at lo): a rank of a ZeRO run reads its range, nothing more.
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
-                             const std::function<bool(const TensorSpec&)>& trained = nullptr, int threads = 1);
+                             const std::function<bool(const TensorSpec&)>& trained = nullptr, int threads = 1,
+                             int64_t lo = 0, int64_t hi = INT64_MAX);
 // The step, data position, generator state and run settings of a checkpoint.
 TrainerState read_trainer_state(const std::string& dir);
 // Removes the temporary directories (.step_N.tmp.PID) that saves killed

@@ -154,6 +154,49 @@ TEST(Checkpoint, LoadParamsChecksEveryTensor) {
                {"missing.safetensors", "missing tensor model.layers.0.mlp.up_proj.weight"});
 }
 
+// A ZeRO run's checkpoint: the moments come piece by piece from a fetch
+// function (in arena order, exp_avg first) and make the same file as whole
+// arenas; ranges of it read back into range-sized buffers.
+TEST(Checkpoint, MomentsStreamInAndReadBackAsRanges) {
+  TempDir tmp;
+  // A vocabulary of 40000 × 8: the embedding crosses the writer's 2^18-float pieces.
+  Config c = Config::from_json({{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 4}, {"intermediate_size", 12},
+                                {"vocab_size", 40000}},
+                               "test");
+  ParamLayout layout(c);
+  const int64_t n = layout.total();
+  std::vector<float> p(n), m(n), v(n);  // the 64-byte padding between tensors stays 0 (not in the files)
+  for (const auto& t : layout.specs())
+    for (int64_t i = t.offset; i < t.offset + t.numel; ++i) p[i] = 0.001f * i, m[i] = 0.5f * i, v[i] = 0.25f * i;
+  TrainerState st;
+  st.step = 7;
+  const std::string whole = save_checkpoint(tmp / "whole", c, layout, p.data(), m.data(), v.data(), st);
+  SaveOptions so;
+  int last_k = 0;
+  int64_t last_end = 0;
+  so.fetch_moments = [&](int k, int64_t at, std::span<float> out) {
+    EXPECT_GE(k, last_k);  // every exp_avg piece before the first exp_avg_sq one
+    if (k != last_k) last_end = 0;
+    EXPECT_GE(at, last_end);  // increasing offsets
+    last_k = k, last_end = at + static_cast<int64_t>(out.size());
+    std::copy_n((k == 0 ? m : v).data() + at, out.size(), out.data());
+  };
+  const std::string streamed = save_checkpoint(tmp / "streamed", c, layout, p.data(), nullptr, nullptr, st, so);
+  EXPECT_EQ(last_k, 1);
+  EXPECT_EQ(read_file(whole + "/optimizer.safetensors"), read_file(streamed + "/optimizer.safetensors"));
+  // Three ranges that cut through tensors, each read into its own buffer.
+  const std::vector<int64_t> cuts = {0, 1000, n / 2 + 3, n};
+  for (size_t r = 0; r + 1 < cuts.size(); ++r) {
+    const int64_t lo = cuts[r], hi = cuts[r + 1];
+    std::vector<float> q(n), mr(hi - lo), vr(hi - lo);
+    EXPECT_EQ(load_checkpoint(streamed, layout, q.data(), mr.data(), vr.data(), nullptr, 1, lo, hi).step, 7);
+    EXPECT_EQ(q, p);
+    EXPECT_TRUE(std::equal(mr.begin(), mr.end(), m.begin() + lo)) << "range " << lo << ".." << hi;
+    EXPECT_TRUE(std::equal(vr.begin(), vr.end(), v.begin() + lo)) << "range " << lo << ".." << hi;
+  }
+}
+
 TEST(Checkpoint, PlainQwen3CheckpointConvertsToARoutedLayout) {
   TempDir tmp;
   nlohmann::json j = {{"hidden_size", 8}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},

@@ -238,10 +238,16 @@ void SafeTensorsReader::check_shape(const TensorInfo& t, const std::string& name
 
 void SafeTensorsReader::read_float(const std::string& name, std::span<const int64_t> shape,
                                    std::span<float> out) const {
+  ATTNRES_CHECK(static_cast<int64_t>(out.size()) == info(name).numel(), name);
+  read_float(name, shape, 0, out);
+}
+
+void SafeTensorsReader::read_float(const std::string& name, std::span<const int64_t> shape, size_t first,
+                                   std::span<float> out) const {
   const TensorInfo& t = info(name);
   check_shape(t, name, shape);
-  ATTNRES_CHECK(static_cast<int64_t>(out.size()) == t.numel(), name);
-  convert(t, name, 0, out);
+  ATTNRES_CHECK(first + out.size() <= static_cast<size_t>(t.numel()), name);
+  convert(t, name, first, out);
 }
 
 std::vector<float> SafeTensorsReader::read_float(const std::string& name) const {
@@ -298,6 +304,12 @@ void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> sh
 void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, std::vector<float>&& data) {
   add(name, "F32", std::move(shape), data.data(), data.size() * sizeof(float), true);
 }
+void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, Producer produce) {
+  int64_t numel = 1;
+  for (const int64_t d : shape) numel *= d;
+  add(name, "F32", std::move(shape), nullptr, static_cast<size_t>(numel) * sizeof(float), false);
+  entries_.back().produce = std::move(produce);
+}
 void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
   add(name, "BF16", std::move(shape), data.data(), data.size() * 2, false);
   entries_.back().f32_to_bf16 = true;
@@ -329,14 +341,25 @@ void SafeTensorsWriter::write(const std::string& path) const {
     write_all(fd, &n, 8, path);
     write_all(fd, h.data(), h.size(), path);
     std::vector<uint16_t> piece;
+    std::vector<float> made;  // a produced tensor's current piece
+    constexpr size_t kPiece = 1 << 18;
     for (const auto& e : entries_) {
+      if (e.produce) {
+        const size_t n = e.bytes / 4;
+        made.resize(std::min(n, kPiece));
+        for (size_t i0 = 0; i0 < n; i0 += kPiece) {
+          const size_t m = std::min(kPiece, n - i0);
+          e.produce(i0, {made.data(), m});
+          write_all(fd, made.data(), m * 4, path);
+        }
+        continue;
+      }
       if (!e.f32_to_bf16) {
         write_all(fd, e.owned.empty() ? e.data : e.owned.data(), e.bytes, path);
         continue;
       }
       const float* src = static_cast<const float*>(e.data);
       const size_t n = e.bytes / 2;
-      constexpr size_t kPiece = 1 << 18;
       piece.resize(std::min(n, kPiece));
       for (size_t i0 = 0; i0 < n; i0 += kPiece) {
         const size_t m = std::min(kPiece, n - i0);

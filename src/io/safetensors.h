@@ -9,10 +9,13 @@
 // maps the file and converts each tensor straight from the mapping, in
 // parallel; release() hands a tensor's pages back once it is copied, so
 // loading a model costs its weights and not the file's size again.  The writer streams F32
-// (and I32) tensors to the file, atomically.  Not a general tensor library.
+// (and I32) tensors to the file, atomically, from memory or from a producer
+// (a tensor no process holds whole: ZeRO's moments, io/checkpoint.h).  Not a
+// general tensor library.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -44,6 +47,9 @@ class SafeTensorsReader {
   // Reads a floating-point tensor into `out`, checking its shape; Errors name
   // the file, the tensor and what was expected.
   void read_float(const std::string& name, std::span<const int64_t> shape, std::span<float> out) const;
+  // Only elements [first, first + out.size()) (one rank's range of a tensor;
+  // the rest of the file is not touched).
+  void read_float(const std::string& name, std::span<const int64_t> shape, size_t first, std::span<float> out) const;
   std::vector<float> read_float(const std::string& name) const;
   // The same into bfloat16 (round to nearest even; BF16 tensors are copied as they are).
   void read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const;
@@ -81,6 +87,11 @@ class SafeTensorsWriter {
   void add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data);
   // BF16 values as they are (a view).
   void add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const uint16_t> data);
+  // A float32 tensor of `numel` values made while it is written, in order:
+  // produce(first, out) fills elements [first, first + out.size()) (bounded
+  // pieces; the tensors of one file are produced in the order they were added).
+  using Producer = std::function<void(size_t first, std::span<float> out)>;
+  void add_f32(const std::string& name, std::vector<int64_t> shape, Producer produce);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
@@ -95,6 +106,7 @@ class SafeTensorsWriter {
     size_t bytes = 0;            // in the file
     std::vector<char> owned;     // the bytes of an added temporary
     bool f32_to_bf16 = false;    // data is float32, written rounded to bf16
+    Producer produce = nullptr;  // F32 made at write time (data is null)
   };
   std::vector<Entry> entries_;
   std::map<std::string, std::string> metadata_;

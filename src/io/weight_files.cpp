@@ -110,6 +110,13 @@ void WeightFiles::read_float(const std::string& name, std::span<const int64_t> s
   r.release(name);
 }
 
+void WeightFiles::read_float(const std::string& name, std::span<const int64_t> shape, size_t first,
+                             std::span<float> out) const {
+  const SafeTensorsReader& r = file_of(name);
+  r.read_float(name, shape, first, out);
+  r.release(name);
+}
+
 void WeightFiles::read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const {
   const SafeTensorsReader& r = file_of(name);
   r.read_bf16(name, shape, out);

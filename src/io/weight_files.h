@@ -41,6 +41,8 @@ class WeightFiles {
 
   // Reads (and converts) a tensor, then releases its pages.
   void read_float(const std::string& name, std::span<const int64_t> shape, std::span<float> out) const;
+  // Elements [first, first + out.size()) only.
+  void read_float(const std::string& name, std::span<const int64_t> shape, size_t first, std::span<float> out) const;
   void read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const;
 
  private:

@@ -336,19 +336,10 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   int64_t start = 0;
   if (!opt.resume.empty()) {
     const std::string dir = resolve_model_dir(opt.resume);
-    // Every rank reads the checkpoint (written for any number of ranks) and keeps its range of the moments.
-    TrainerState st;
-    if (adamw.lo() == 0 && adamw.hi() == model.layout().total()) {
-      st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained, ctx.threads());
-    } else {
-      Buffer m = ctx.ops().alloc(static_cast<size_t>(model.layout().total()) * sizeof(float), opt.freeze_base);
-      Buffer v = ctx.ops().alloc(static_cast<size_t>(model.layout().total()) * sizeof(float), opt.freeze_base);
-      st = load_checkpoint(dir, model.layout(), model.params(), m.data(), v.data(), trained, ctx.threads());
-      adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) {
-        std::copy(m.data() + at, m.data() + at + n, adamw.m() + (at - adamw.lo()));
-        std::copy(v.data() + at, v.data() + at + n, adamw.v() + (at - adamw.lo()));
-      });
-    }
+    // Every rank reads the weights and its own range of the moments (the
+    // checkpoint is the same for any number of ranks).
+    const TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained,
+                                            ctx.threads(), adamw.lo(), adamw.hi());
     for (const std::string& note : resume_notes)
       if (!quiet) std::printf("resume: %s\n", note.c_str());
     start = st.step;
@@ -471,6 +462,10 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   TrainResult result;
   const double run_start = now_seconds();
   double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
+  // Sharded moments travel to rank 0 in pieces of 16 MiB (tests:
+  // ATTNRES_TEST_MOMENT_CHUNK floats, so that a tiny model crosses pieces).
+  int64_t moment_chunk = int64_t{1} << 22;
+  if (const char* e = std::getenv("ATTNRES_TEST_MOMENT_CHUNK")) moment_chunk = std::max<int64_t>(1, std::atoll(e));
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), data_rng.state(), settings};
     // Never write a diverged model: one pass over the weights (the same on
@@ -480,20 +475,30 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
            "no checkpoint written", result.last_checkpoint.empty() ? "" : ", the last good one is ",
            result.last_checkpoint);
     ctx.ops().synchronize();  // the arenas are read from the host
-    const float* m = adamw.m();
-    const float* v = adamw.v();
-    Buffer full_m, full_v;  // rank 0, several ranks: every rank's moments, for the file
-    if (shards.bounds.size() > 2 && opt.save_optimizer) {  // sharded moments
-      const size_t bytes = root ? static_cast<size_t>(model.layout().total()) * sizeof(float) : 0;
-      full_m = ctx.ops().alloc(bytes, opt.freeze_base);
-      full_v = ctx.ops().alloc(bytes, opt.freeze_base);
-      const std::string what = cat("step ", step_done, ": the gather of the AdamW moments for the checkpoint");
-      comm.gather_to_root(adamw.m(), full_m.data(), shards, what);
-      comm.gather_to_root(adamw.v(), full_v.data(), shards, what);
-      m = full_m.data();
-      v = full_v.data();
+    if (shards.bounds.size() <= 2 || !opt.save_optimizer) {  // one process holds every moment it saves
+      if (root)
+        result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), adamw.m(), adamw.v(),
+                                                 st, so);
+      return;
     }
-    if (root) result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), m, v, st, so);
+    // Sharded moments: each rank's range streams to rank 0 while it writes
+    // optimizer.safetensors, one piece at a time (no process holds them whole).
+    const std::string what = cat("step ", step_done, ": the transfer of the AdamW moments to rank 0 for the checkpoint");
+    if (!root) {
+      comm.send_range(adamw.m(), shards, 1, moment_chunk, what);
+      comm.send_range(adamw.v(), shards, 2, moment_chunk, what);
+      return;
+    }
+    RangeReader m(comm, shards, adamw.m(), 1, moment_chunk, what);
+    RangeReader v(comm, shards, adamw.v(), 2, moment_chunk, what);
+    SaveOptions streamed = so;
+    streamed.fetch_moments = [&](int k, int64_t at, std::span<float> out) {
+      if (k == 1) m.finish();  // every exp_avg piece is taken before the first exp_avg_sq one
+      (k == 0 ? m : v).read(at, out);
+    };
+    result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), nullptr, nullptr, st, streamed);
+    m.finish();
+    v.finish();
   };
   auto validate = [&](int64_t step_done) {
     // How long validation takes: a binding time budget keeps that much for the last one.

@@ -221,6 +221,17 @@ def test_resume_across_world_sizes(r):
         return
     ref = r.losses(full)
     ckpt = os.path.join(r.tmp, full, "step_00000010")
+    # The moments stream to rank 0 in pieces while it writes: pieces of 1000
+    # floats (many per rank, crossing tensors) write the same bytes.
+    p = r.run(2, r.args("rs-pieces", extra=["--batch", "4", "--ckpt-every", "10"]),
+              env=dict(ENV, ATTNRES_TEST_MOMENT_CHUNK="1000"))
+    if check(p.returncode == 0, "resume: the same run with the moments sent in pieces of 1000 floats"):
+        for step in ("step_00000010", "step_00000020"):
+            with open(os.path.join(ckpt, "..", step, "optimizer.safetensors"), "rb") as f:
+                a = f.read()
+            with open(os.path.join(r.tmp, "rs-pieces", step, "optimizer.safetensors"), "rb") as f:
+                b = f.read()
+            check(a == b and len(a) > 0, f"resume: {step}/optimizer.safetensors is the same bytes either way")
     for ranks, batch in ((1, 8), (4, 2)):
         out = f"rs-{ranks}"
         launcher = 0 if ranks == 1 else ranks  # one rank: no mpirun at all
