@@ -148,6 +148,8 @@ std::unique_ptr<Comm> Comm::join(double timeout_s) {
     MPI_Comm_free(&local);
   }
   if (c->size_ > 1) c->watchdog_ = std::make_unique<Watchdog>(c->rank_, c->size_);
+  // Tests: ATTNRES_TEST_MPI_COUNT=N takes the path of arenas beyond int counts with pieces of N floats.
+  if (const char* e = std::getenv("ATTNRES_TEST_MPI_COUNT"); e && std::atoll(e) > 0) c->max_count_ = std::atoll(e);
   return c;
 #else
   fail("started by a launcher for ", launched, " ranks, but this attnres was built without MPI "
@@ -191,6 +193,15 @@ void check_mpi(int rc, const std::string& what) {
   MPI_Error_string(rc, text, &len);
   fail(what, ": MPI error: ", std::string(text, static_cast<size_t>(len)));
 }
+// fn(r, at, n) for every piece of at most `max` floats of every rank's range,
+// in rank order, until one returns an MPI error (returned).
+template <class Fn>
+int for_each_piece(const Shards& s, int size, int64_t max, Fn fn) {
+  for (int r = 0; r < size; ++r)
+    for (int64_t a = s.lo(r); a < s.hi(r); a += max)
+      if (const int rc = fn(r, a, static_cast<int>(std::min(max, s.hi(r) - a))); rc != MPI_SUCCESS) return rc;
+  return MPI_SUCCESS;
+}
 struct Counts {
   std::vector<int> n, at;
   Counts(const Shards& s, int size, const std::string& what) {
@@ -204,9 +215,23 @@ struct Counts {
 }  // namespace
 #endif
 
+// An arena too large for int counts and displacements (more than 2^31 - 1
+// floats: models beyond ~2 B parameters) goes as one reduce (to its owner) or
+// broadcast (from its owner) per rank and per piece of at most max_count_
+// floats: the same sums and bytes, in more calls.
 void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) {
   if (size_ == 1) return;
 #ifdef ATTNRES_HAVE_MPI
+  if (s.bounds.back() > max_count_) {
+    begin(what);
+    const int rc = for_each_piece(s, size_, max_count_, [&](int r, int64_t a, int n) {
+      return r == rank_ ? MPI_Reduce(MPI_IN_PLACE, buf + a, n, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD)
+                        : MPI_Reduce(buf + a, nullptr, n, MPI_FLOAT, MPI_SUM, r, MPI_COMM_WORLD);
+    });
+    end();
+    check_mpi(rc, what);
+    return;
+  }
   const Counts c(s, size_, what);
   scratch_.resize(static_cast<size_t>(s.size(rank_)));
   begin(what);
@@ -220,6 +245,15 @@ void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) 
 void Comm::all_gather(float* buf, const Shards& s, const std::string& what) {
   if (size_ == 1) return;
 #ifdef ATTNRES_HAVE_MPI
+  if (s.bounds.back() > max_count_) {  // in pieces, as reduce_scatter
+    begin(what);
+    const int rc = for_each_piece(s, size_, max_count_, [&](int r, int64_t a, int n) {
+      return MPI_Bcast(buf + a, n, MPI_FLOAT, r, MPI_COMM_WORLD);
+    });
+    end();
+    check_mpi(rc, what);
+    return;
+  }
   const Counts c(s, size_, what);
   begin(what);
   const int rc =

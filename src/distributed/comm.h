@@ -98,6 +98,7 @@ class Comm {
   int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;
   double timeout_s_ = 0, seconds_ = 0, t0_ = 0;
+  int64_t max_count_ = INT32_MAX;  // floats in one MPI call (its counts are int)
   std::unique_ptr<Watchdog> watchdog_;
   std::vector<float> scratch_;  // the reduce-scatter's receive buffer (one range)
 };

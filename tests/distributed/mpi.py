@@ -168,6 +168,21 @@ def test_equivalence(r):
             check(ok and worst <= 1e-4, f"{mode}: routing statistics of 2 ranks = 1 rank's (max relative {worst:.1e})")
 
 
+def test_pieces(r):
+    # Arenas beyond MPI's int counts (> 2^31 - 1 floats) go as one reduce / broadcast per rank and piece;
+    # ATTNRES_TEST_MPI_COUNT=1000 takes that path on the tiny model: the same bits as the single collectives.
+    for name, env in (("whole", ENV), ("pieces", dict(ENV, ATTNRES_TEST_MPI_COUNT="1000"))):
+        p = r.run(2, r.args(f"pc-{name}", extra=["--batch", "4"]), env=env)
+        if not check(p.returncode == 0, f"pieces: 2 ranks x B4 trains ({name})"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+    a, b = r.losses("pc-whole"), r.losses("pc-pieces")
+    check(len(a) == 20 and a == b, "pieces: every step's loss is the same bits in pieces of 1000 floats")
+    wa, wb = (os.path.join(r.tmp, f"pc-{n}", "step_00000020", "model.safetensors") for n in ("whole", "pieces"))
+    with open(wa, "rb") as f, open(wb, "rb") as g:
+        check(f.read() == g.read(), "pieces: the final weights are the same bytes")
+
+
 def test_frozen_base(r):
     # Fine-tuning the routing parameters only: their gradients travel packed; the base stays bit-identical.
     init = "fz-init"
@@ -369,7 +384,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "frozen": test_frozen_base, "compare": test_compare, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "compare": test_compare, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
