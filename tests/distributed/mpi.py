@@ -20,7 +20,11 @@ On a tiny model (1 thread per rank, a small corpus written here):
   last checkpoint intact (it resumes); a stopped (hung) rank makes the other
   stop with the --collective-timeout error; a NaN injected on one rank
   (ATTNRES_TEST_NAN) stops every rank at that step, or with --on-nan skip is
-  skipped by every rank and the run goes on.
+  skipped by every rank and the run goes on;
+- two hosts (network namespaces joined by a veth pair, a hostfile, an rsh
+  agent that enters the other namespace, TCP only): 2 hosts x batch 4 equal
+  1 process x batch 8, and `-x` carries a variable to the remote rank (skipped
+  without root or network namespaces).
 
 Exit status 1 on a failure, 77 when mpirun is absent or attnres was built without MPI.
 """
@@ -367,6 +371,87 @@ def test_nan(r):
     check(all(s in got for s in (4, 5, 6)), "--on-nan skip: steps 4-6 train with finite losses")
 
 
+class Hosts:
+    """Two machines on this one: network namespaces A (10.77.0.1) and B (10.77.0.2), each with its own
+    network stack, joined by a veth pair.  mpirun runs in A with a hostfile naming both addresses and
+    an rsh agent that "logs in" to B by entering its namespace; the ranks talk over TCP only (no shared
+    memory between them).  Needs root and iproute2; unavailable -> None."""
+
+    def __init__(self, tmp):
+        tag = str(os.getpid() % 100000)
+        self.ns = [f"attnres{tag}a", f"attnres{tag}b"]
+        self.ok = False
+        steps = [["netns", "add", self.ns[0]], ["netns", "add", self.ns[1]],
+                 ["link", "add", f"ar{tag}a", "type", "veth", "peer", "name", f"ar{tag}b"]]
+        for i, (ns, addr) in enumerate(zip(self.ns, ("10.77.0.1", "10.77.0.2"))):
+            dev = f"ar{tag}" + "ab"[i]
+            steps += [["link", "set", dev, "netns", ns], ["-n", ns, "addr", "add", addr + "/24", "dev", dev],
+                      ["-n", ns, "link", "set", dev, "up"], ["-n", ns, "link", "set", "lo", "up"]]
+        for st in steps:
+            p = subprocess.run(["ip"] + st, capture_output=True, text=True)
+            if p.returncode != 0:
+                self.why = f"ip {' '.join(st)}: {p.stderr.strip()}"
+                return
+        self.agent = os.path.join(tmp, "netns-rsh")
+        with open(self.agent, "w") as f:
+            f.write("#!/bin/sh\n# mpirun's rsh agent: HOST COMMAND... runs COMMAND in HOST's network namespace\n"
+                    f'case "$1" in 10.77.0.1) ns={self.ns[0]};; 10.77.0.2) ns={self.ns[1]};; '
+                    '*) echo "netns-rsh: unknown host $1" >&2; exit 1;; esac\n'
+                    # as ssh does, the remote command starts from a fresh environment: only -x passes one on
+                    'shift\nexec ip netns exec "$ns" env -i PATH="$PATH" HOME="$HOME" /bin/sh -c "$*"\n')
+        os.chmod(self.agent, 0o755)
+        self.hostfile = os.path.join(tmp, "hostfile")
+        with open(self.hostfile, "w") as f:
+            f.write("10.77.0.1 slots=1\n10.77.0.2 slots=1\n")
+        self.ok = True
+
+    def cmd(self, attnres, args, export=()):
+        net = "10.77.0.0/24"
+        x = [a for name in export for a in ("-x", name)]
+        return (["ip", "netns", "exec", self.ns[0], "mpirun", "--hostfile", self.hostfile, "-np", "2",
+                 "--mca", "plm_rsh_agent", self.agent, "--mca", "oob_tcp_if_include", net,
+                 "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", net] + x + [attnres] + args)
+
+    def close(self):
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_hosts(r):
+    # Two machines (network namespaces, TCP between them, a hostfile, -x): the documented multi-machine use.
+    if os.geteuid() != 0 or not shutil.which("ip"):
+        print("skip hosts: needs root and iproute2 (ip netns) to make a second host")
+        return
+    h = Hosts(r.tmp)
+    try:
+        if not h.ok:
+            print(f"skip hosts: no network namespaces here ({h.why})")
+            return
+        p = r.run(0, r.args("mh-1x8", extra=["--batch", "8"]))
+        if not check(p.returncode == 0, "hosts: 1 process x B8 trains"):
+            return
+        p = subprocess.run(h.cmd(r.attnres, r.args("mh-2x4", extra=["--batch", "4"])), capture_output=True,
+                           text=True, env=ENV, timeout=300)
+        if not check(p.returncode == 0 and "data parallel: 2 ranks" in p.stdout, "hosts: 2 hosts x B4 train over TCP"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+        a, b = r.losses("mh-1x8"), r.losses("mh-2x4")
+        rel = max_rel(b, a, range(1, 21)) if len(b) == 20 else float("inf")
+        check(rel <= 1e-5, f"hosts: 2 hosts x B4 vs 1 process x B8: max relative loss difference {rel:.2e}")
+        # -x carries a variable to the other host: a NaN injected there stops both hosts at that step.
+        env = dict(ENV, ATTNRES_TEST_NAN="1:3")
+        p = subprocess.run(h.cmd(r.attnres, r.args("mh-nan", steps=6, extra=["--batch", "4"]), ["ATTNRES_TEST_NAN"]),
+                           capture_output=True, text=True, env=env, timeout=300)
+        check(p.returncode != 0 and "step 3: loss nan" in p.stderr and "rank 0 of 2" in p.stderr,
+              "hosts: -x ATTNRES_TEST_NAN=1:3 reaches the rank on host B, and both hosts stop at step 3")
+        # Without -x the remote host never sees it (the agent starts from a fresh environment, as ssh does).
+        p = subprocess.run(h.cmd(r.attnres, r.args("mh-nox", steps=6, extra=["--batch", "4"])),
+                           capture_output=True, text=True, env=env, timeout=300)
+        check(p.returncode == 0, "hosts: without -x the variable stays on host A (rank 1 trains on)")
+    finally:
+        h.close()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--attnres", required=True)
@@ -385,7 +470,7 @@ def main():
             print("SKIP: attnres was built without MPI")
             return 77
         tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "compare": test_compare, "resume": test_resume_across_world_sizes, "signals": test_signals,
-                 "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan}
+                 "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
                 t0 = time.time()
