@@ -9,7 +9,8 @@
 // Data parallelism with sharded optimizer state (ZeRO stage 1) needs two
 // collectives over the float arenas, each over contiguous rank ranges
 // (`Shards`): the gradient reduce-scatter (rank r receives the sum over ranks
-// of its range) and the parameter all-gather (every rank receives every
+// of its range; per-owner reduces in pieces, which need no arena-sized
+// temporaries) and the parameter all-gather (every rank receives every
 // range); a checkpoint streams the moments to rank 0 piece by piece
 // (RangeReader), so that no process holds them whole.  Scalars (losses,
 // norms, flags) are all-gathered so that every rank adds them in rank order
@@ -100,7 +101,6 @@ class Comm {
   double timeout_s_ = 0, seconds_ = 0, t0_ = 0;
   int64_t max_count_ = INT32_MAX;  // floats in one MPI call (its counts are int)
   std::unique_ptr<Watchdog> watchdog_;
-  std::vector<float> scratch_;  // the reduce-scatter's receive buffer (one range)
 };
 
 // Rank 0's reading of a sharded arena that no process holds whole (the AdamW
