@@ -218,9 +218,9 @@ struct Counts {
 // The gradient reduce-scatter is one MPI_Reduce per rank range, to its owner,
 // in pieces of at most 2^20 floats (4 MiB).  MPI_Reduce_scatter does the same
 // sums, but Open MPI's allocates temporaries the size of the whole arena —
-// measured with Open MPI 4.1.4, 2 ranks, 50 M floats: +381 MiB per rank and
-// 236 ms, against +4 MiB and 78 ms in pieces (docs/distributed.md) — which
-// would take back the memory that sharding the moments saves.
+// bench/collectives.sh, Open MPI 4.1.4, 2 ranks, 50 M floats: +286 MiB per
+// rank and 267 ms, against +4 MiB and 66 ms in pieces — which would take
+// back the memory that sharding the moments saves.
 constexpr int64_t kReducePiece = int64_t{1} << 20;
 
 void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) {
