@@ -56,11 +56,13 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-int64_t TensorInfo::numel() const {
+int64_t shape_numel(std::span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t s : shape) n *= s;
   return n;
 }
+
+int64_t TensorInfo::numel() const { return shape_numel(shape); }
 
 std::string shape_str(std::span<const int64_t> shape) {
   std::string s = "[";
@@ -305,9 +307,8 @@ void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> sh
   add(name, "F32", std::move(shape), data.data(), data.size() * sizeof(float), true);
 }
 void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> shape, Producer produce) {
-  int64_t numel = 1;
-  for (const int64_t d : shape) numel *= d;
-  add(name, "F32", std::move(shape), nullptr, static_cast<size_t>(numel) * sizeof(float), false);
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * sizeof(float);
+  add(name, "F32", std::move(shape), nullptr, bytes, false);
   entries_.back().produce = std::move(produce);
 }
 void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {

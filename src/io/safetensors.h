@@ -31,6 +31,8 @@ struct TensorInfo {
 };
 
 std::string shape_str(std::span<const int64_t> shape);
+// The number of elements of a tensor of this shape (1 for a scalar).
+int64_t shape_numel(std::span<const int64_t> shape);
 
 class SafeTensorsReader {
  public:
