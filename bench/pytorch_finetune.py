@@ -11,10 +11,14 @@ the matrices) with the routing parameters in a group of their own
 reference's train_finetune.py does.  Random weights (pytorch_generate's init);
 the step's cost does not depend on their values.
 
+--autocast runs the forward and the loss under torch.autocast('cpu',
+dtype=torch.bfloat16) — mixed precision the way a PyTorch user adds it: bf16
+products, float32 weights, gradients and AdamW.
+
 Prints one JSON line: tok/s over --steps timed steps after --warmup-steps,
 and the process's peak RSS.
 
-    /usr/bin/python3 bench/pytorch_finetune.py --config qwen3-0.6b --mode delta_block --seq-len 512
+    /usr/bin/python3 bench/pytorch_finetune.py --config qwen3-0.6b --mode delta_block --seq-len 512 [--autocast]
 """
 import argparse
 import json
@@ -47,6 +51,7 @@ def main():
     ap.add_argument("--lr", type=float, default=5e-5)
     ap.add_argument("--lr-routing", type=float, default=5e-3)
     ap.add_argument("--freeze-base", action="store_true")
+    ap.add_argument("--autocast", action="store_true", help="CPU bf16 autocast for the forward and the loss")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = dict(G.CONFIGS[a.config], attnres_mode=a.mode, attnres_num_blocks=a.num_blocks)
@@ -72,8 +77,9 @@ def main():
         ids = torch.randint(0, V, (a.batch, a.seq_len + 1), generator=gen)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        logits = model(ids[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
+        with G.autocast(a.autocast):
+            logits = model(ids[:, :-1])
+            loss = F.cross_entropy(logits.reshape(-1, V), ids[:, 1:].reshape(-1))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(trainable, 1.0)
         opt.step()
@@ -82,7 +88,7 @@ def main():
             seconds += time.perf_counter() - t0
     tokens = a.batch * a.seq_len * a.steps
     print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "config": a.config, "mode": a.mode,
-                      "freeze_base": a.freeze_base, "B": a.batch, "T": a.seq_len, "threads": a.threads,
+                      "freeze_base": a.freeze_base, "autocast": a.autocast, "B": a.batch, "T": a.seq_len, "threads": a.threads,
                       "tok_per_s": tokens / seconds, "ms_per_step": 1e3 * seconds / a.steps,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
                       "loss": float(loss)}))

@@ -32,7 +32,11 @@ and cos/sin are computed in float32; the routing softmax over sources is done
 the same way.  Every op torch 1.13 needs here has a bf16 CPU kernel, so nothing
 else is upcast.
 
-    /usr/bin/python3 bench/pytorch_generate.py --config bench-small --mode block [--dtype bf16] [--threads 2]
+--autocast: float32 modules run under torch.autocast('cpu', dtype=torch.bfloat16)
+(the one line a user adds for mixed precision): the products in bf16 with
+float32 weights, everything autocast leaves alone in float32.
+
+    /usr/bin/python3 bench/pytorch_generate.py --config bench-small --mode block [--dtype bf16 | --autocast] [--threads 2]
     /usr/bin/python3 bench/pytorch_generate.py --check     # float64 equality with oracle.forward
 """
 import argparse
@@ -333,6 +337,11 @@ class ForCausalLM(nn.Module):
         return self.lm_head(self.model.norm(h))
 
 
+def autocast(on):
+    """torch.autocast('cpu', dtype=torch.bfloat16) when on, else nothing."""
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=on)
+
+
 # ---------------------------------------------------------------------------
 # Weights by the oracle's names
 # ---------------------------------------------------------------------------
@@ -490,7 +499,7 @@ def bench(a):
     assert a.prompt_len <= cfg["max_position_embeddings"]
     assert a.decode_prompt_len + a.new_tokens <= cfg["max_position_embeddings"]
     gen = torch.Generator().manual_seed(a.seed + 1)
-    with torch.inference_mode():
+    with torch.inference_mode(), autocast(a.autocast):
         # prefill: warm-up on a shorter prompt, then one timed forward of prompt_len tokens
         warm = max(1, min(64, a.prompt_len // 2))
         model(torch.randint(0, V, (1, warm), generator=gen), KVCache(cfg["num_hidden_layers"]), logits_to_keep=1)
@@ -505,7 +514,7 @@ def bench(a):
         b1 = decode_tok_per_s(model, cfg, 1, a.decode_prompt_len, a.new_tokens, gen)
         bn = decode_tok_per_s(model, cfg, a.decode_batch, a.decode_prompt_len, a.new_tokens, gen)
     out = {"impl": "pytorch-eager", "torch": torch.__version__, "config": a.config, "mode": a.mode,
-           "dtype": a.dtype, "threads": a.threads, "prompt_len": a.prompt_len,
+           "dtype": a.dtype, "autocast": a.autocast, "threads": a.threads, "prompt_len": a.prompt_len,
            "prefill_tok_per_s": a.prompt_len / prefill_s, "decode_prompt_len": a.decode_prompt_len,
            "new_tokens": a.new_tokens, "decode_tok_per_s_b1": b1, f"decode_tok_per_s_b{a.decode_batch}": bn,
            "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
@@ -518,6 +527,7 @@ def main():
     ap.add_argument("--config", choices=sorted(CONFIGS), default="bench-small")
     ap.add_argument("--mode", choices=oracle.MODES, default="baseline")
     ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
+    ap.add_argument("--autocast", action="store_true", help="CPU bf16 autocast over float32 modules")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--num-blocks", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)

@@ -9,7 +9,10 @@ HF-style model of bench/pytorch_generate.py (nn.Linear, explicit attention),
 with the checkpoint's weights.  Prints ONE JSON line: requests/s of the
 scoring (the model already loaded), peak RSS, and the largest |ll − attnres's ll|.
 
-    /usr/bin/python3 bench/pytorch_tasks.py --model DIR --samples samples.jsonl [--batch 8] [--threads 2]
+--autocast scores under torch.autocast('cpu', dtype=torch.bfloat16) (float32
+weights, bf16 products).
+
+    /usr/bin/python3 bench/pytorch_tasks.py --model DIR --samples samples.jsonl [--batch 8] [--threads 2] [--autocast]
 """
 import argparse
 import json
@@ -34,6 +37,7 @@ def main():
     ap.add_argument("--samples", required=True)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--autocast", action="store_true", help="CPU bf16 autocast")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     cfg = json.load(open(os.path.join(a.model, "config.json")))
@@ -50,14 +54,14 @@ def main():
     items.sort(key=lambda it: -len(it[1]))
     lls = [0.0] * len(reqs)
     t0 = time.perf_counter()
-    with torch.inference_mode():
+    with torch.inference_mode(), pg.autocast(a.autocast):
         for b0 in range(0, len(items), a.batch):
             chunk = items[b0:b0 + a.batch]
             T = len(chunk[0][1])
             inp = torch.zeros((len(chunk), T), dtype=torch.int64)
             for b, (_, x, _) in enumerate(chunk):
                 inp[b, :len(x)] = torch.tensor(x)
-            logp = F.log_softmax(model(inp), dim=-1)               # (B, T, V)
+            logp = F.log_softmax(model(inp).float(), dim=-1)       # (B, T, V)
             for b, (i, x, cont) in enumerate(chunk):
                 n = len(cont)
                 rows = logp[b, len(x) - n:len(x)]
@@ -68,6 +72,7 @@ def main():
     diff = max(abs(l - r["ll"]) for l, r in zip(lls, reqs))
     print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__, "requests": len(reqs),
                       "seconds": seconds, "requests_per_s": len(reqs) / seconds, "batch": a.batch,
+                      "autocast": a.autocast,
                       "threads": a.threads, "max_abs_ll_diff_vs_attnres": diff,
                       "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 

@@ -10,7 +10,7 @@ MAIN_ONLY=""
 [ "${1:-}" = "--main" ] && MAIN_ONLY=1
 
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
-  libopenblas-openmp-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
+  libopenblas-openmp-dev libdnnl-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   python3 python3.11-doc dict-gcide)            # python3 reads bench JSON; the default corpus text
 TEST_PACKAGES=(libgtest-dev python3-torch python3-numpy
   libopenmpi-dev openmpi-bin                    # data-parallel training (mpirun) and its tests
@@ -31,7 +31,7 @@ if [ -n "$MAIN_ONLY" ]; then
   # Tests are configured only where GoogleTest is there already.
   is_installed libgtest-dev && opts+=(-DATTNRES_TESTS=ON) || opts+=(-DATTNRES_TESTS=OFF)
 else
-  opts+=(-DATTNRES_TESTS=ON -DATTNRES_MPI=ON)
+  opts+=(-DATTNRES_TESTS=ON -DATTNRES_MPI=ON -DATTNRES_DNNL=ON)
 fi
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${opts[@]}" >/dev/null
 if [ -n "$MAIN_ONLY" ]; then

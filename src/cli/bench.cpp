@@ -3,7 +3,8 @@
 //
 // Each mode runs in a process of its own (posix_spawn of this binary), so its peak RSS is its
 // own and not the largest of the modes before it.  MFU is measured against the
-// SGEMM rate of this machine, timed here on 2048³ unless --peak-gflops is given.
+// product rate of the precision the step ran in — SGEMM (fp32) or oneDNN's
+// bf16 matmul (bf16), both timed here on 2048³ — unless --peak-gflops is given.
 #include <cblas.h>
 #include <omp.h>
 #include <spawn.h>
@@ -30,6 +31,7 @@
 #include "infer/generate.h"
 #include "model/model.h"
 #include "ops/cpu/blas_kernels.h"
+#include "ops/cpu/dnnl_matmul.h"
 #include "model/presets.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -38,9 +40,11 @@ namespace attnres {
 
 namespace {
 
-nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, int64_t steps, int64_t warmup,
-                          double peak_flops) {
-  Model model(ctx, c, B, T);
+nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precision precision, int64_t steps,
+                          int64_t warmup, double peak_flops) {
+  ModelOptions mo{B, T};
+  mo.precision = precision;
+  Model model(ctx, c, mo);
   Rng rng(1);
   model.init(rng);
   AdamW adamw(ctx.ops(), model.layout(), AdamWConfig{});
@@ -60,6 +64,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, int64_t 
   }
   const double tok_s = static_cast<double>(N * steps) / seconds;
   return {{"mode", mode_name(c.mode)},
+          {"precision", precision_name(precision)},
           {"tok_per_s", tok_s},
           {"ms_per_step", 1e3 * seconds / static_cast<double>(steps)},
           {"mfu", tok_s * model.flops_per_token(T) / peak_flops},
@@ -82,7 +87,7 @@ nlohmann::json run_worker(std::vector<std::string> args, const std::string& what
   return nlohmann::json::parse(r.out);
 }
 
-// A machine rate (SGEMM GFLOP/s, copy GB/s) measured in a process of its own:
+// A machine rate (SGEMM or bf16 GFLOP/s, copy GB/s) measured in a process of its own:
 // a worker spawned later would inherit this process's peak RSS (Linux keeps
 // the high-water mark across fork and exec), so the parent allocates nothing big.
 double measured(const Flags& f, const std::string& what) {
@@ -90,8 +95,9 @@ double measured(const Flags& f, const std::string& what) {
 }
 
 // The training benchmark of one mode, in its own process.
-nlohmann::json bench_in_child(const std::string& mode, const Flags& f, double peak_gflops) {
-  std::vector<std::string> args = {"--mode", mode, "--peak-gflops", cat(peak_gflops)};
+nlohmann::json bench_in_child(const std::string& mode, Precision p, const Flags& f, double peak_gflops) {
+  std::vector<std::string> args = {"--mode", mode, "--precision", precision_name(p), "--peak-gflops",
+                                   cat(peak_gflops)};
   for (const char* name : {"config", "batch", "seq-len", "steps", "warmup-steps", "threads"})
     args.insert(args.end(), {cat("--", name), f.str(name)});
   return run_worker(args, cat("mode ", mode));
@@ -124,7 +130,7 @@ double measure_copy_gb_per_s(Context& ctx) {
 // only as the tied LM head; an untied embedding gives one row), and the vectors.
 double weight_bytes_per_token(const Model& m) {
   const Config& c = m.config();
-  const double elt = m.options().weights == WeightType::kBF16 ? 2.0 : 4.0;
+  const double elt = m.precision() == Precision::kBF16 ? 2.0 : 4.0;
   double bytes = 0;
   for (const auto& s : m.layout().specs()) {
     if (s.name == "model.embed_tokens.weight" && !c.tied) continue;
@@ -139,7 +145,7 @@ std::vector<int32_t> random_ids(Rng& rng, int64_t n, int64_t V) {
   return ids;
 }
 
-// One config and dtype: prefill, decode at batch 1 and at batch B, and the
+// One config and precision: prefill, decode at batch 1 and at batch B, and the
 // training forward per token for comparison (after the peak RSS is read).
 nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   const int64_t P = f.i64("prompt-len"), Pd = f.i64("decode-prompt-len"), new_tokens = f.i64("new-tokens"),
@@ -154,7 +160,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   mo.rows = std::max(Bd, P);
   mo.cache_len = std::max(P, Pd + new_tokens + 1);
   mo.cache_seqs = Bd;
-  mo.weights = parse_weight_type(f.str("dtype"));
+  mo.precision = parse_precision(f.str("precision"));
   if (mo.cache_len > c.max_position_embeddings) fail("the benchmark's lengths exceed max_position_embeddings");
   Model m(ctx, c, mo);
   Rng rng(1);
@@ -187,7 +193,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   const int64_t rss = peak_rss_bytes();
   nlohmann::json r = {{"config", f.str("config")},
                       {"mode", mode_name(c.mode)},
-                      {"dtype", f.str("dtype")},
+                      {"precision", precision_name(m.precision())},
                       {"threads", ctx.threads()},
                       {"params", m.num_params()},
                       {"weight_bytes", m.weight_bytes()},
@@ -203,7 +209,9 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   if (!f.on("no-train-forward")) {
     // The training forward over the same P tokens (a training model keeps
     // every layer's activations), for "prefill at least as fast per token".
-    Model tm(ctx, c, 1, P);
+    ModelOptions to{1, P};
+    to.precision = m.precision();
+    Model tm(ctx, c, to);
     tm.init(rng);
     std::vector<int32_t> tg(prompt.begin() + 1, prompt.end());
     tg.push_back(0);
@@ -215,6 +223,24 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   return r;
 }
 
+// The precisions of --precision (a list); those this machine cannot run are
+// refused when asked for, and left out with a note when they were a default.
+std::vector<Precision> bench_precisions(const Flags& f, const std::string& fallback, const Backend& ops, bool json) {
+  const bool given = f.given("precision");
+  std::vector<Precision> out;
+  for (const std::string& s : split_commas(given ? f.str("precision") : fallback)) {
+    const Precision p = parse_precision(s, f.given("dtype") ? "--dtype" : "--precision");
+    if (const std::string why = ops.unsupported(p); !why.empty()) {
+      if (given) fail("--precision ", precision_name(p), ": ", why);
+      if (!json) std::printf("bench: %s left out: %s\n", precision_name(p), why.c_str());
+      continue;
+    }
+    if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+  }
+  if (out.empty()) fail("--precision: nothing to run");
+  return out;
+}
+
 int bench_generate(const Flags& f, Context& ctx) {
   if (f.on("worker")) {
     Config c = load_config(f.str("config"));
@@ -223,6 +249,7 @@ int bench_generate(const Flags& f, Context& ctx) {
     return 0;
   }
   const bool json = f.on("json");
+  const std::vector<Precision> precisions = bench_precisions(f, "fp32,bf16", ctx.ops(), json);
   const double copy = measured(f, "copy");
   if (!json)
     std::printf("bench --generate: %d threads, STREAM-like copy bandwidth %.1f GB/s; prefill of %lld tokens, "
@@ -233,8 +260,9 @@ int bench_generate(const Flags& f, Context& ctx) {
   // --generate without --config: the three shapes of the targets.
   const std::string configs = f.given("config") ? f.str("config") : "tiny,bench-small,qwen3-0.6b";
   for (const std::string& config : split_commas(configs)) {
-    for (const std::string& dtype : split_commas(f.str("dtype"))) {
-      std::vector<std::string> args = {"--generate", "--config", config, "--dtype", dtype};
+    for (const Precision p : precisions) {
+      const std::string dtype = precision_name(p);
+      std::vector<std::string> args = {"--generate", "--config", config, "--precision", dtype};
       for (const char* name : {"mode", "threads", "prompt-len", "decode-prompt-len", "new-tokens", "decode-batch"})
         if (!f.str(name).empty()) args.insert(args.end(), {cat("--", name), f.str(name)});
       if (f.on("no-train-forward")) args.push_back("--no-train-forward");
@@ -276,28 +304,30 @@ int cmd_bench(int argc, char** argv) {
               {"steps", "5", "timed steps"},
               {"warmup-steps", "1", "untimed steps first"},
               {"threads", "0", "threads (0 = all cores)"},
-              {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure SGEMM 2048^3 now)"},
+              {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
+                                    "with --generate the default is fp32,bf16"},
+              {"dtype", "", "its older spelling", "precision"},
+              {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure 2048^3 products of each precision now)"},
               {"json", "false", "one JSON object per line"},
               {"generate", "false", "benchmark generation instead: --config may list several (default with "
-                                    "--generate: tiny,bench-small,qwen3-0.6b), --dtype f32,bf16"},
-              {"dtype", "f32,bf16", "--generate: weight types to run"},
+                                    "--generate: tiny,bench-small,qwen3-0.6b)"},
               {"prompt-len", "512", "--generate: prefill prompt length"},
               {"decode-prompt-len", "64", "--generate: prompt length before decoding"},
               {"new-tokens", "32", "--generate: decoded tokens per sequence"},
               {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"},
               {"no-train-forward", "false", "--generate: skip the training-forward comparison"},
               {"worker", "false", "internal: run one mode in this process and print its JSON"},
-              {"measure", "", "internal: print the machine's 'sgemm' GFLOP/s or 'copy' GB/s"},
+              {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"},
           });
   if (!f.parse(argc, argv)) return 0;
   Context ctx(static_cast<int>(f.i64("threads")));
   if (!f.str("measure").empty()) {
     const std::string what = f.str("measure");
-    if (what != "sgemm" && what != "copy") fail("--measure expects sgemm or copy");
-    std::printf("%s\n", nlohmann::json({{"value", what == "sgemm" ? measure_sgemm_gflops(ctx.threads())
-                                                                   : measure_copy_gb_per_s(ctx)}})
-                            .dump()
-                            .c_str());
+    if (what != "sgemm" && what != "bf16" && what != "copy") fail("--measure expects sgemm, bf16 or copy");
+    const double value = what == "copy" ? measure_copy_gb_per_s(ctx)
+                                        : measure_peak_gflops(what == "bf16" ? Precision::kBF16 : Precision::kF32,
+                                                              ctx.threads());
+    std::printf("%s\n", nlohmann::json({{"value", value}}).dump().c_str());
     return 0;
   }
   if (f.on("generate")) return bench_generate(f, ctx);
@@ -307,8 +337,8 @@ int cmd_bench(int argc, char** argv) {
   if (f.i64("steps") <= 0 || f.i64("warmup-steps") < 0) fail("--steps must be positive and --warmup-steps not negative");
   if (f.on("worker")) {
     base.mode = parse_mode(f.str("mode"));
-    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), f.i64("steps"), f.i64("warmup-steps"),
-                                   f.f64("peak-gflops") * 1e9)
+    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), precision_flag(f, ctx.ops()),
+                                   f.i64("steps"), f.i64("warmup-steps"), f.f64("peak-gflops") * 1e9)
                             .dump()
                             .c_str());
     return 0;
@@ -317,36 +347,53 @@ int cmd_bench(int argc, char** argv) {
   const std::string m = f.str("mode");
   if (m == "all") modes = {Mode::kBaseline, Mode::kBlock, Mode::kFull, Mode::kDelta, Mode::kDeltaBlock};
   else modes = {m.empty() ? base.mode : parse_mode(m)};
-  double peak = f.f64("peak-gflops");
-  if (peak <= 0) peak = measured(f, "sgemm");
   const bool json = f.on("json");
-  if (!json)
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s\n", f.str("config").c_str(),
-                static_cast<long long>(f.i64("batch")), static_cast<long long>(f.i64("seq-len")), threads, peak);
-  double base_tok = 0, base_rss = 0;
-  for (Mode mode : modes) {
-    nlohmann::json r = bench_in_child(mode_name(mode), f, peak);
-    r["sgemm_peak_gflops"] = peak;
-    if (mode == Mode::kBaseline) {
-      base_tok = r["tok_per_s"].get<double>();
-      base_rss = r["peak_rss_bytes"].get<double>();
+  const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
+  // Both peaks where the machine has both (the bf16 one beside SGEMM's), each
+  // precision's MFU against its own.
+  const bool bf16_here = ctx.ops().unsupported(Precision::kBF16).empty();
+  const double sgemm = f.f64("peak-gflops") > 0 ? f.f64("peak-gflops") : measured(f, "sgemm");
+  const double bf16 = !bf16_here ? 0 : f.f64("peak-gflops") > 0 ? f.f64("peak-gflops") : measured(f, "bf16");
+  if (!json) {
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s", f.str("config").c_str(),
+                static_cast<long long>(f.i64("batch")), static_cast<long long>(f.i64("seq-len")), threads, sgemm);
+    if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, dnnl_bf16::isa().c_str());
+    std::printf("\n");
+  }
+  std::vector<double> fp32_tok(modes.size(), 0.0);
+  for (const Precision p : precisions) {
+    const double peak = p == Precision::kBF16 ? bf16 : sgemm;
+    double base_tok = 0, base_rss = 0;
+    for (size_t i = 0; i < modes.size(); ++i) {
+      const Mode mode = modes[i];
+      nlohmann::json r = bench_in_child(mode_name(mode), p, f, peak);
+      r["peak_gflops"] = peak;
+      r["sgemm_peak_gflops"] = sgemm;
+      if (bf16_here) r["bf16_peak_gflops"] = bf16;
+      if (mode == Mode::kBaseline) {
+        base_tok = r["tok_per_s"].get<double>();
+        base_rss = r["peak_rss_bytes"].get<double>();
+      }
+      if (base_tok > 0) {
+        r["tok_per_s_vs_baseline"] = r["tok_per_s"].get<double>() / base_tok;
+        r["rss_vs_baseline"] = r["peak_rss_bytes"].get<double>() / base_rss;
+      }
+      if (p == Precision::kF32) fp32_tok[i] = r["tok_per_s"].get<double>();
+      else if (fp32_tok[i] > 0) r["tok_per_s_vs_fp32"] = r["tok_per_s"].get<double>() / fp32_tok[i];
+      if (json) {
+        std::printf("%s\n", r.dump().c_str());
+      } else {
+        std::printf("%-12s %-4s %8.0f tok/s  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", mode_name(mode),
+                    precision_name(p), r["tok_per_s"].get<double>(), r["ms_per_step"].get<double>(),
+                    100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
+        if (r.contains("tok_per_s_vs_baseline") && mode != Mode::kBaseline)
+          std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
+                      r["rss_vs_baseline"].get<double>());
+        if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());
+        std::printf("\n");
+      }
+      std::fflush(stdout);
     }
-    if (base_tok > 0) {
-      r["tok_per_s_vs_baseline"] = r["tok_per_s"].get<double>() / base_tok;
-      r["rss_vs_baseline"] = r["peak_rss_bytes"].get<double>() / base_rss;
-    }
-    if (json) {
-      std::printf("%s\n", r.dump().c_str());
-    } else {
-      std::printf("%-12s %8.0f tok/s  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", mode_name(mode),
-                  r["tok_per_s"].get<double>(), r["ms_per_step"].get<double>(), 100 * r["mfu"].get<double>(),
-                  r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
-      if (r.contains("tok_per_s_vs_baseline") && mode != Mode::kBaseline)
-        std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
-                    r["rss_vs_baseline"].get<double>());
-      std::printf("\n");
-    }
-    std::fflush(stdout);
   }
   return 0;
 }

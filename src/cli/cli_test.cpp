@@ -38,9 +38,10 @@ struct Result {
   std::string out, err;
 };
 
-Result run(const std::string& args) {
+// `env` (shell assignments, "NAME=value ") is set for the program alone.
+Result run(const std::string& args, const std::string& env = "") {
   const std::string err_path = fs::temp_directory_path() / ("attnres_cli_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(ATTNRES_BINARY) + " " + args + " 2>" + err_path;
+  const std::string cmd = env + std::string(ATTNRES_BINARY) + " " + args + " 2>" + err_path;
   Result r;
   FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
@@ -314,8 +315,13 @@ TEST_F(Cli, BenchJson) {
 
 TEST_F(Cli, BenchGenerateJson) {
   write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
-  Result r = run("bench --generate --config " + dir_ + "/bench.json --dtype f32,bf16 --prompt-len 8 "
-                 "--decode-prompt-len 4 --new-tokens 2 --decode-batch 2 --json");
+  const std::string cmd = "bench --generate --config " + dir_ + "/bench.json --dtype f32,bf16 --prompt-len 8 "
+                          "--decode-prompt-len 4 --new-tokens 2 --decode-batch 2 --json";
+  Result r = run(cmd);  // --dtype: the older spelling of --precision
+  if (!testing::bf16_here().empty()) {
+    expect_clear_error(r, {"--precision bf16: ", testing::bf16_here()});
+    return;
+  }
   ASSERT_EQ(r.status, 0) << r.err;
   int lines = 0;
   for (size_t at = 0; at < r.out.size(); ++lines) {
@@ -324,10 +330,54 @@ TEST_F(Cli, BenchGenerateJson) {
     for (const char* k : {"prefill_tok_per_s", "decode_tok_per_s_b1", "decode_tok_per_s_b2", "peak_rss_bytes",
                           "bytes_per_token", "bound_tok_per_s", "train_forward_tok_per_s"})
       EXPECT_GT(j[k].get<double>(), 0) << k;
-    EXPECT_EQ(j["dtype"], lines == 0 ? "f32" : "bf16");
+    EXPECT_EQ(j["precision"], lines == 0 ? "fp32" : "bf16");
     at = end + 1;
   }
   EXPECT_EQ(lines, 2);
+}
+
+// --precision: its bad values, its two spellings, and a CPU without bf16
+// matrix instructions — one clear line each, before anything is written.
+// ONEDNN_MAX_CPU_ISA=AVX2 makes oneDNN see what an AVX2-only CPU (an AMD EPYC
+// before Zen 4) has, so this runs on any machine.
+TEST_F(Cli, PrecisionBadValuesAndCpusWithoutBf16) {
+  const std::string eval = "eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 2 --quiet ";
+  expect_clear_error(run(eval + "--precision fp16"),
+                     {"--precision must be fp32 or bf16, got 'fp16'", "float16 products are not supported"});
+  expect_clear_error(run(eval + "--precision int8"), {"--precision must be fp32 or bf16, got 'int8'"});
+  expect_clear_error(run(eval + "--dtype f8"), {"--dtype must be fp32 or bf16, got 'f8'"});
+  expect_clear_error(run(eval + "--dtype bf16 --precision fp32"), {"--precision fp32 and --dtype bf16 disagree"});
+  expect_clear_error(run("train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --out " + dir_ +
+                         "/t16 --steps 1 --batch 1 --seq-len 8 --precision half"),
+                     {"--precision must be fp32 or bf16, got 'half'"});
+  EXPECT_FALSE(fs::exists(dir_ + "/t16"));
+  EXPECT_EQ(run(eval + "--dtype f32").status, 0);  // the older spelling, with its f32
+
+  const std::string avx2 = "ONEDNN_MAX_CPU_ISA=AVX2 ";
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  const std::vector<std::string> commands = {
+      eval,
+      "generate --model " + dir_ + "/model --prompt-ids 1,2,3 --max-new-tokens 2 --json ",
+      "bench --config " + dir_ + "/bench.json --batch 1 --seq-len 8 --steps 1 ",
+      "train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --out " + dir_ + "/nobf16 --steps 1 --batch 1 "
+      "--seq-len 8 ",
+      "compare --modes baseline --data " + dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --steps 1 --batch 1 "
+      "--seq-len 8 --out " + dir_ + "/nobf16cmp ",
+  };
+  for (const std::string& c : commands)
+    expect_clear_error(run(c + "--precision bf16", avx2),
+                       {"--precision bf16: this CPU has no bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16",
+                        "avx2", "use --precision fp32"});
+  EXPECT_FALSE(fs::exists(dir_ + "/nobf16"));
+  EXPECT_FALSE(fs::exists(dir_ + "/nobf16cmp"));
+  // There fp32 runs as anywhere, and a benchmark's default list leaves bf16 out, saying why.
+  Result ok = run(eval + "--json", avx2);
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["precision"], "fp32");
+  Result b = run("bench --generate --config " + dir_ + "/bench.json --prompt-len 8 --decode-prompt-len 4 "
+                 "--new-tokens 2 --decode-batch 2 --no-train-forward", avx2);
+  EXPECT_EQ(b.status, 0) << b.err;
+  EXPECT_NE(b.out.find("bf16 left out: this CPU has no bfloat16 matrix instructions"), std::string::npos) << b.out;
 }
 
 TEST_F(Cli, RoutingStatisticsJson) {

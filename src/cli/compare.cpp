@@ -22,12 +22,15 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/spawn.h"
+#include "core/context.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "core/timer.h"
 #include "io/checkpoint.h"
 #include "io/file_util.h"
 #include "io/json_util.h"
 #include "model/params.h"
+#include "ops/backend.h"
 #include "report/report.h"
 #include "report/run_log.h"
 
@@ -90,6 +93,8 @@ int cmd_compare(int argc, char** argv) {
               {"routing-every", "0", "log routing statistics every N steps (0 = twenty times per run)"},
               {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
               {"threads", "0", "threads per run (0 = all cores)"},
+              {"precision", "auto", "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
+                                    "instructions (AMX / AVX512-BF16), else fp32"},
               {"ranks", "1", "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
                              "then the global micro-batch, B / N per rank)"},
               {"out", "", "output directory (required); rerun with the same flags to resume"},
@@ -117,6 +122,17 @@ int cmd_compare(int argc, char** argv) {
     if (f.i64("tokens") <= 0) fail("give the work per run: --tokens N (or --steps N)");
     steps = (f.i64("tokens") + B * T - 1) / (B * T);
   }
+  // The precision of every run: auto resolves here, once, and is stored with the settings.
+  std::string precision = f.str("precision");
+  {
+    Context probe(1);
+    const bool bf16_here = probe.ops().unsupported(Precision::kBF16).empty();
+    if (precision == "auto") precision = bf16_here ? "bf16" : "fp32";
+    const Precision p = parse_precision(precision);
+    if (const std::string why = probe.ops().unsupported(p); !why.empty())
+      fail("--precision ", precision_name(p), ": ", why);
+    precision = precision_name(p);
+  }
   const int64_t val_every = f.i64("val-every") > 0 ? f.i64("val-every") : std::max<int64_t>(1, steps / 4);
   const int64_t routing_every = f.i64("routing-every") > 0 ? f.i64("routing-every") : std::max<int64_t>(1, steps / 20);
 
@@ -128,10 +144,11 @@ int cmd_compare(int argc, char** argv) {
                              {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
                              {"seed", f.i64("seed")}, {"lr", f.f64("lr")}, {"lr_min", f.f64("lr-min")},
                              {"val_every", val_every}, {"val_tokens", f.i64("val-tokens")},
-                             {"routing_every", routing_every}};
+                             {"routing_every", routing_every}, {"precision", precision}};
   const std::string settings_path = out + "/compare.json";
   if (fs::exists(settings_path)) {
-    const nlohmann::json was = parse_json(read_file(settings_path), settings_path);
+    nlohmann::json was = parse_json(read_file(settings_path), settings_path);
+    if (!was.contains("precision")) was["precision"] = "fp32";  // a comparison from before --precision
     for (auto it = settings.begin(); it != settings.end(); ++it)
       if (!was.contains(it.key()) || was[it.key()] != it.value())
         fail(out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
@@ -173,7 +190,8 @@ int cmd_compare(int argc, char** argv) {
                    "--steps", cat(steps), "--batch", cat(B / ranks), "--seq-len", cat(T), "--lr", f.str("lr"), "--lr-min",
                    f.str("lr-min"), "--warmup", cat(std::max<int64_t>(1, steps / 20)), "--seed", cat(run.seed),
                    "--val-every", cat(val_every), "--val-tokens", f.str("val-tokens"), "--routing-every",
-                   cat(routing_every), "--keep-checkpoints", "1", "--ckpt-every", cat(val_every)});
+                   cat(routing_every), "--keep-checkpoints", "1", "--ckpt-every", cat(val_every), "--precision",
+                   precision});
     }
     args.insert(args.end(), {"--threads", f.str("threads")});
     if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
@@ -193,7 +211,8 @@ int cmd_compare(int argc, char** argv) {
       fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
            "/train.err");
     const RunLog log = read_run_log(run.dir + "/log.jsonl");
-    nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"steps", log.steps},
+    nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", precision},
+                        {"steps", log.steps},
                         {"planned_steps", steps}, {"cut", log.steps < steps},
                         {"tokens", log.steps * B * T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
                         {"tok_per_s", log.tok_per_s},
@@ -205,7 +224,7 @@ int cmd_compare(int argc, char** argv) {
     if (c.mode != Mode::kBaseline) {  // the routing of the final model, on validation tokens
       const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", f.str("val-data"), "--seq-len",
                                        cat(T), "--max-tokens", f.str("routing-tokens"), "--threads",
-                                       f.str("threads"), "--json", "--quiet"});
+                                       f.str("threads"), "--precision", precision, "--json", "--quiet"});
       if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
       r["routing"] = nlohmann::json::parse(rt.out);
     }
@@ -271,7 +290,10 @@ int cmd_compare(int argc, char** argv) {
   }
   std::string text = table + "\n";
   text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", seeds,
-              " seed(s) per mode; validation loss on ",
+              " seed(s) per mode, ",
+              precision == "bf16" ? "bf16 products (bfloat16 inputs, float32 sums; the rest float32)"
+                                  : "fp32 arithmetic",
+              f.given("precision") ? "" : " (--precision auto)", "; validation loss on ",
               f.i64("val-tokens") > 0 ? cat("the first ", f.str("val-tokens"), " tokens of ") : std::string("all of "),
               f.str("val-data"),
               ". deep max weight: the per-token max routing weight, mean over the deepest third of the routers.\n");

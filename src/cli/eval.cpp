@@ -16,17 +16,17 @@ namespace attnres {
 
 int cmd_eval(int argc, char** argv) {
   Flags f("eval", "Loss and perplexity of a checkpoint over a token file, in consecutive windows of T+1 tokens.",
-          {
+          join({
               {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
               {"data", "", "token file (required)"},
               {"seq-len", "256", "window length T"},
               {"batch", "8", "windows per forward pass"},
               {"max-tokens", "0", "evaluate only the first N tokens (0 = all)"},
-              {"dtype", "f32", "weight matrices held as f32 or bf16 (half the memory; products in f32)"},
               {"threads", "0", "threads (0 = all cores)"},
               {"quiet", "false", "no progress line on stderr"},
               {"json", "false", "print one JSON object instead of text"},
-          });
+          },
+              precision_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
   const std::string dir = resolve_model_dir(f.str("model"));
@@ -40,7 +40,7 @@ int cmd_eval(int argc, char** argv) {
   mo.batch = B;
   mo.seq_len = T;
   mo.training = false;
-  mo.weights = parse_weight_type(f.str("dtype"));
+  mo.precision = precision_flag(f, ctx.ops());
   Model model(ctx, c, mo);
   model.load(dir);
   EvalOptions eo;
@@ -50,7 +50,7 @@ int cmd_eval(int argc, char** argv) {
   if (f.on("json")) {
     nlohmann::json j = {{"model", dir},          {"data", f.str("data")}, {"mode", mode_name(c.mode)},
                         {"seq_len", T},          {"loss", r.loss},        {"ppl", r.ppl},
-                        {"tokens", r.tokens},    {"seconds", r.seconds},  {"dtype", f.str("dtype")},
+                        {"tokens", r.tokens},    {"seconds", r.seconds},  {"precision", precision_name(mo.precision)},
                         {"peak_rss_bytes", peak_rss_bytes()}};
     std::printf("%s\n", j.dump().c_str());
   } else {

@@ -44,7 +44,7 @@ int cmd_eval_tasks(int argc, char** argv) {
           "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard errors of\n"
           "EleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each task reads\n"
           "DATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face dataset.",
-          {
+          join({
               {"model", "", "model directory (config.json + weights + tokenizer.json) or run directory (required)"},
               {"tasks", "paper", "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
                                  "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"},
@@ -56,14 +56,14 @@ int cmd_eval_tasks(int argc, char** argv) {
               {"batch", "8", "requests per forward pass"},
               {"max-length", "0", "the model's context for a request, longer ones cut from the left "
                                   "(0 = max_position_embeddings, as the harness)"},
-              {"dtype", "f32", "weight matrices held as f32 or bf16"},
               {"tokenizer", "", "tokenizer.json (default: the model directory's)"},
               {"threads", "0", "threads (0 = all cores)"},
               {"json", "false", "print one JSON object shaped like the harness's results"},
               {"out", "", "also write that JSON object to this file"},
               {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"},
               {"quiet", "false", "no progress line on stderr"},
-          });
+          },
+              precision_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");
   const int64_t fewshot = f.i64("num-fewshot");
@@ -109,7 +109,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   mo.batch = std::min<int64_t>(batch, static_cast<int64_t>(requests.size()));
   mo.seq_len = longest_input(requests, max_length);
   mo.training = false;
-  mo.weights = parse_weight_type(f.str("dtype"));
+  mo.precision = precision_flag(f, ctx.ops());
   Model model(ctx, c, mo);
   model.load(dir);
 
@@ -169,7 +169,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   j["average"] = average;
   j["average_metrics"] = average_metrics;
   j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", fewshot},
-                 {"limit", limit},       {"max_length", max_length},  {"dtype", f.str("dtype")},
+                 {"limit", limit},       {"max_length", max_length},  {"precision", precision_name(mo.precision)},
                  {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
                  {"fewshot_seed", f.i64("fewshot-seed")},
                  {"semantics", "lm-evaluation-harness v0.4.x task definitions (docs/tasks.md)"}};

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "ops/backend.h"
 
 namespace attnres {
 
@@ -37,14 +38,24 @@ bool Flags::parse(int argc, char** argv) {
     }
     const FlagSpec* spec = find(name);
     if (!spec) fail("attnres ", command_, ": unknown flag --", name, " (see attnres ", command_, " --help)");
+    const std::string spelled = name;
+    if (!spec->spelling_of.empty()) {  // the value is the other flag's
+      name = spec->spelling_of;
+      spec = find(name);
+      ATTNRES_CHECK(spec, "--", spelled, " spells an undeclared flag --", name);
+    }
     if (spec->default_value == "false" && !inline_value) {
       value = "true";
     } else if (!inline_value) {
-      if (i + 1 >= argc) fail("attnres ", command_, ": flag --", name, " needs a value");
+      if (i + 1 >= argc) fail("attnres ", command_, ": flag --", spelled, " needs a value");
       value = argv[++i];
     }
+    if (given_.count(name) && spelled_[name] != spelled && values_[name] != value)
+      fail("attnres ", command_, ": --", spelled, " ", value, " and --", spelled_[name], " ", values_[name],
+           " disagree (two spellings of one flag)");
     values_[name] = value;
-    given_[name] = true;
+    given_[name] = given_[spelled] = true;
+    spelled_[name] = spelled;
     all_[name].push_back(value);
   }
   return true;
@@ -89,6 +100,12 @@ bool Flags::on(const std::string& name) const {
 std::string Flags::help() const {
   std::string out = cat("usage: attnres ", command_, " [flags]\n", summary_, "\n\nflags:\n");
   for (const auto& s : specs_) {
+    if (!s.spelling_of.empty()) {
+      const std::string lhs = cat("  --", s.name, " VALUE");
+      out += cat(lhs, std::string(lhs.size() < 26 ? 26 - lhs.size() : 1, ' '), "the same as --", s.spelling_of,
+                 s.help.empty() ? "" : " (" + s.help + ")", "\n");
+      continue;
+    }
     std::string lhs = cat("  --", s.name, s.default_value == "false" ? "" : " VALUE");
     out += cat(lhs, std::string(lhs.size() < 26 ? 26 - lhs.size() : 1, ' '), s.help);
     if (s.default_value != "false" && !s.default_value.empty()) out += cat(" (default: ", s.default_value, ")");
@@ -99,8 +116,22 @@ std::string Flags::help() const {
 
 std::string Flags::table() const {
   std::string out;
-  for (const auto& s : specs_) out += cat("  ", s.name, " = ", str(s.name), "\n");
+  for (const auto& s : specs_)
+    if (s.spelling_of.empty()) out += cat("  ", s.name, " = ", str(s.name), "\n");
   return out;
+}
+
+std::vector<FlagSpec> precision_flags(const std::string& default_value) {
+  return {{"precision", default_value,
+           "fp32, or bf16: matrix products with bfloat16 inputs and float32 sums on the CPU's matrix units "
+           "(AMX / AVX512-BF16); norms, attention and routing stay float32"},
+          {"dtype", "", "its older spelling; f32 is fp32", "precision"}};
+}
+
+Precision precision_flag(const Flags& f, const Backend& ops) {
+  const Precision p = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");
+  if (const std::string why = ops.unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
+  return p;
 }
 
 }  // namespace attnres

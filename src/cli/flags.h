@@ -11,12 +11,15 @@
 #include <string>
 #include <vector>
 
+#include "core/precision.h"
+
 namespace attnres {
 
 struct FlagSpec {
   std::string name;           // without the leading "--"
   std::string default_value;  // "false" marks a switch; "" means "no default"
   std::string help;
+  std::string spelling_of;    // another spelling of that flag (its value is the flag's), e.g. --dtype of --precision
 };
 
 class Flags {
@@ -42,9 +45,23 @@ class Flags {
   std::string command_, summary_;
   std::vector<FlagSpec> specs_;
   std::map<std::string, std::string> values_;
-  std::map<std::string, bool> given_;
+  std::map<std::string, bool> given_;              // by flag, and by the other spelling used for it
+  std::map<std::string, std::string> spelled_;     // the spelling the flag's value was last given with
   std::map<std::string, std::vector<std::string>> all_;
   const FlagSpec* find(const std::string& name) const;
 };
+
+// a followed by b (a command's own flags and a shared group).
+inline std::vector<FlagSpec> join(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+class Backend;
+// --precision of the commands that run a model, with --dtype, the spelling
+// the inference commands had for it (help line and "f32" included).
+std::vector<FlagSpec> precision_flags(const std::string& default_value = "fp32");
+// Its value, refused with one clear line where `ops` cannot run it.
+Precision precision_flag(const Flags& f, const Backend& ops);
 
 }  // namespace attnres

@@ -61,7 +61,7 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 
 int cmd_generate(int argc, char** argv) {
   Flags f("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).",
-          {
+          join({
               {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
               {"prompt", "", "prompt text (default: read from stdin)"},
               {"prompt-ids", "", "prompt as comma-separated token ids instead of text"},
@@ -75,10 +75,10 @@ int cmd_generate(int argc, char** argv) {
               {"ignore-eos", "false", "do not stop at end-of-sequence tokens"},
               {"tokenizer", "", "tokenizer.json to use (default: the model directory's)"},
               {"batch", "8", "sequences decoded together (--prompts)"},
-              {"dtype", "f32", "weight matrices held as f32 or bf16 (half the bytes per token; products in f32)"},
               {"threads", "0", "threads (0 = all cores)"},
               {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"},
-          });
+          },
+              precision_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty()) fail("--model is required");
   const std::string dir = resolve_model_dir(f.str("model"));
@@ -179,7 +179,7 @@ int cmd_generate(int argc, char** argv) {
   mo.rows = std::max(mo.batch, mo.seq_len);
   mo.cache_len = std::max<int64_t>(cache_len, 1);
   mo.cache_seqs = batch;
-  mo.weights = parse_weight_type(f.str("dtype"));
+  mo.precision = precision_flag(f, ctx.ops());  // bf16: the matrices held in bf16 only (half the bytes per token)
   Model model(ctx, c, mo);
   model.load(dir);
 

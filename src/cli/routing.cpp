@@ -27,7 +27,7 @@ namespace attnres {
 
 int cmd_routing(int argc, char** argv) {
   Flags f("routing", "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).",
-          {
+          join({
               {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
               {"data", "", "token file (required)"},
               {"seq-len", "256", "window length T"},
@@ -36,7 +36,8 @@ int cmd_routing(int argc, char** argv) {
               {"threads", "0", "threads (0 = all cores)"},
               {"quiet", "false", "no progress line on stderr"},
               {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
-          });
+          },
+              precision_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
   const std::string dir = resolve_model_dir(f.str("model"));
@@ -55,6 +56,7 @@ int cmd_routing(int argc, char** argv) {
   mo.batch = B;
   mo.seq_len = T;
   mo.training = false;
+  mo.precision = precision_flag(f, ctx.ops());
   Model model(ctx, c, mo);
   model.load(dir);
   const double t0 = now_seconds();
@@ -68,6 +70,7 @@ int cmd_routing(int argc, char** argv) {
     j["data"] = f.str("data");
     j["seq_len"] = T;
     j["seconds"] = seconds;
+    j["precision"] = precision_name(mo.precision);
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }

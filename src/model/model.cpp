@@ -34,20 +34,15 @@
 
 namespace attnres {
 
-WeightType parse_weight_type(const std::string& s) {
-  if (s == "f32") return WeightType::kF32;
-  if (s == "bf16") return WeightType::kBF16;
-  fail("unknown weight type '", s, "' (expected f32 or bf16)");
-}
-
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c) {
   const int64_t B = o.batch, T = o.seq_len;
   batch_tokens(B, T);
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
-  if (train && (o.cache_len > 0 || o.weights != WeightType::kF32))
-    fail("a KV cache and bf16 weights are for inference models only");
+  if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
+  if (const std::string why = ops_.unsupported(o.precision); !why.empty())
+    fail("--precision ", precision_name(o.precision), ": ", why);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
@@ -55,10 +50,11 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   cache_seqs_ = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
 
   const int64_t total = layout_.total();
-  // With bf16 weights both arenas are laid out for every tensor and each holds
-  // half of them (float32: the vectors; bf16: the matrices): lazily backed.
-  const bool b16 = o.weights == WeightType::kBF16;
-  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16);
+  // In bf16 a second arena, laid out for every tensor, holds the matrices'
+  // copies (lazily backed: the vectors' slots stay untouched).  An inference
+  // model then holds only the vectors in the float32 arena (lazily backed too).
+  const bool b16 = o.precision == Precision::kBF16;
+  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16 && !train);
   if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
   if (o.freeze_base && (!train || c.mode == Mode::kBaseline))
@@ -203,8 +199,10 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
 
   // The workspace every op of this model may ask for.
-  int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len)), ops_.lm_head_workspace(d, c.V),
-                         o.weights == WeightType::kBF16 ? ops_.matmul_workspace(std::max({d, qd, F})) : int64_t{0}});
+  const int64_t widest = std::max({d, qd, F});
+  int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len)),
+                         ops_.lm_head_workspace(d, c.V, o.precision),
+                         ops_.matmul_workspace(N, widest, widest, o.precision)});
   if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max));
   ctx_.reserve(ws);
 
@@ -409,15 +407,27 @@ int64_t Model::num_params() const {
 }
 
 int64_t Model::weight_bytes() const {
-  const bool b16 = opt_.weights == WeightType::kBF16;
+  const bool b16 = opt_.precision == Precision::kBF16;
   int64_t bytes = 0;
-  for (const auto& s : layout_.specs()) bytes += s.numel * (b16 && s.matrix() ? 2 : 4);
+  for (const auto& s : layout_.specs())
+    bytes += s.numel * (!b16 || !s.matrix() ? 4 : opt_.training ? 6 : 2);  // training: master + copy
   return bytes;
 }
 
+void Model::refresh_bf16(int64_t lo, int64_t hi) {
+  if (!params16_.bytes()) return;
+  ATTNRES_CHECK(opt_.training, "an inference model holds its matrices in bf16 only");
+  if (hi < 0) hi = layout_.total();
+  for (const TensorSpec& s : layout_.specs()) {
+    const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
+    if (s.matrix() && a < b) ops_.to_bf16(params16_.as<bf16>() + a, params_.data() + a, b - a);
+  }
+}
+
 void Model::init(Rng& rng) {
-  if (opt_.weights == WeightType::kF32) {
+  if (opt_.training || opt_.precision == Precision::kF32) {
     init_params(layout_, cfg_, params_.data(), rng);
+    refresh_bf16();
     return;
   }
   // The same draws as float32; the matrices are rounded to bf16 a piece at a time.
@@ -440,9 +450,13 @@ void Model::init(Rng& rng) {
 
 int64_t Model::load(const std::string& path, bool keep_missing_routing) {
   ops_.synchronize();
-  return load_params(path, layout_, params_.data(),
-                     opt_.weights == WeightType::kBF16 ? params16_.as<bf16>() : nullptr, keep_missing_routing,
-                     ctx_.threads());
+  // An inference model in bf16 reads its matrices into the bf16 arena; a
+  // training model reads the master weights, then rounds their copies.
+  const bool into16 = !opt_.training && opt_.precision == Precision::kBF16;
+  const int64_t kept = load_params(path, layout_, params_.data(), into16 ? params16_.as<bf16>() : nullptr,
+                                   keep_missing_routing, ctx_.threads());
+  if (opt_.training) refresh_bf16();
+  return kept;
 }
 
 bool Model::trains(const TensorSpec& s) const { return !opt_.freeze_base || s.routing(); }
@@ -527,15 +541,15 @@ void Model::attention_backward_(int64_t l, const float* dout, const float* x, fl
   ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd);
   ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd);
 
-  ops_.matmul_backward(datt_, g.wo, dout, a.att, w.wo, N, qd, d);
+  ops_.matmul_backward(datt_, g.wo, dout, a.att, W_(w.wo), N, qd, d);
   ops_.attention_backward(dq_, dk_, dv_, datt_, qr_, kr_, a.v, a.att, a.lse, B, T, c.H, c.KV, c.hd);
   ops_.rope_backward(dq_, rope_cos_, rope_sin_, B, T, c.H, c.hd);
   ops_.rope_backward(dk_, rope_cos_, rope_sin_, B, T, c.KV, c.hd);
   ops_.rmsnorm_backward(dq_, g.q_norm, dq_, a.q, w.q_norm, a.q_rstd, N * c.H, c.hd);  // in place
   ops_.rmsnorm_backward(dk_, g.k_norm, dk_, a.k, w.k_norm, a.k_rstd, N * c.KV, c.hd);
-  ops_.matmul_backward(dln_, g.wq, dq_, ln_, w.wq, N, d, qd);
-  ops_.matmul_backward(dln_, g.wk, dk_, ln_, w.wk, N, d, kvd, /*accumulate_dinp=*/true);
-  ops_.matmul_backward(dln_, g.wv, dv_, ln_, w.wv, N, d, kvd, /*accumulate_dinp=*/true);
+  ops_.matmul_backward(dln_, g.wq, dq_, ln_, W_(w.wq), N, d, qd);
+  ops_.matmul_backward(dln_, g.wk, dk_, ln_, W_(w.wk), N, d, kvd, /*accumulate_dinp=*/true);
+  ops_.matmul_backward(dln_, g.wv, dv_, ln_, W_(w.wv), N, d, kvd, /*accumulate_dinp=*/true);
   ops_.rmsnorm_backward(dx, g.ln1, dln_, x, w.ln1, a.rstd1, N, d, accumulate);
 }
 
@@ -547,11 +561,11 @@ void Model::mlp_backward_(int64_t l, const float* dout, const float* x, float* d
   const int64_t N = rows(), d = c.d, F = c.F;
   ops_.rmsnorm_forward(ln_, nullptr, x, w.ln2, N, d, static_cast<float>(c.rms_norm_eps));
   ops_.swiglu_forward(h_, a.gate, a.up, N * F);
-  ops_.matmul_backward(dh_, g.wdown, dout, h_, w.wdown, N, F, d);
+  ops_.matmul_backward(dh_, g.wdown, dout, h_, W_(w.wdown), N, F, d);
   float* dgate = h_;  // h is dead once wdown's gradient is taken
   ops_.swiglu_backward(dgate, dup_, dh_, a.gate, a.up, N * F);
-  ops_.matmul_backward(dln_, g.wgate, dgate, ln_, w.wgate, N, d, F);
-  ops_.matmul_backward(dln_, g.wup, dup_, ln_, w.wup, N, d, F, /*accumulate_dinp=*/true);
+  ops_.matmul_backward(dln_, g.wgate, dgate, ln_, W_(w.wgate), N, d, F);
+  ops_.matmul_backward(dln_, g.wup, dup_, ln_, W_(w.wup), N, d, F, /*accumulate_dinp=*/true);
   ops_.rmsnorm_backward(dx, g.ln2, dln_, x, w.ln2, a.rstd2, N, d, accumulate);
 }
 

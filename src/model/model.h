@@ -27,8 +27,15 @@
 //  - inference: one layer's activations, shared by all layers, no gradients;
 //    only the routing sources (which later routers read) are kept across
 //    depth.  Optionally a KV cache (keys after k_norm and RoPE, and values,
-//    per layer, for `cache_seqs` sequences of `cache_len` positions) and
-//    bfloat16 weight matrices (read per decoded token: half the bytes).
+//    per layer, for `cache_seqs` sequences of `cache_len` positions).
+//
+// Precision (ModelOptions::precision, core/precision.h): in bf16 every weight
+// matrix has a bfloat16 copy, and the products, the embedding lookup and the
+// LM head read that copy (W_ below: the one place that chooses).  A training
+// model keeps the float32 master weights beside it and refreshes the copy in
+// each AdamW update (refresh_bf16 for weights written any other way); an
+// inference model holds the matrices in bf16 only (half the bytes read per
+// decoded token).  Both compute the same function.
 //    Depth routing is per position — each router mixes the sources of the
 //    same token — so decoding needs no routing state across time: only
 //    attention looks at other positions, through the cache.
@@ -50,15 +57,12 @@
 #include "core/bf16.h"
 #include "core/buffer.h"
 #include "core/context.h"
+#include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"
 #include "ops/backend.h"
 
 namespace attnres {
-
-// How an inference model holds its weight matrices (embedding, projections, head).
-enum class WeightType { kF32, kBF16 };
-WeightType parse_weight_type(const std::string& s);  // "f32" | "bf16"; Error otherwise
 
 struct ModelOptions {
   int64_t batch = 1;      // B: the most sequences of one forward
@@ -67,7 +71,7 @@ struct ModelOptions {
   bool training = true;   // keep what the backward needs; allocate gradients
   int64_t cache_len = 0;  // inference: positions per sequence of a KV cache (0 = no cache)
   int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
-  WeightType weights = WeightType::kF32;  // kBF16: matrices in bfloat16 (inference only)
+  Precision precision = Precision::kF32;  // of the products (see the top); Error where the backend cannot
   bool freeze_base = false;  // training: only the routing parameters get gradients (--freeze-base)
   // Training: keep one layer's activations (plus every layer's inputs where
   // the mode stores them) and rerun each sublayer's forward in the backward
@@ -141,10 +145,18 @@ class Model {
   Context& context() const { return ctx_; }
   int64_t B() const { return opt_.batch; }
   int64_t T() const { return opt_.seq_len; }
-  // The float32 parameter arena (layout offsets).  With bf16 weights it holds
-  // the vectors only; the matrices are in params_bf16() at the same offsets.
+  Precision precision() const { return opt_.precision; }
+  // The float32 parameter arena (layout offsets).  An inference model in bf16
+  // holds the vectors only there; its matrices are in params_bf16().
   float* params() { return params_.data(); }
-  const bf16* params_bf16() const { return params16_.as<bf16>(); }
+  // bf16: the bfloat16 copies of the matrices, at the same offsets (the slots
+  // of vectors unused); null in fp32.
+  bf16* params_bf16() { return params16_.as<bf16>(); }
+  // A training model in bf16: rounds the matrices' master weights within the
+  // arena range [lo, hi) (default: all) into their bf16 copies — after the
+  // weights were written other than by an AdamW update that writes the copy
+  // (a load, a resume, an all-gather).  Does nothing in fp32.
+  void refresh_bf16(int64_t lo = 0, int64_t hi = -1);
   float* grads() { return grads_.data(); }  // null in inference
   // Whether a parameter gets a gradient: all of them, or with freeze_base the
   // routing parameters only (frozen ones' gradient arena is never touched).
@@ -154,7 +166,7 @@ class Model {
   int64_t num_params() const;          // distinct parameters (the tied head counted once)
   int64_t weight_bytes() const;        // bytes of parameters as held in memory
 
-  // Random init (params.h); with bf16 weights the matrices are rounded once.
+  // Random init (params.h); in bf16 the matrices' copies are rounded from it.
   void init(Rng& rng);
   // Loads every tensor from a model directory (model.safetensors or shards +
   // index) or one .safetensors file, converting dtypes to what this model
@@ -271,7 +283,10 @@ class Model {
   const int64_t* cur_pos_ = nullptr;   // (B) host, or null (positions from 0)
   int64_t rows() const { return cur_B_ * cur_T_; }
 
-  Weight W_(const float* matrix) const;  // a matrix as held: float32 or its bf16 copy
+  // A weight matrix as its products read it: the float32 master, or in bf16
+  // its bfloat16 copy (same offset in params16_).  Every product, the
+  // embedding lookup and the LM head take their weights from here.
+  Weight W_(const float* matrix) const;
   void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
   int64_t upload_targets_(const int32_t* targets, int64_t N);
   void forward_();

@@ -9,8 +9,16 @@
 // Dimension letters: N rows (tokens, B·T), C channels, B batch, T time,
 // H query heads, KV key/value heads, hd head_dim, F intermediate, V vocab,
 // d hidden size, S sources of one router.  All tensors are row-major float32
-// in memory from alloc() (weights may be bfloat16 for inference: Weight).
-// Reductions accumulate in double where a row is long (norms, softmax sums).
+// in memory from alloc(), except the bfloat16 copies of weight matrices that
+// bf16 products read (Weight).  Reductions accumulate in double where a row is
+// long (norms, softmax sums).
+//
+// Precision (core/precision.h) is carried by the weight a product is given:
+// a float32 Weight makes an fp32 product; a bfloat16 one makes a bf16
+// product, whose other operands (the input rows, and in the backward dout and
+// the input again) are rounded to bfloat16, nearest even, and whose sums are
+// float32 — dinp and dW are float32 like every gradient.  Nothing else reads
+// the precision: the model decides it once by the weights it binds.
 //
 // Gradient convention: parameter gradients accumulate (+=); activation
 // gradients assign (=) unless the flag says accumulate (the activation feeds
@@ -22,16 +30,19 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "core/bf16.h"
 #include "core/buffer.h"
 #include "core/context.h"
+#include "core/precision.h"
 #include "ops/route_types.h"
 
 namespace attnres {
 
-// A weight matrix [O, I] (or an embedding table [V, C]) as a forward reads
-// it: float32, or bfloat16 held for inference.  Exactly one is set.
+// A weight matrix [O, I] (or an embedding table [V, C]) as a product or a
+// lookup reads it: float32 (an fp32 product), or its bfloat16 copy (a bf16
+// product; a lookup widens the rounded rows).  Exactly one is set.
 struct Weight {
   const float* f32 = nullptr;
   const bf16* b16 = nullptr;
@@ -70,6 +81,9 @@ class Backend {
   Backend& operator=(const Backend&) = delete;
   virtual const char* name() const = 0;
   Context& context() const { return ctx_; }
+  // Why this backend cannot run products in precision p here (a CPU without
+  // bf16 matrix instructions, a build without the library); "" when it can.
+  virtual std::string unsupported(Precision p) const = 0;
 
   // ---- memory -------------------------------------------------------------------
   // Zero-filled memory of this backend.  It is addressable from the host once
@@ -86,13 +100,19 @@ class Backend {
   // Host ↔ backend bytes (token ids in, losses and logits out).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // dst[i] = bf16(src[i]), rounded to nearest even (NaN stays NaN): the copy of
+  // a weight matrix that bf16 products read.
+  virtual void to_bf16(bf16* dst, const float* src, int64_t n) = 0;
 
   // ---- matmul: out[N,O] = inp[N,I] · W[O,I]ᵀ  (nn.Linear without bias) ----------
-  virtual int64_t matmul_workspace(int64_t I) const = 0;  // bf16 weights with many rows
+  // In the precision of W (see the top): with bf16 W, out = bf16(inp) · Wᵀ.
+  // The workspace serves products of up to N rows of I inputs and O outputs in precision p.
+  virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
   virtual void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) = 0;
   // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
-  // Either of dinp/dW may be null to skip it.
-  virtual void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
+  // Either of dinp/dW may be null to skip it.  With bf16 W:
+  //   dinp = bf16(dout) · W,   dW += bf16(dout)ᵀ · bf16(inp)   (float32 sums).
+  virtual void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W,
                                int64_t N, int64_t I, int64_t O, bool accumulate_dinp = false) = 0;
 
   // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
@@ -154,15 +174,17 @@ class Backend {
 
   // ---- LM head + softmax cross-entropy, fused, in row chunks ----
   // logits = x[N,C] · W[V,C]ᵀ, loss_i = logsumexp(logits_i) − logits_i[target_i].
-  // Returns Σ_i loss_i.  If dx is non-null (W float32) also computes, with
+  // Returns Σ_i loss_i.  If dx is non-null also computes, with
   // dlogits_i = scale·(softmax_i − onehot(target_i)):  dx = dlogits·W
-  // (assigned), dW += dlogitsᵀ·x (skipped when dW is null: a frozen head).  Targets < 0 are ignored (no loss, no
+  // (assigned), dW += dlogitsᵀ·x (skipped when dW is null: a frozen head);
+  // with bf16 W the three products round x and dlogits to bf16 (the softmax
+  // and the loss are float32).  Targets < 0 are ignored (no loss, no
   // gradient); losses_out (N), when not null, gets each row's loss (0 there);
   // greedy_out (N), when not null, gets 1 where the target is the row's argmax
   // (the first index of the largest logit, as torch.argmax), else 0.
   // The [N, V] logits never exist at once: chunks of rows are computed,
   // reduced and pushed through the backward in turn.
-  virtual int64_t lm_head_workspace(int64_t C, int64_t V) const = 0;
+  virtual int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const = 0;
   virtual double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                               int64_t C, int64_t V, float scale, float* losses_out = nullptr,
                               uint8_t* greedy_out = nullptr) = 0;
@@ -228,8 +250,11 @@ class Backend {
                               bool accumulate_src = true) = 0;
 
   // ---- optimizer ----
-  // One AdamW update of n elements of a tensor (see AdamWUpdate).
-  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) = 0;
+  // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when
+  // not null, receives bf16(p) of the updated values in the same pass (the
+  // bf16 copy a bf16 model's products read).
+  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
+                            bf16* p16 = nullptr) = 0;
 
  protected:
   Context& ctx_;

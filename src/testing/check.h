@@ -30,6 +30,7 @@
 #include "core/buffer.h"
 #include "core/context.h"
 #include "core/error.h"
+#include "core/precision.h"
 #include "core/rng.h"
 #include "io/file_util.h"
 #include "ops/backend.h"
@@ -231,6 +232,37 @@ auto backend_shape_test_name(ShapeName shape_name) {
   INSTANTIATE_TEST_SUITE_P(Kernel, Suite,                                                                         \
                            ::testing::Combine(::testing::ValuesIn(::attnres::testing::backend_params()), values), \
                            ::attnres::testing::backend_shape_test_name<Shape>(shape_name))
+
+// ---- precisions -------------------------------------------------------------------
+
+// How far an op of one (backend, precision) pair may be from the double-precision
+// reference of the operands it reads (bf16: the rounded operands), as
+// |got − ref| ≤ rtol · Σ_k |a_k·b_k|, the sum of the magnitudes of its terms.
+struct ProductTolerance {
+  // The sums: float32 over K terms in tiles (every backend and precision sums
+  // in float32; K ≤ 10³ in the tests, so K·2⁻²⁴ ≈ 6e-5 is the worst case and
+  // √K·2⁻²⁴ ≈ 2e-6 the typical one).
+  double sums;
+  // bf16: an operand the op computes itself in float32 (the LM head's
+  // dlogits) and then rounds may round to the other neighbour than the
+  // double-precision reference's: at most one bf16 unit (2⁻⁸) of one term
+  // per product, relative to the sum of magnitudes.  0 in fp32.
+  double rounding;
+};
+inline ProductTolerance product_tolerance(const BackendParam& b, Precision p) {
+  (void)b;  // the CPU backend: both precisions sum in float32 (SGEMM, oneDNN)
+  return {1e-5, p == Precision::kBF16 ? 1.0 / 256 : 0.0};
+}
+
+// Why bf16 products cannot run on this machine's CPU backend ("" when they can):
+// the reason bf16 tests skip with.
+inline std::string bf16_here() {
+  static const std::string why = [] {
+    Context probe(1);
+    return probe.ops().unsupported(Precision::kBF16);
+  }();
+  return why;
+}
 
 // Sets OpenMP's process-wide thread count for the scope; restores it at exit.
 class ScopedOmpThreads {

@@ -59,7 +59,7 @@ AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool free
   }
 }
 
-void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, double lr_routing) {
+void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, double lr_routing, bf16* params16) {
   if (lr_routing < 0) lr_routing = lr_base;
   const double bc1 = 1.0 - std::pow(cfg_.beta1, static_cast<double>(t));
   const double bc2 = 1.0 - std::pow(cfg_.beta2, static_cast<double>(t));
@@ -72,7 +72,8 @@ void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, d
     const double lr = s.routing() ? lr_routing : lr_base;
     u.step_size = static_cast<float>(lr / bc1);
     u.decay = s.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
-    ops_.adamw_update(params + at, grads + at, m_.data() + (at - lo_), v_.data() + (at - lo_), n, u);
+    ops_.adamw_update(params + at, grads + at, m_.data() + (at - lo_), v_.data() + (at - lo_), n, u,
+                      params16 && s.matrix() ? params16 + at : nullptr);
   });
 }
 

@@ -54,7 +54,10 @@ class AdamW {
   // group; < 0: lr), of every trained tensor:  p ← p·(1 − lr·wd) (decayed tensors only);
   // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
   // p ← p − lr · (m / (1 − β1ᵗ)) / (sqrt(v / (1 − β2ᵗ)) + eps).
-  void step(float* params, const float* grads, double lr, int64_t t, double lr_routing = -1);
+  // params16 (a bf16 model's copies, Model::params_bf16): the updated
+  // matrices are rounded into it in the same pass.
+  void step(float* params, const float* grads, double lr, int64_t t, double lr_routing = -1,
+            bf16* params16 = nullptr);
   bool trains(const TensorSpec& s) const { return !freeze_base_ || s.routing(); }
   bool freeze_base() const { return freeze_base_; }
   int64_t lo() const { return lo_; }

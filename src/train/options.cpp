@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "core/precision.h"
 #include "io/json_util.h"
 #include "train/data_loader.h"
 
@@ -117,6 +118,7 @@ void TrainOptions::validate() const {
   if (data_order != "random" && data_order != "sequential")
     fail("--data-order must be random or sequential, got '", data_order, "'");
   if (threads < 0) fail("--threads must be 0 (all cores) or positive");
+  parse_precision(precision);  // an Error naming the flag
   if (on_nan != "stop" && on_nan != "skip") fail("--on-nan must be stop or skip, got '", on_nan, "'");
   if (collective_timeout < 0) fail("--collective-timeout must be 0 (none) or positive");
   if (data.empty()) fail("--data is required (a token file; see attnres train --help)");
@@ -222,10 +224,17 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
                           " x ", b, " x ", a, ")"));
   }
 
+  // A run stored before an option existed ran as its default does: a
+  // trajectory option absent from the settings is compared with its default.
+  nlohmann::json defaults;
+  const TrainOptions default_options;
+  TrainOptions::each(default_options, [&](const auto& field, const char* key, const char*, OnResume, const char*) {
+    defaults[key] = field;
+  });
   TrainOptions::each(o, [&](const auto&, const char* key, const char*, OnResume r, const char*) {
     const std::string flag = "--" + flag_of(key);
-    if (!stored.contains(key)) return;  // a run from before the option existed
-    const nlohmann::json& was = stored[key];
+    if (!stored.contains(key) && r != OnResume::kFixed) return;
+    const nlohmann::json& was = stored.contains(key) ? stored[key] : defaults[key];
     switch (r) {
       case OnResume::kFixed:
         if (was != now[key]) fail(refuse, flag, " is ", brief(now[key]), ", the run's was ", brief(was), fresh);

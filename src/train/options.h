@@ -56,8 +56,9 @@ struct TrainOptions {
   std::string save_dtype;   // "f32" or "bf16"
   double time_budget;       // seconds; 0 = none
   bool recompute;           // rerun each sublayer's forward in the backward (same bits, less memory)
+  std::string precision;    // "fp32" or "bf16": of the matrix products (core/precision.h)
   int threads;              // 0 = every core
-  double peak_gflops;       // MFU's denominator; 0 = measure this machine's SGEMM at start
+  double peak_gflops;       // MFU's denominator; 0 = measure this machine's products (of the precision) at start
   std::string on_nan;       // "stop" or "skip" a step whose loss or gradient is not finite
   double collective_timeout;  // seconds a rank waits for the others (0 = forever)
 
@@ -112,10 +113,14 @@ struct TrainOptions {
     visit(o.recompute, "recompute", "false", R::kFree,
           "keep one layer's activations and recompute the rest in the backward (a third more compute; the same "
           "gradients)");
+    visit(o.precision, "precision", "fp32", R::kFixed,
+          "fp32, or bf16: the matrix products take bfloat16 inputs on the CPU's matrix units (AMX / AVX512-BF16), "
+          "float32 sums; weights, gradients, AdamW moments, norms, attention and routing stay float32");
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
-          "peak GFLOP/s of one rank that MFU is against (0 = measure SGEMM 2048^3 at start)");
+          "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
+          "SGEMM, or oneDNN's bf16 matmul)");
     visit(o.on_nan, "on_nan", "stop", R::kFree,
           "a step whose loss or gradient is not finite (on any rank): stop (error, no checkpoint of it) or skip "
           "its update (10 in a row stop the run)");

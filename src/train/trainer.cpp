@@ -98,6 +98,7 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
   mo.batch = 1;
   mo.seq_len = P;
   mo.training = false;
+  mo.precision = parse_precision(opt.precision);  // measured in the arithmetic the run trains in
   std::vector<float> conv(static_cast<size_t>(P * V)), base(conv.size());
   std::vector<int32_t> in(static_cast<size_t>(opt.batch * opt.seq_len)), tg(in.size());
   double loss_conv = 0, loss_base = 0;
@@ -214,10 +215,13 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
          " — training diverged (try a lower --lr, or --on-nan skip)");
   }
   clip_gradients(ops, adamw, model.layout(), grads, st.grad_norm, so.clip);
-  adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing);
+  adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing, model.params_bf16());
   if (ranks > 1 && !adamw.freeze_base()) {
     ops.synchronize();
     so.comm->all_gather(model.params(), *so.shards, cat("step ", so.t, ": the parameter all-gather"));
+    // The other ranks' ranges arrived as float32: their bf16 copies (bf16 only).
+    model.refresh_bf16(0, adamw.lo());
+    model.refresh_bf16(adamw.hi(), model.layout().total());
   } else if (ranks == 1 && so.received_signal) {
     st.signal = so.received_signal();  // one process: a signal during the whole step ends the run after it
   }
@@ -238,6 +242,12 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
 TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   const Config& c = opt.model;
   opt.validate();
+  {  // a precision this machine cannot run is refused before anything is written
+    Context probe(1);
+    const Precision p = parse_precision(opt.precision);
+    if (const std::string why = probe.ops().unsupported(p); !why.empty())
+      fail("--precision ", precision_name(p), ": ", why);
+  }
   std::unique_ptr<Comm> own_comm;
   if (!comm_in) own_comm = Comm::single();
   Comm& comm = comm_in ? *comm_in : *own_comm;
@@ -324,6 +334,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
     if (saved.to_json() != c.to_json() && !quiet) report_conversion(ctx, opt, saved, init_dir, rng, data_rng);
   }
   ModelOptions mo{opt.batch, opt.seq_len};
+  mo.precision = parse_precision(opt.precision);
   mo.freeze_base = opt.freeze_base;
   mo.recompute = opt.recompute;
   Model model(ctx, c, mo);
@@ -340,6 +351,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
     // checkpoint is the same for any number of ranks).
     const TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained,
                                             ctx.threads(), adamw.lo(), adamw.hi());
+    model.refresh_bf16();
     for (const std::string& note : resume_notes)
       if (!quiet) std::printf("resume: %s\n", note.c_str());
     start = st.step;
@@ -382,9 +394,10 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   const double flops_per_token = model.flops_per_token(opt.seq_len);
   // MFU is against every rank's peak: one rank's (measured on rank 0) × ranks.
   double peak_flops = opt.peak_gflops * 1e9;
-  if (peak_flops <= 0) peak_flops = root ? measure_sgemm_gflops(ctx.threads()) * 1e9 : 1;
+  if (peak_flops <= 0) peak_flops = root ? measure_peak_gflops(mo.precision, ctx.threads()) * 1e9 : 1;
   if (!quiet && opt.peak_gflops <= 0)
-    std::printf("MFU against this machine's SGEMM rate, measured now: %.1f GFLOP/s%s\n", peak_flops / 1e9,
+    std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
+                mo.precision == Precision::kBF16 ? "bf16 matmul (oneDNN)" : "SGEMM", peak_flops / 1e9,
                 ranks > 1 ? " per rank" : "");
   peak_flops *= ranks;
   std::fflush(stdout);

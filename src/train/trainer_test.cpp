@@ -255,6 +255,16 @@ TEST(Options, ResumeKeepsTheGlobalBatchAcrossWorldSizes) {
 
 std::string slurp(const std::string& p) { return read_file(p); }
 
+// train(o) fails with an Error whose message contains `message`.
+void expect_train_error(const TrainOptions& o, const std::string& message) {
+  try {
+    train(o);
+    ADD_FAILURE() << "train() did not fail; expected: " << message;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
 TEST(Trainer, ResumeIsBitIdentical) {
   TempDir tmp("resume");
   const std::string dir = tmp.path();
@@ -300,11 +310,56 @@ TEST(Trainer, ResumeIsBitIdentical) {
   // A resume with different settings is refused, naming the setting.
   o.lr *= 2;
   o.out = dir + "/c";
-  try {
-    train(o);
-    ADD_FAILURE() << "resume with another lr was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--lr is 0.006, the run's was 0.003"), std::string::npos) << e.what();
+  expect_train_error(o, "--lr is 0.006, the run's was 0.003");
+}
+
+// Training quality in bf16, the short version of docs/performance.md's check:
+// on a learnable stream (each token has four likely successors, so the best
+// loss is 2.04 nats), every mode trained in fp32 and in bf16 from
+// the same weights on the same windows ends with validation losses within 1 %.
+TEST(Trainer, Bf16TrainsAsWellAsFp32) {
+  if (const std::string why = testing::test_context().ops().unsupported(Precision::kBF16); !why.empty())
+    GTEST_SKIP() << why;
+  TempDir tmp("quality");
+  const std::string dir = tmp.path();
+  const int64_t V = 128;
+  std::vector<uint32_t> toks(60000);
+  Rng rng(42);
+  uint32_t t = 0;
+  for (auto& x : toks) {
+    const uint64_t r = rng.below(100);  // 90 %: one of four successors; else any token
+    t = r < 90 ? static_cast<uint32_t>((t * 7 + 3 + 31 * (r % 4)) % V) : static_cast<uint32_t>(rng.below(V));
+    x = t;
+  }
+  write_token_file(dir + "/train.bin", std::vector<uint32_t>(toks.begin(), toks.begin() + 50000));
+  write_token_file(dir + "/val.bin", std::vector<uint32_t>(toks.begin() + 50000, toks.end()));
+  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"}) {
+    double val[2];
+    for (int k = 0; k < 2; ++k) {
+      TrainOptions o;
+      o.model = Config::from_json({{"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
+                                   {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
+                                   {"vocab_size", V}, {"attnres_mode", mode}, {"attnres_num_blocks", 2}},
+                                  "test");
+      o.data = dir + "/train.bin";
+      o.val_data = dir + "/val.bin";
+      o.steps = 60;
+      o.batch = 8;
+      o.seq_len = 64;
+      o.warmup = 6;
+      o.lr = 1e-2;
+      o.lr_min = 1e-3;
+      o.quiet = true;
+      o.peak_gflops = 100;
+      o.save_optimizer = false;
+      o.precision = k == 0 ? "fp32" : "bf16";
+      o.out = cat(dir, "/", mode, "-", o.precision);
+      val[k] = train(o).val_loss;
+    }
+    std::printf("%-12s validation loss fp32 %.4f, bf16 %.4f (%+.2f %%)\n", mode, val[0], val[1],
+                100 * (val[1] / val[0] - 1));
+    EXPECT_LT(val[0], 2.5) << mode << ": the model did not learn the stream (ln " << V << " = 4.85)";
+    EXPECT_NEAR(val[1], val[0], 0.01 * val[0]) << mode;
   }
 }
 
@@ -369,6 +424,58 @@ TrainOptions small_run(const std::string& dir, int64_t layers = 2, uint64_t seed
   o.peak_gflops = 100;  // MFU's peak is not measured
   o.out = dir + "/run";
   return o;
+}
+
+// In bf16 a resume continues bit-identically too: the bf16 copies of the
+// weights are rounded again from the float32 masters the checkpoint holds,
+// which is what the AdamW pass had written.  The precision is part of the
+// trajectory: a resume in the other one is refused, also for a run stored
+// before --precision existed (it ran in fp32).
+TEST(Trainer, ResumeIsBitIdenticalInBf16) {
+  if (const std::string why = testing::test_context().ops().unsupported(Precision::kBF16); !why.empty())
+    GTEST_SKIP() << why;
+  TempDir tmp("resume16");
+  const std::string dir = tmp.path();
+  TrainOptions o = small_run(dir, 2, 11);
+  o.model.mode = Mode::kDeltaBlock;
+  o.precision = "bf16";
+  o.ckpt_every = 3;
+  o.out = dir + "/a";
+  const TrainResult a = train(o);
+  o.out = dir + "/b";
+  o.resume = dir + "/a/step_00000003";
+  const TrainResult b = train(o);
+  EXPECT_EQ(b.final_loss, a.final_loss);
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"})
+    EXPECT_TRUE(slurp(dir + "/a/step_00000006/" + f) == slurp(dir + "/b/step_00000006/" + f)) << f;
+  // Not the same run as fp32: the weights after six steps differ.
+  TrainOptions f32 = small_run(dir, 2, 11);
+  f32.model.mode = Mode::kDeltaBlock;
+  f32.out = dir + "/f32";
+  train(f32);
+  EXPECT_FALSE(slurp(dir + "/f32/step_00000006/model.safetensors") == slurp(dir + "/a/step_00000006/model.safetensors"));
+
+  auto expect_refused = [&](const std::string& from, const std::string& precision, const std::string& message) {
+    TrainOptions r = o;
+    r.resume = from;
+    r.precision = precision;
+    r.steps = 7;  // more than either run has done: the refusal is the precision's
+    r.out = dir + "/refused";
+    expect_train_error(r, message);
+  };
+  expect_refused(dir + "/a/step_00000003", "fp32", "--precision is \"fp32\", the run's was \"bf16\"");
+  // A run from before the option: its settings have no "precision".
+  const std::string old_state = dir + "/f32/step_00000006/trainer_state.json";
+  nlohmann::json st = nlohmann::json::parse(slurp(old_state));
+  ASSERT_TRUE(st["settings"].contains("precision"));
+  st["settings"].erase("precision");
+  write_file_atomic(old_state, st.dump());
+  expect_refused(dir + "/f32/step_00000006", "bf16", "--precision is \"bf16\", the run's was \"fp32\"");
+  TrainOptions more = f32;  // and in fp32 it resumes
+  more.resume = dir + "/f32/step_00000006";
+  more.steps = 7;
+  more.out = dir + "/f32more";
+  EXPECT_EQ(train(more).steps_done, 7);
 }
 
 // Fine-tuning a plain checkpoint the paper's way: converted by flags, the base
@@ -536,7 +643,7 @@ TEST(Trainer, LockLogAfterResumeAndNoNonFiniteCheckpoint) {
 // a run on 1 thread and on 3 ends with the same bits, in every mode, so a
 // resume on another machine (or with another --threads) stays exact.  The
 // model is big enough that every kernel runs its parallel path.
-TEST(Trainer, ThreadCountDoesNotChangeTheArithmetic) {
+void expect_thread_count_does_not_change_the_arithmetic(Precision precision) {
   TempDir tmp("threads");
   const std::string dir = tmp.path();
   std::vector<uint32_t> toks(20000);
@@ -560,6 +667,7 @@ TEST(Trainer, ThreadCountDoesNotChangeTheArithmetic) {
       o.quiet = true;
       o.peak_gflops = 100;
       o.threads = k == 0 ? 1 : 3;
+      o.precision = precision_name(precision);
       o.out = cat(dir, "/", mode, k);
       loss[k] = train(o).final_loss;
       model[k] = slurp(o.out + "/step_00000002/model.safetensors");
@@ -567,6 +675,18 @@ TEST(Trainer, ThreadCountDoesNotChangeTheArithmetic) {
     EXPECT_EQ(loss[0], loss[1]) << mode;
     EXPECT_TRUE(model[0] == model[1]) << mode << ": the weights after 2 steps differ between 1 and 3 threads";
   }
+}
+
+TEST(Trainer, ThreadCountDoesNotChangeTheArithmetic) {
+  expect_thread_count_does_not_change_the_arithmetic(Precision::kF32);
+}
+
+// The same in bf16: oneDNN's products are tiles of fixed shapes too, one
+// single-threaded call each (cpu_backend.h).
+TEST(Trainer, ThreadCountDoesNotChangeTheArithmeticInBf16) {
+  if (const std::string why = testing::test_context().ops().unsupported(Precision::kBF16); !why.empty())
+    GTEST_SKIP() << why;
+  expect_thread_count_does_not_change_the_arithmetic(Precision::kBF16);
 }
 
 // Matched comparisons (attnres compare): with one seed, every mode starts from

@@ -219,6 +219,7 @@ def test_compare(r):
         p = subprocess.run([r.attnres, "compare", "--modes", "baseline,delta_block", "--config", "tiny", "--data", r.data,
                             "--val-data", r.val, "--steps", "6", "--batch", "4", "--seq-len", "32", "--val-tokens",
                             "4000", "--routing-tokens", "1024", "--threads", "1", "--ranks", str(ranks), "--out", out,
+                            "--precision", "fp32",  # the exact path (bf16: test_bf16)
                             "--vega-dir", "/nonexistent"], capture_output=True, text=True, env=ENV, timeout=600)
         if not check(p.returncode == 0 and "| delta_block |" in p.stdout, f"compare --ranks {ranks}: the table"):
             print(p.stdout[-1500:], p.stderr[-3000:])
@@ -230,6 +231,31 @@ def test_compare(r):
                 check("data parallel: 2 ranks x batch 2" in f.read(), "compare --ranks 2: each run is 2 ranks x batch 2")
     worst = max(abs(vals[2][m] - vals[1][m]) / vals[1][m] for m in vals[1])
     check(worst <= 1e-5, f"compare --ranks 2: validation losses equal one rank's ({worst:.1e})")
+
+
+def test_bf16(r):
+    # --precision bf16 over ranks: each rank updates its range and rounds it into its bf16 copy in the AdamW
+    # pass; the other ranks' ranges arrive as float32 in the all-gather and are rounded there.  A copy left
+    # stale would freeze half the weights in the forward: the curves would part by far more than bf16 does.
+    # Not bit-equal to one rank: a rank's micro-batch of 4 gives other product tiles than one of 8, and the
+    # float32 sums then round to bf16 a little differently (fp32: test_equivalence, 1e-5).
+    runs = {"1x8": (1, ["--batch", "8"]), "2x4": (2, ["--batch", "4"])}
+    for name, (ranks, extra) in runs.items():
+        p = r.run(ranks, r.args(f"bf-{name}", extra=extra + ["--precision", "bf16"]))
+        if "no bfloat16 matrix instructions" in p.stderr:
+            print("skip bf16: " + p.stderr.strip().splitlines()[-1])
+            return
+        if not check(p.returncode == 0, f"bf16: {name} trains"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+    a, b = r.losses("bf-1x8"), r.losses("bf-2x4")
+    steps = range(1, 21)
+    rel = max_rel(b, a, steps)
+    check(rel <= 5e-4, f"bf16: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel:.2e} <= 5e-4")
+    p = r.run(1, r.args("bf-fp32", extra=["--batch", "8"]))
+    if check(p.returncode == 0, "bf16: the same run in fp32 trains"):
+        gap = max_rel(a, r.losses("bf-fp32"), steps)
+        check(gap > 0, f"bf16: not the fp32 run (max relative difference {gap:.2e})")
 
 
 def test_resume_across_world_sizes(r):
@@ -469,7 +495,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "compare": test_compare, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):

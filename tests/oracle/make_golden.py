@@ -12,7 +12,10 @@ Self-checks run first and any failure aborts before a file is written:
      entries of several parameters in two configurations;
   5. the hand-written AdamW/clip loop equals torch.optim.AdamW +
      clip_grad_norm_ on one case;
-  6. delta_block "true" and "reference" logits differ.
+  6. delta_block "true" and "reference" logits differ;
+  7. the bf16 product's backward equals autograd on bf16-exact operands.
+Each case is also run as --precision bf16 computes it (the products'
+operands rounded to bfloat16, the rest float64): golden_bf16.safetensors.
 Everything is float64 on weights stored as float32; output is deterministic.
 
 Each case also gets greedy continuations (oracle.greedy, no cache) of
@@ -153,9 +156,9 @@ def greedy_refs(w, cfg, tokens, dtype=F64):
     return out
 
 
-def micro_loss_and_grads(P, cfg, seq):
+def micro_loss_and_grads(P, cfg, seq, bf16=False):
     names = [n for n, _ in O.param_shapes(cfg)]
-    logits = O.forward(P, cfg, seq[:, :-1])
+    logits = O.forward(P, cfg, seq[:, :-1], bf16=bf16)
     loss = O.loss_of(logits, seq[:, 1:])
     gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
     grads = {n: (g if g is not None else torch.zeros_like(P[n])) for n, g in zip(names, gs)}
@@ -312,9 +315,40 @@ def check_optimizer():
     print(f"check: training loop == torch.optim.AdamW + clip_grad_norm_ (max diff {diff:.1e})")
 
 
+def check_bf16_linear():
+    """The bf16 product's hand-written backward: on operands that bf16 holds
+    exactly (so that rounding changes nothing) it equals autograd of x @ W.T."""
+    g = torch.Generator().manual_seed(11)
+    x = O.round_bf16(torch.randn(2, 5, 7, generator=g, dtype=F64)).requires_grad_()
+    W = O.round_bf16(torch.randn(3, 7, generator=g, dtype=F64)).requires_grad_()
+    dy = O.round_bf16(torch.randn(2, 5, 3, generator=g, dtype=F64))
+    gx, gW = torch.autograd.grad(O.linear(x, W, bf16=True), [x, W], dy)
+    rx, rW = torch.autograd.grad(x @ W.T, [x, W], dy)
+    assert torch.equal(gx, rx) and torch.equal(gW, rW), "bf16 linear backward"
+    y = torch.randn(4, 7, generator=g, dtype=F64)
+    assert not torch.equal(O.round_bf16(y), y) and torch.equal(O.round_bf16(O.round_bf16(y)), O.round_bf16(y))
+    print("check: bf16 product backward == autograd on bf16-exact operands; rounding is idempotent")
+
+
 # ---------------------------------------------------------------------------
 # Golden cases
 # ---------------------------------------------------------------------------
+
+def run_bf16_case(name):
+    """The case's micro-batch and trajectory as --precision bf16 computes them:
+    the products' operands rounded to bf16, everything else float64."""
+    cfg = make_config(CASES[name])
+    seed = case_seed(name)
+    w = init_weights(cfg, seed)
+    tokens = make_tokens(cfg, seed + 1)
+    P = to_params(w)
+    logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0], bf16=True)
+    rec = O.train(P, cfg, tokens, TRAIN, bf16=True)
+    with torch.no_grad():
+        final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1], bf16=True), tokens[0, k, :, 1:]))
+                    for k in range(TRAIN["accum"])) / TRAIN["accum"]
+    return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final)
+
 
 def run_case(name, dtype=F64):
     cfg = make_config(CASES[name])
@@ -361,8 +395,20 @@ def write_case(root, name, r):
     with open(os.path.join(d, "train.json"), "w") as f:
         f.write(json.dumps(tr, indent=2, sort_keys=True) + "\n")
     O.write_safetensors(os.path.join(d, "model.safetensors"), r["weights"], {"format": "pt"})
+    g = dict(outputs(r), tokens=r["tokens"].numpy().astype(np.int32))
+    for j, (_, prompt, ids, margins) in enumerate(r["gen"]):
+        g[f"generate.prompt.{j}"] = np.array(prompt, dtype=np.int32)
+        g[f"generate.ids.{j}"] = np.array(ids, dtype=np.int32)
+        g[f"generate.margin.{j}"] = np.array(margins, dtype=np.float32)
+    O.write_safetensors(os.path.join(d, "golden.safetensors"), g,
+                        {"generator": "tests/oracle/make_golden.py", "case": name})
+    O.write_safetensors(os.path.join(d, "golden_bf16.safetensors"), outputs(r["bf16"]),
+                        {"generator": "tests/oracle/make_golden.py", "case": name, "precision": "bf16"})
+
+
+def outputs(r):
+    """The float32 roundings of a run's results: logits, loss, gradients, trajectory."""
     g = {
-        "tokens": r["tokens"].numpy().astype(np.int32),
         "logits": f32(r["logits"]),
         "loss": f32(r["loss"].reshape(1)),
         "train_losses": np.array(r["rec"]["losses"], dtype=np.float32),
@@ -372,12 +418,7 @@ def write_case(root, name, r):
     }
     for n, t in r["grads"].items():
         g["grad." + n] = f32(t)
-    for j, (_, prompt, ids, margins) in enumerate(r["gen"]):
-        g[f"generate.prompt.{j}"] = np.array(prompt, dtype=np.int32)
-        g[f"generate.ids.{j}"] = np.array(ids, dtype=np.int32)
-        g[f"generate.margin.{j}"] = np.array(margins, dtype=np.float32)
-    O.write_safetensors(os.path.join(d, "golden.safetensors"), g,
-                        {"generator": "tests/oracle/make_golden.py", "case": name})
+    return g
 
 
 def main():
@@ -392,8 +433,11 @@ def main():
     check_alpha_identities()
     check_finite_differences()
     check_optimizer()
+    check_bf16_linear()
 
     results = {name: run_case(name) for name in CASES}
+    for name, r in results.items():
+        r["bf16"] = run_bf16_case(name)
     rt, rr = results["delta_block_true"], results["delta_block_reference"]
     assert all(np.array_equal(rt["weights"][n], rr["weights"][n]) for n in rt["weights"])
     assert torch.equal(rt["tokens"], rr["tokens"])
@@ -409,6 +453,12 @@ def main():
               f"{r['rec']['losses'][-1]:.4f} final {r['final']:.4f}{extra}")
         print(f"{'':24s} generate: prompt rows {[q[0] for q in r['gen']]} | min margin "
               f"{min(min(q[3]) for q in r['gen']):.4g}")
+        b = r["bf16"]
+        gmax = max(float(g.abs().max()) for g in r["grads"].values())
+        gdiff = max(float((b["grads"][n] - g).abs().max()) for n, g in r["grads"].items())
+        print(f"{'':24s} bf16 vs fp64: logits {float((b['logits'] - r['logits']).abs().max()):.2e} "
+              f"(max |logit| {float(r['logits'].abs().max()):.2g}) | loss {abs(float(b['loss'] - r['loss'])):.2e} | "
+              f"grad {gdiff:.2e} (largest |grad| {gmax:.2g}) | final loss {abs(b['final'] - r['final']):.2e}")
         if args.fp32_report:
             s = run_case(name, torch.float32)
             dlog = float((s["logits"].double() - r["logits"]).abs().max())

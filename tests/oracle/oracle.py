@@ -167,6 +167,46 @@ def is_decayed(name):
 
 
 # ---------------------------------------------------------------------------
+# bf16 products (the engine's --precision bf16; docs/DESIGN.md section 6)
+# ---------------------------------------------------------------------------
+
+def round_bf16(t):
+    """t's values as a bf16 product reads them: the engine holds float32
+    values and rounds those to bfloat16, nearest even; so float32 first."""
+    return t.to(torch.float32).to(torch.bfloat16).to(t.dtype)
+
+
+class _Bf16Linear(torch.autograd.Function):
+    """x @ W.T with both operands rounded to bfloat16 and the sums exact
+    (float64 here; float32 in the engine).  The backward runs the same kind
+    of products: dX = r(dY) r(W), dW = r(dY)^T r(X), r = round_bf16."""
+
+    @staticmethod
+    def forward(ctx, x, W):
+        xr, Wr = round_bf16(x), round_bf16(W)
+        ctx.save_for_backward(xr, Wr)
+        return xr @ Wr.T
+
+    @staticmethod
+    def backward(ctx, dy):
+        xr, Wr = ctx.saved_tensors
+        g = round_bf16(dy)
+        dW = g.reshape(-1, g.shape[-1]).T @ xr.reshape(-1, xr.shape[-1])
+        return g @ Wr, dW
+
+
+def linear(x, W, bf16=False):
+    """x @ W.T, nn.Linear without bias; bf16: as a bf16 product."""
+    return _Bf16Linear.apply(x, W) if bf16 else x @ W.T
+
+
+def embed_table(E, bf16=False):
+    """The table the embedding lookup reads: E, or in bf16 its rounded copy
+    (the one the tied LM head multiplies with), whose gradient is E's."""
+    return E + (round_bf16(E) - E).detach() if bf16 else E
+
+
+# ---------------------------------------------------------------------------
 # Model pieces (inputs float64 tensors; params a dict name -> tensor)
 # ---------------------------------------------------------------------------
 
@@ -188,14 +228,14 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def attention(P, pre, u, cfg, cos, sin):
+def attention(P, pre, u, cfg, cos, sin, bf16=False):
     """u (B,T,d) -> o_proj output (B,T,d)."""
     Bsz, T, _ = u.shape
     H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps = cfg["rms_norm_eps"]
-    q = (u @ P[pre + "q_proj.weight"].T).view(Bsz, T, H, D)
-    k = (u @ P[pre + "k_proj.weight"].T).view(Bsz, T, KV, D)
-    v = (u @ P[pre + "v_proj.weight"].T).view(Bsz, T, KV, D)
+    q = linear(u, P[pre + "q_proj.weight"], bf16).view(Bsz, T, H, D)
+    k = linear(u, P[pre + "k_proj.weight"], bf16).view(Bsz, T, KV, D)
+    v = linear(u, P[pre + "v_proj.weight"], bf16).view(Bsz, T, KV, D)
     q = rmsnorm(q, P[pre + "q_norm.weight"], eps)
     k = rmsnorm(k, P[pre + "k_norm.weight"], eps)
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -209,13 +249,13 @@ def attention(P, pre, u, cfg, cos, sin):
     mask = torch.ones(T, T, dtype=torch.bool).triu(1)
     att = att.masked_fill(mask, float("-inf")).softmax(-1)
     y = (att @ v).transpose(1, 2).reshape(Bsz, T, H * D)
-    return y @ P[pre + "o_proj.weight"].T
+    return linear(y, P[pre + "o_proj.weight"], bf16)
 
 
-def mlp(P, pre, u):
-    g = u @ P[pre + "gate_proj.weight"].T
-    up = u @ P[pre + "up_proj.weight"].T
-    return (torch.nn.functional.silu(g) * up) @ P[pre + "down_proj.weight"].T
+def mlp(P, pre, u, bf16=False):
+    g = linear(u, P[pre + "gate_proj.weight"], bf16)
+    up = linear(u, P[pre + "up_proj.weight"], bf16)
+    return linear(torch.nn.functional.silu(g) * up, P[pre + "down_proj.weight"], bf16)
 
 
 def route(sources, proj_w, norm_w, eps, probe=None):
@@ -229,9 +269,11 @@ def route(sources, proj_w, norm_w, eps, probe=None):
     return (a.unsqueeze(-1) * Vs).sum(0)
 
 
-def forward(P, cfg, ids, probe=None):
+def forward(P, cfg, ids, probe=None, bf16=False):
     """P: dict name -> float tensor; ids: (B,T) int64. Returns logits (B,T,V).
-    probe: optional list that receives every router's alpha (N,B,T)."""
+    probe: optional list that receives every router's alpha (N,B,T).
+    bf16: the products (projections, MLP, LM head) and the embedding lookup
+    read bf16-rounded operands, as the engine's --precision bf16."""
     cfg = full_config(cfg)
     mode = cfg["attnres_mode"]
     L, eps = cfg["num_hidden_layers"], cfg["rms_norm_eps"]
@@ -247,10 +289,10 @@ def forward(P, cfg, ids, probe=None):
 
     def attn_of(i, h):
         return attention(P, lp(i) + "self_attn.", rmsnorm(h, P[lp(i) + "input_layernorm.weight"], eps),
-                         cfg, cos, sin)
+                         cfg, cos, sin, bf16)
 
     def mlp_of(i, h):
-        return mlp(P, lp(i) + "mlp.", rmsnorm(h, P[lp(i) + "post_attention_layernorm.weight"], eps))
+        return mlp(P, lp(i) + "mlp.", rmsnorm(h, P[lp(i) + "post_attention_layernorm.weight"], eps), bf16)
 
     def routed(i, s, srcs):
         return route(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"],
@@ -270,7 +312,7 @@ def forward(P, cfg, ids, probe=None):
         h = x + routed(i, s, srcs) if srcs else x
         return gate(i, s, x, h)
 
-    e = E[ids]                                                # (B,T,d)
+    e = embed_table(E, bf16)[ids]                             # (B,T,d)
 
     if mode == "baseline":
         x = e
@@ -335,7 +377,7 @@ def forward(P, cfg, ids, probe=None):
 
     h = rmsnorm(h, P["model.norm.weight"], eps)
     W = E if cfg["tie_word_embeddings"] else P["lm_head.weight"]
-    return h @ W.T
+    return linear(h, W, bf16)
 
 
 def loss_of(logits, targets):
@@ -377,10 +419,11 @@ def lr_at(s, tr):
     return tr["lr_min"] + 0.5 * (tr["lr_max"] - tr["lr_min"]) * (1 + math.cos(math.pi * p))
 
 
-def train(P, cfg, tokens, tr, stop=None):
+def train(P, cfg, tokens, tr, stop=None, bf16=False):
     """AdamW run on P (dict of leaf tensors, modified in place).
     tokens: (steps, accum, B, T+1) int64; stop: run only steps [0, stop) of
-    the schedule. Returns dict of per-step records."""
+    the schedule; bf16: forward and backward as --precision bf16 (the
+    weights, gradients and update stay float64). Returns dict of per-step records."""
     names = [n for n, _ in param_shapes(cfg)]
     m = {n: torch.zeros_like(P[n]) for n in names}
     v = {n: torch.zeros_like(P[n]) for n in names}
@@ -391,7 +434,7 @@ def train(P, cfg, tokens, tr, stop=None):
         tot = 0.0
         for k in range(tr["accum"]):
             seq = tokens[s, k]
-            loss = loss_of(forward(P, cfg, seq[:, :-1]), seq[:, 1:])
+            loss = loss_of(forward(P, cfg, seq[:, :-1], bf16=bf16), seq[:, 1:])
             gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
             for n, g in zip(names, gs):
                 if g is not None:

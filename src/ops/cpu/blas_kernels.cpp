@@ -10,6 +10,7 @@
 
 #include "core/buffer.h"
 #include "core/timer.h"
+#include "ops/cpu/dnnl_matmul.h"
 #include <cstring>
 #include <initializer_list>
 #include <strings.h>
@@ -53,6 +54,13 @@ double measure_sgemm_gflops(int threads) {
     best = g > best ? g : best;
   }
   return measured[threads] = best;
+}
+
+double measure_peak_gflops(Precision p, int threads) {
+  if (p == Precision::kF32) return measure_sgemm_gflops(threads);
+  static std::map<int, double> measured;
+  if (auto it = measured.find(threads); it != measured.end()) return it->second;
+  return measured[threads] = dnnl_bf16::measure_gflops(threads);
 }
 
 }  // namespace attnres

@@ -9,6 +9,8 @@
 // load time, so the program restarts itself once with it set.
 #pragma once
 
+#include "core/precision.h"
+
 namespace attnres {
 
 // If OpenBLAS chose a generic core although the CPU has AVX2/AVX-512, and the
@@ -19,7 +21,11 @@ namespace attnres {
 void use_best_blas_kernels(char** argv);
 
 // This machine's SGEMM rate on 2048³ with `threads` threads, best of three
-// (about a third of a second): the peak that MFU figures are measured against.
+// (about a third of a second): the peak that fp32 MFU figures are measured against.
 double measure_sgemm_gflops(int threads);  // measured once per thread count and process
+
+// The peak of products in precision p that MFU is against: SGEMM (fp32), or
+// oneDNN's bf16 matmul (bf16), on 2048³, once per precision, thread count and process.
+double measure_peak_gflops(Precision p, int threads);
 
 }  // namespace attnres

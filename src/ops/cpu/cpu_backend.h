@@ -1,12 +1,15 @@
 // cpu_backend.h — the CPU backend: the ops of ops/backend.h (where their math
-// is written down) as OpenMP kernels, with every matmul through CBLAS
-// (OpenBLAS, its OpenMP build).  One file per op family in this directory.
+// is written down) as OpenMP kernels, with every fp32 matmul through CBLAS
+// (OpenBLAS, its OpenMP build) and every bf16 one through oneDNN's matmul on
+// the CPU's matrix units (AMX-BF16 or AVX512-BF16; dnnl_matmul.h).  One file
+// per op family in this directory.
 //
 // Threading: every parallel region runs exactly ctx.threads() threads
 // (num_threads clause) and per-thread scratch is sized from the same count.
-// BLAS calls run single-threaded inside our parallel regions (OpenBLAS does so
-// inside an OpenMP region), so the one OpenMP pool is never oversubscribed:
-// large products go through gemm(), which cuts the output into fixed tiles.
+// BLAS and oneDNN calls run single-threaded inside our parallel regions
+// (OpenBLAS does so inside an OpenMP region; oneDNN plans are made for one
+// thread), so the one OpenMP pool is never oversubscribed: large products go
+// through gemm() and gemm_bf16(), which cut the output into fixed tiles.
 // Determinism: no result depends on the thread count — every sum over threads'
 // work is taken over fixed chunks in a fixed order (tests: Trainer.
 // ThreadCountDoesNotChangeTheArithmetic), so a resume with another --threads or
@@ -22,10 +25,14 @@ namespace attnres {
 // kernel (decoding one token of a small model runs hundreds of them).
 inline constexpr int64_t kParallelMin = int64_t{1} << 15;
 
+// Floats of workspace that hold n bf16 values, rounded up to a cache line.
+inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(Context& ctx) : Backend(ctx) {}
   const char* name() const override { return "cpu"; }
+  std::string unsupported(Precision p) const override;
 
   Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
@@ -35,10 +42,11 @@ class CpuBackend final : public Backend {
   void fill(float* dst, float value, int64_t n) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
+  void to_bf16(bf16* dst, const float* src, int64_t n) override;
 
-  int64_t matmul_workspace(int64_t I) const override;
+  int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
   void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) override;
-  void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W, int64_t N,
+  void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N,
                        int64_t I, int64_t O, bool accumulate_dinp) override;
 
   void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
@@ -69,7 +77,7 @@ class CpuBackend final : public Backend {
   void scale(float* x, float c, int64_t n) override;
   double sum_squares(const float* x, int64_t n) override;
 
-  int64_t lm_head_workspace(int64_t C, int64_t V) const override;
+  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
   double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
                       int64_t V, float scale, float* losses_out, uint8_t* greedy_out) override;
 
@@ -87,7 +95,8 @@ class CpuBackend final : public Backend {
                       const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
                       const RouteRebuild* rebuild, bool accumulate_src) override;
 
-  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) override;
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
+                    bf16* p16) override;
 
  private:
   int threads() const { return ctx_.threads(); }
@@ -99,8 +108,12 @@ class CpuBackend final : public Backend {
   // fixed tiles over our threads: the same bits for any thread count.
   void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
             const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const;
-  // out[N,O] = inp · Wᵀ for bf16 W: tiles of W widened to float in `scratch`
-  // (matmul_workspace(I) floats), or a row-streaming kernel for few rows.
+  // The same for bf16 A and B, C float32 (= the product, or += with accumulate),
+  // through oneDNN: one cached plan per tile shape, one tile per call.
+  void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
+                 int64_t ldb, bool accumulate, float* C, int64_t ldc) const;
+  // out[N,O] = bf16(inp) · Wᵀ for bf16 W: gemm_bf16, or for few rows a kernel
+  // that streams each weight row once (decoding); scratch: matmul_workspace.
   void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
 };
 

@@ -114,15 +114,27 @@ double CpuBackend::sum_squares(const float* x, int64_t n) {
   return total;
 }
 
-void CpuBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) {
+namespace {
+// The AdamW update of n elements; with kCopy also p16 = bf16(p), in the same pass.
+template <bool kCopy>
+void adamw_loop(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16,
+                int threads) {
   const float b1 = u.beta1, b2 = u.beta2;
-#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n > 65536)
+#pragma omp parallel for simd schedule(static) num_threads(threads) if (n > 65536)
   for (int64_t i = 0; i < n; ++i) {
     m[i] = b1 * m[i] + (1.0f - b1) * g[i];
     v[i] = b2 * v[i] + (1.0f - b2) * g[i] * g[i];
     const float denom = std::sqrt(v[i]) * u.inv_sqrt_bc2 + u.eps;
     p[i] = p[i] * u.decay - u.step_size * m[i] / denom;
+    if constexpr (kCopy) p16[i] = float_to_bf16(p[i]);
   }
+}
+}  // namespace
+
+void CpuBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
+                              bf16* p16) {
+  if (p16) adamw_loop<true>(p, g, m, v, n, u, p16, threads());
+  else adamw_loop<false>(p, g, m, v, n, u, nullptr, threads());
 }
 
 }  // namespace attnres

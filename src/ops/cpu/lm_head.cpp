@@ -22,15 +22,18 @@ int64_t chunk_rows(int64_t V) {
 }
 }  // namespace
 
-int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V) const {
-  return chunk_rows(V) * V + matmul_workspace(C);  // logits of a chunk | bf16 weight tiles
+// Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C) and dlogits (rows, V).
+int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
+  const int64_t rows = chunk_rows(V);
+  return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + bf16_floats(rows * V) : 0);
 }
 
 double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                                 int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
-  ATTNRES_CHECK(!dx || W.f32, "the LM head's backward needs float32 weights");
   const int64_t kChunk = chunk_rows(V);
-  float* scratch = ctx_.workspace(lm_head_workspace(C, V));
+  float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.b16 ? Precision::kBF16 : Precision::kF32));
+  bf16* x16 = reinterpret_cast<bf16*>(scratch + kChunk * V);                        // (rows, C)
+  bf16* dl16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C));  // (rows, V)
   // Each row's loss lands in its own slot and the slots are added in row
   // order, so the total does not depend on the thread count.
   std::vector<double> row_loss(static_cast<size_t>(kChunk));
@@ -38,8 +41,9 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
   for (int64_t r0 = 0; r0 < N; r0 += kChunk) {
     const int64_t rows = r0 + kChunk < N ? kChunk : N - r0;
     float* logits = scratch;  // (rows, V)
-    if (W.b16) {
-      matmul_bf16(logits, x + r0 * C, W.b16, rows, C, V, scratch + kChunk * V);
+    if (W.b16) {  // logits[rows, V] = bf16(x) · Wᵀ
+      to_bf16(x16, x + r0 * C, rows * C);
+      gemm_bf16(false, true, rows, V, C, x16, C, W.b16, C, /*accumulate=*/false, logits, V);
     } else {
       gemm(false, true, rows, V, C, 1.0f, x + r0 * C, C, W.f32, C, 0.0f, logits, V);
     }
@@ -84,7 +88,12 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       }
     }
     for (int64_t r = 0; r < rows; ++r) total += row_loss[static_cast<size_t>(r)];
-    if (dx) {
+    if (dx && W.b16) {
+      // dx[rows, C] = bf16(dlogits) · W;   dW[V, C] += bf16(dlogits)ᵀ · bf16(x)
+      to_bf16(dl16, logits, rows * V);
+      gemm_bf16(false, false, rows, C, V, dl16, V, W.b16, C, /*accumulate=*/false, dx + r0 * C, C);
+      if (dW) gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);
+    } else if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
       gemm(false, false, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f, dx + r0 * C, C);
       if (dW) gemm(true, false, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW, C);

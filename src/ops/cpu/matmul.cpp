@@ -1,11 +1,13 @@
 // matmul.cpp — linear layers.  Weights are [out, in] (PyTorch).
 //
-// Many rows (training, prefill): CBLAS SGEMM; bf16 weights are widened to
-// float tile by tile (64 output rows at a time, each thread its own tile) and
-// fed to single-threaded SGEMMs.  Few rows (decoding one token per sequence):
-// the product is bound by reading the weights, so each weight row is streamed
-// once and dotted with every input row while it sits in L1 (`skinny`): no
-// packing copy of the weights, which SGEMM would make.
+// Many rows (training, prefill): float32 weights through CBLAS SGEMM, bf16
+// weights through oneDNN's bf16 matmul (the input rows rounded to bf16 first),
+// both as fixed tiles of the output, one single-threaded call per tile.  Few
+// rows (decoding one token per sequence): the product is bound by reading the
+// weights, so each weight row is streamed once and dotted with every input row
+// while it sits in L1 (`skinny`): no packing copy of the weights, which a GEMM
+// would make.  With bf16 weights the input rows are rounded to bf16 there too,
+// so a product has one meaning whatever its number of rows.
 #include <cblas.h>
 
 #include <algorithm>
@@ -15,13 +17,13 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/dnnl_matmul.h"
 
 namespace attnres {
 
 namespace {
 
 constexpr int64_t kSkinnyRows = 16;  // at most this many input rows: the streaming kernel
-constexpr int64_t kTileOut = 64;     // bf16 weights: output rows widened per tile
 
 
 // 16 floats as one value (GCC vector extensions): one zmm register in the
@@ -152,9 +154,9 @@ ATTNRES_CLONES void skinny_rows_bf16(float* out, const float* split, const bf16*
     for (int64_t n = 0; n < N; ++n)
       out[n * O + o] = dot_bf16_pairs(W + o * I, split + n * I, split + n * I + pairs, pairs);
 }
-ATTNRES_CLONES void widen_rows(float* dst, const bf16* src, int64_t n) {
+ATTNRES_CLONES void round_to_bf16(bf16* dst, const float* src, int64_t n) {
 #pragma omp simd
-  for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_float(src[i]);
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 #undef ATTNRES_CLONES
 #undef ATTNRES_INLINE
@@ -176,32 +178,58 @@ void skinny(float* out, const float* inp, const WT* W, int64_t N, int64_t I, int
   }
 }
 
+// The tiles of an [M, N] output: they start at 512 × 512 and the larger side
+// is halved, down to 64, until there are `want` of them — enough to share
+// out, big enough that packing the operands stays cheap.  They depend on the
+// shape alone: every output element is summed in the same order whatever the
+// thread count, so a run, and a resume, give the same bits on 1 thread or 64.
+struct Tiling {
+  int64_t mb, nb;  // tile rows, columns (the last row / column of tiles may be smaller)
+  int64_t tm, tn;  // tiles down, across
+};
+Tiling tiling(int64_t M, int64_t N, int64_t want) {
+  auto up64 = [](int64_t x) { return (x + 63) / 64 * 64; };
+  Tiling t{std::min<int64_t>(512, up64(M)), std::min<int64_t>(512, up64(N)), 0, 0};
+  auto count = [&] { return ((M + t.mb - 1) / t.mb) * ((N + t.nb - 1) / t.nb); };
+  while (count() < want && (t.mb > 64 || t.nb > 64)) (t.mb >= t.nb ? t.mb : t.nb) /= 2;
+  t.tm = (M + t.mb - 1) / t.mb;
+  t.tn = (N + t.nb - 1) / t.nb;
+  return t;
+}
+
+
 }  // namespace
+
+std::string CpuBackend::unsupported(Precision p) const {
+  return p == Precision::kBF16 ? dnnl_bf16::unsupported() : std::string();
+}
+
+void CpuBackend::to_bf16(bf16* dst, const float* src, int64_t n) {
+  constexpr int64_t kPiece = 1 << 16;
+  const int64_t pieces = (n + kPiece - 1) / kPiece;
+#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= kParallelMin)
+  for (int64_t p = 0; p < pieces; ++p) {
+    const int64_t i0 = p * kPiece;
+    round_to_bf16(dst + i0, src + i0, std::min(kPiece, n - i0));
+  }
+}
 
 void CpuBackend::blas_single_thread() const {
   if (!omp_in_parallel() && omp_get_max_threads() != 1) omp_set_num_threads(1);
 }
 
-// C[M,N] = α·op(A)[M,K]·op(B)[K,N] + β·C, as tiles of the output, each one
-// single-threaded BLAS call inside one OpenMP thread.  The tiles depend on the
-// shapes only, so every output is summed in the same order whatever the
-// thread count: a run, and a resume, give the same bits on 1 thread or 64.
-// (OpenBLAS's own threading splits the work by thread count, and some of its
-// kernels then round differently.)  Tiles start at 512 × 512 and the larger
-// side is halved, down to 64, until there are kGemmTiles of them: enough to
-// share out, big enough that packing the operands stays cheap.
+// C[M,N] = α·op(A)[M,K]·op(B)[K,N] + β·C, as the tiles of tiling(), each one
+// single-threaded BLAS call inside one OpenMP thread.  (OpenBLAS's own
+// threading splits the work by thread count, and some of its kernels then
+// round differently.)
 void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
-  auto up64 = [](int64_t x) { return (x + 63) / 64 * 64; };
-  int64_t mb = std::min<int64_t>(512, up64(M)), nb = std::min<int64_t>(512, up64(N));
-  auto tiles = [&] { return ((M + mb - 1) / mb) * ((N + nb - 1) / nb); };
-  while (tiles() < kGemmTiles && (mb > 64 || nb > 64)) (mb >= nb ? mb : nb) /= 2;
-  const int64_t tm = (M + mb - 1) / mb, tn = (N + nb - 1) / nb;
+  const Tiling t = tiling(M, N, kGemmTiles);
   blas_single_thread();  // a lone tile runs outside a parallel region
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (tm * tn > 1)
-  for (int64_t t = 0; t < tm * tn; ++t) {
-    const int64_t i0 = t / tn * mb, j0 = t % tn * nb;
-    const int64_t m = std::min(mb, M - i0), n = std::min(nb, N - j0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
+  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
+    const int64_t i0 = i / t.tn * t.mb, j0 = i % t.tn * t.nb;
+    const int64_t m = std::min(t.mb, M - i0), n = std::min(t.nb, N - j0);
     const float* a = ta ? A + i0 : A + i0 * lda;  // op(A) rows i0..: A's columns when transposed
     const float* b = tb ? B + j0 * ldb : B + j0;  // op(B) columns j0..: B's rows when transposed
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, K, alpha, a,
@@ -209,11 +237,39 @@ void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
   }
 }
 
-int64_t CpuBackend::matmul_workspace(int64_t I) const { return threads() * kTileOut * I; }
+// The same tiles through oneDNN.  A tile's plan depends on its shape, and the
+// tiles have at most four shapes (full, the last row of tiles, the last
+// column, the corner): planned here, before the parallel region.
+void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
+                           const bf16* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
+  const Tiling t = tiling(M, N, kGemmTiles);
+  const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
+  const dnnl_bf16::Plan* plans[2][2] = {};  // [last row of tiles][last column]
+  blas_single_thread();                      // plans are made for one thread
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 2; ++c)
+      if ((r || t.tm > 1) && (c || t.tn > 1))
+        plans[r][c] = &dnnl_bf16::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, accumulate});
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
+  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
+    const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
+    const bf16* a = ta ? A + i0 : A + i0 * lda;
+    const bf16* b = tb ? B + j0 * ldb : B + j0;
+    dnnl_bf16::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
+  }
+}
+
+// Scratch of bf16 products: the bf16 copies of the input (N, I) and, in the
+// backward, of dout (N, O); for few rows, the rounded input as floats.  fp32
+// products need none.
+int64_t CpuBackend::matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const {
+  if (p == Precision::kF32) return 0;
+  return std::max(bf16_floats(N * I) + bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
+}
 
 void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) {
   if (W.b16) {
-    matmul_bf16(out, inp, W.b16, N, I, O, ctx_.workspace(matmul_workspace(I)));
+    matmul_bf16(out, inp, W.b16, N, I, O, ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16)));
     return;
   }
   if (N <= kSkinnyRows) {
@@ -227,32 +283,41 @@ void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t 
 void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
                              float* scratch) {
   if (N <= kSkinnyRows) {
-    if (I % 2 == 0) {  // each row as [even elements | odd elements], in the scratch (64·I ≥ N·I floats)
+    // The rounded inputs as floats (bf16 · bf16 products are exact in float32):
+    // each row as [even elements | odd elements] when I is even.
+    if (I % 2 == 0) {
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < I; ++i) scratch[n * I + (i % 2) * (I / 2) + i / 2] = inp[n * I + i];
-      inp = scratch;
+        for (int64_t i = 0; i < I; ++i) scratch[n * I + (i % 2) * (I / 2) + i / 2] = round_bf16(inp[n * I + i]);
+    } else {
+      for (int64_t i = 0; i < N * I; ++i) scratch[i] = round_bf16(inp[i]);
     }
-    skinny(out, inp, W, N, I, O, threads());
+    skinny(out, scratch, W, N, I, O, threads());
     return;
   }
-  const int64_t tiles = (O + kTileOut - 1) / kTileOut;
-#pragma omp parallel num_threads(threads())
-  {
-    float* tile = scratch + omp_get_thread_num() * kTileOut * I;  // (kTileOut, I)
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < tiles; ++t) {
-      const int64_t o0 = t * kTileOut, rows = o0 + kTileOut <= O ? kTileOut : O - o0;
-      widen_rows(tile, W + o0 * I, rows * I);
-      // out[:, o0:o0+rows] = inp · tileᵀ   (single-threaded inside the region)
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, rows, I, 1.0f, inp, I, tile, I, 0.0f, out + o0, O);
-    }
-  }
+  bf16* x16 = reinterpret_cast<bf16*>(scratch);  // (N, I)
+  to_bf16(x16, inp, N * I);
+  // out[N,O] = x16[N,I] · W[O,I]ᵀ
+  gemm_bf16(false, true, N, O, I, x16, I, W, I, /*accumulate=*/false, out, O);
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, const float* W,
-                                 int64_t N, int64_t I, int64_t O, bool accumulate_dinp) {
+void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N,
+                                 int64_t I, int64_t O, bool accumulate_dinp) {
+  if (W.b16) {
+    float* scratch = ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16));
+    bf16* dy16 = reinterpret_cast<bf16*>(scratch);                    // (N, O)
+    bf16* x16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (N, I)
+    to_bf16(dy16, dout, N * O);
+    // dinp[N,I] = dy16[N,O] · W[O,I]
+    if (dinp) gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
+    if (dW) {
+      // dW[O,I] += dy16[N,O]ᵀ · x16[N,I]
+      to_bf16(x16, inp, N * I);
+      gemm_bf16(true, false, O, I, N, dy16, O, x16, I, /*accumulate=*/true, dW, I);
+    }
+    return;
+  }
   // dinp[N,I] = dout[N,O] · W[O,I]
-  if (dinp) gemm(false, false, N, I, O, 1.0f, dout, O, W, I, accumulate_dinp ? 1.0f : 0.0f, dinp, I);
+  if (dinp) gemm(false, false, N, I, O, 1.0f, dout, O, W.f32, I, accumulate_dinp ? 1.0f : 0.0f, dinp, I);
   // dW[O,I] += dout[N,O]ᵀ · inp[N,I]
   if (dW) gemm(true, false, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
 }

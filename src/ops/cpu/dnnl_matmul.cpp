@@ -1,0 +1,174 @@
+// dnnl_matmul.cpp — see dnnl_matmul.h.
+#include "ops/cpu/dnnl_matmul.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "core/error.h"
+
+#ifdef ATTNRES_HAVE_DNNL
+#include <oneapi/dnnl/dnnl.hpp>
+#endif
+
+namespace attnres::dnnl_bf16 {
+
+#ifdef ATTNRES_HAVE_DNNL
+
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& engine() {
+  static dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  return e;
+}
+
+struct ShapeHash {
+  size_t operator()(const Shape& s) const {
+    size_t h = (size_t{s.ta} << 2) | (size_t{s.tb} << 1) | size_t{s.accumulate};
+    for (int64_t v : {s.M, s.N, s.K, s.lda, s.ldb, s.ldc}) h = h * 0x9E3779B97F4A7C15ull + static_cast<size_t>(v);
+    return h;
+  }
+};
+
+}  // namespace
+
+class Plan {
+ public:
+  explicit Plan(const Shape& s)
+      // A [M,K] with row stride lda, or stored [K,M] (ta): element (m, k) at m·lda + k or k·lda + m.
+      : a_({s.M, s.K}, dt::bf16, s.ta ? dnnl::memory::dims{1, s.lda} : dnnl::memory::dims{s.lda, 1}),
+        b_({s.K, s.N}, dt::bf16, s.tb ? dnnl::memory::dims{1, s.ldb} : dnnl::memory::dims{s.ldb, 1}),
+        c_({s.M, s.N}, dt::f32, dnnl::memory::dims{s.ldc, 1}) {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // ours, per thread: see run()
+    if (s.accumulate) {
+      dnnl::post_ops po;
+      po.append_sum(1.0f);  // C = A·B + C
+      attr.set_post_ops(po);
+    }
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_, b_, c_), attr, engine());
+    scratch_ = pd.scratchpad_desc().get_size();
+    prim_ = dnnl::matmul(pd);
+  }
+
+  void run(const bf16* A, const bf16* B, float* C) const {
+    thread_local std::vector<uint8_t> scratch;  // grows to the largest plan a thread ran
+    thread_local dnnl::stream stream(engine());
+    if (scratch.size() < scratch_) scratch.resize(scratch_);
+    dnnl::memory a(a_, engine(), const_cast<bf16*>(A)), b(b_, engine(), const_cast<bf16*>(B)), c(c_, engine(), C);
+    dnnl::memory pad({{static_cast<int64_t>(scratch_)}, dt::u8, dnnl::memory::format_tag::a}, engine(),
+                     scratch.data());
+    prim_.execute(stream, {{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}, {DNNL_ARG_SCRATCHPAD, pad}});
+  }
+
+ private:
+  dnnl::memory::desc a_, b_, c_;
+  dnnl::matmul prim_;
+  size_t scratch_ = 0;
+};
+
+std::string isa() {
+  switch (dnnl::get_effective_cpu_isa()) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    default: return "other";
+  }
+}
+
+const std::string& unsupported() {
+  static const std::string why = [] {
+    const dnnl::cpu_isa have = dnnl::get_effective_cpu_isa();
+    if (have == dnnl::cpu_isa::avx512_core_bf16 || have == dnnl::cpu_isa::avx512_core_amx) return std::string();
+    return cat("this CPU has no bfloat16 matrix instructions (AVX512-BF16 or AMX-BF16; oneDNN runs ", isa(),
+               " kernels here", std::getenv("ONEDNN_MAX_CPU_ISA") ? ", limited by ONEDNN_MAX_CPU_ISA" : "",
+               "): use --precision fp32");
+  }();
+  return why;
+}
+
+namespace {
+std::mutex g_mutex;
+std::unordered_map<Shape, std::unique_ptr<Plan>, ShapeHash> g_plans;
+}  // namespace
+
+const Plan& plan(const Shape& s) {
+  if (!unsupported().empty()) fail("--precision bf16: ", unsupported());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_plans.find(s);
+  if (it != g_plans.end()) return *it->second;
+  // oneDNN sizes a primitive's threading from OpenMP's count when it is
+  // created: one thread, so a tile is one thread's fixed sequence of work.
+  if (!omp_in_parallel() && omp_get_max_threads() != 1) omp_set_num_threads(1);
+  try {
+    auto p = std::make_unique<Plan>(s);
+    return *g_plans.emplace(s, std::move(p)).first->second;
+  } catch (const dnnl::error& e) {
+    fail("oneDNN cannot plan a bf16 product of ", s.M, " x ", s.N, " x ", s.K, ": ", e.what());
+  }
+}
+
+void run(const Plan& p, const bf16* A, const bf16* B, float* C) { p.run(A, B, C); }
+
+int64_t cached_plans() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return static_cast<int64_t>(g_plans.size());
+}
+
+double measure_gflops(int threads) {
+  if (!unsupported().empty()) fail("--precision bf16: ", unsupported());
+  const int64_t n = 2048;
+  std::vector<bf16> a(static_cast<size_t>(n * n)), b(a.size());
+  for (size_t i = 0; i < a.size(); ++i) a[i] = b[i] = float_to_bf16(1e-3f * static_cast<float>(i % 97));
+  std::vector<float> c(a.size());
+  const dnnl::memory::desc ad({n, n}, dt::bf16, dnnl::memory::format_tag::ab), cd({n, n}, dt::f32,
+                                                                                   dnnl::memory::format_tag::ab);
+  omp_set_num_threads(threads);  // oneDNN's threads, for this primitive only
+  const dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, ad, cd), engine()));
+  omp_set_num_threads(1);
+  dnnl::stream stream(engine());
+  dnnl::memory am(ad, engine(), a.data()), bm(ad, engine(), b.data()), cm(cd, engine(), c.data());
+  double best = 0;
+  for (int rep = 0; rep < 4; ++rep) {  // the first one warms up
+    const auto t0 = std::chrono::steady_clock::now();
+    mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    stream.wait();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+#else  // built without oneDNN
+
+class Plan {};
+
+std::string isa() { return "none"; }
+
+const std::string& unsupported() {
+  static const std::string why =
+      "this attnres was built without oneDNN (install libdnnl-dev and rebuild): use --precision fp32";
+  return why;
+}
+
+const Plan& plan(const Shape&) { fail("--precision bf16: ", unsupported()); }
+void run(const Plan&, const bf16*, const bf16*, float*) { fail("--precision bf16: ", unsupported()); }
+int64_t cached_plans() { return 0; }
+double measure_gflops(int) { fail("--precision bf16: ", unsupported()); }
+
+#endif
+
+}  // namespace attnres::dnnl_bf16
