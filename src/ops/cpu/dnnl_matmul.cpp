@@ -136,9 +136,10 @@ double measure_gflops(int threads) {
   std::vector<float> c(a.size());
   const dnnl::memory::desc ad({n, n}, dt::bf16, dnnl::memory::format_tag::ab), cd({n, n}, dt::f32,
                                                                                    dnnl::memory::format_tag::ab);
-  omp_set_num_threads(threads);  // oneDNN's threads, for this primitive only
+  // oneDNN's threads, for this primitive only: it reads OpenMP's count when
+  // it is created and again when it runs.
+  omp_set_num_threads(threads);
   const dnnl::matmul mm(dnnl::matmul::primitive_desc(dnnl::matmul::desc(ad, ad, cd), engine()));
-  omp_set_num_threads(1);
   dnnl::stream stream(engine());
   dnnl::memory am(ad, engine(), a.data()), bm(ad, engine(), b.data()), cm(cd, engine(), c.data());
   double best = 0;
@@ -149,6 +150,7 @@ double measure_gflops(int threads) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);
   }
+  omp_set_num_threads(1);  // as the tiles' plans expect
   return best;
 }
 
