@@ -5,18 +5,19 @@
 # modes on the same tokens in the same order from the same initial weights
 # (`attnres compare`), print the table, and write an HTML report.
 #
-# Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C]
+# Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C] [--precision P]
 #   --minutes M   wall-clock limit of the whole job (default 15); it only guards the
 #                 limit: a run that would pass it is cut, its learning-rate decay completed
-#   --tokens N    training tokens per mode (default 786432: 192 steps of 16 × 256)
+#   --tokens N    training tokens per run (default 786432: 192 steps of 16 × 256)
 #   --modes LIST  default baseline,block,delta_block
-#   --seeds S     runs per mode (default 1; 3 measures the noise)
+#   --seeds S     runs per mode (default 2: the table says whether a difference is beyond the seeds' spread)
 #   --config C    model preset or config.json (default tiny)
+#   --precision P fp32, bf16 or auto (default: bf16 where the CPU has bf16 matrix instructions)
 # A rerun resumes an unfinished job; a finished one is kept and a new
 # directory (runs/main-DATE-TIME) is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=15 TOKENS=786432 MODES=baseline,block,delta_block SEEDS=1 CONFIG=tiny
+MINUTES=15 TOKENS=786432 MODES=baseline,block,delta_block SEEDS=2 CONFIG=tiny PRECISION=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) MINUTES="$2"; shift 2 ;;
@@ -24,7 +25,9 @@ while [ $# -gt 0 ]; do
     --modes) MODES="$2"; shift 2 ;;
     --seeds) SEEDS="$2"; shift 2 ;;
     --config) CONFIG="$2"; shift 2 ;;
-    *) echo "main_job.sh: unknown argument $1 (use --minutes, --tokens, --modes, --seeds, --config)" >&2; exit 2 ;;
+    --precision) PRECISION="$2"; shift 2 ;;
+    *) echo "main_job.sh: unknown argument $1 (use --minutes, --tokens, --modes, --seeds, --config, --precision)" >&2
+       exit 2 ;;
   esac
 done
 START=$(date +%s)
@@ -41,8 +44,9 @@ done
 [ -z "$RUN" ] && RUN=runs/main-$(date +%Y%m%d-%H%M%S)
 LEFT=$(( MINUTES * 60 - ($(date +%s) - START) - 30 ))  # 30 s for the sample at the end
 [ "$LEFT" -lt 120 ] && LEFT=120
-echo "main_job: comparing $MODES on $TOKENS tokens each, within $((LEFT / 60)) min $((LEFT % 60)) s, in $RUN"
-build/attnres compare --config "$CONFIG" --modes "$MODES" --seeds "$SEEDS" --tokens "$TOKENS" \
+echo "main_job: comparing $MODES x $SEEDS seeds on $TOKENS tokens each (--precision $PRECISION), within" \
+  "$((LEFT / 60)) min $((LEFT % 60)) s, in $RUN"
+build/attnres compare --config "$CONFIG" --modes "$MODES" --seeds "$SEEDS" --tokens "$TOKENS" --precision "$PRECISION" \
   --data data/default/train.bin --val-data data/default/val.bin --val-tokens 131072 \
   --batch 16 --seq-len 256 --lr 3e-3 --lr-min 3e-4 --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
 # The checkpoints carry the corpus tokenizer: what the last mode's model writes.

@@ -303,6 +303,7 @@ int cmd_bench(int argc, char** argv) {
               {"seq-len", "512", "sequence length T"},
               {"steps", "5", "timed steps"},
               {"warmup-steps", "1", "untimed steps first"},
+              {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"},
               {"threads", "0", "threads (0 = all cores)"},
               {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
                                     "with --generate the default is fp32,bf16"},
@@ -360,13 +361,42 @@ int cmd_bench(int argc, char** argv) {
     if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, dnnl_bf16::isa().c_str());
     std::printf("\n");
   }
+  // --rounds R: every (precision, mode) runs R times, the runs of a round one
+  // after the other, so that a drift of this shared machine's speed touches
+  // every pair alike; each figure is the median of its runs, min and max beside it.
+  const int64_t rounds = f.i64("rounds");
+  if (rounds < 1) fail("--rounds must be at least 1");
+  std::vector<std::vector<std::vector<nlohmann::json>>> runs(
+      precisions.size(), std::vector<std::vector<nlohmann::json>>(modes.size()));
+  for (int64_t round = 0; round < rounds; ++round)
+    for (size_t pi = 0; pi < precisions.size(); ++pi)
+      for (size_t i = 0; i < modes.size(); ++i)
+        runs[pi][i].push_back(
+            bench_in_child(mode_name(modes[i]), precisions[pi], f, precisions[pi] == Precision::kBF16 ? bf16 : sgemm));
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
   std::vector<double> fp32_tok(modes.size(), 0.0);
-  for (const Precision p : precisions) {
+  for (size_t pi = 0; pi < precisions.size(); ++pi) {
+    const Precision p = precisions[pi];
     const double peak = p == Precision::kBF16 ? bf16 : sgemm;
     double base_tok = 0, base_rss = 0;
     for (size_t i = 0; i < modes.size(); ++i) {
       const Mode mode = modes[i];
-      nlohmann::json r = bench_in_child(mode_name(mode), p, f, peak);
+      std::vector<double> tok, ms, rss;
+      for (const auto& r : runs[pi][i]) {
+        tok.push_back(r["tok_per_s"].get<double>());
+        ms.push_back(r["ms_per_step"].get<double>());
+        rss.push_back(r["peak_rss_bytes"].get<double>());
+      }
+      nlohmann::json r = runs[pi][i][0];  // settings; the figures are the medians
+      r["tok_per_s"] = median(tok);
+      r["ms_per_step"] = median(ms);
+      r["peak_rss_bytes"] = median(rss);
+      r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
+      r["rounds"] = rounds;
+      if (rounds > 1) r["tok_per_s_runs"] = tok;
       r["peak_gflops"] = peak;
       r["sgemm_peak_gflops"] = sgemm;
       if (bf16_here) r["bf16_peak_gflops"] = bf16;
@@ -383,8 +413,10 @@ int cmd_bench(int argc, char** argv) {
       if (json) {
         std::printf("%s\n", r.dump().c_str());
       } else {
-        std::printf("%-12s %-4s %8.0f tok/s  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", mode_name(mode),
-                    precision_name(p), r["tok_per_s"].get<double>(), r["ms_per_step"].get<double>(),
+        std::printf("%-12s %-4s %8.0f tok/s", mode_name(mode), precision_name(p), r["tok_per_s"].get<double>());
+        if (rounds > 1)
+          std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
+        std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
                     100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
         if (r.contains("tok_per_s_vs_baseline") && mode != Mode::kBaseline)
           std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
