@@ -20,6 +20,8 @@ struct FlagSpec {
   std::string default_value;  // "false" marks a switch; "" means "no default"
   std::string help;
   std::string spelling_of;    // another spelling of that flag (its value is the flag's), e.g. --dtype of --precision
+  FlagSpec(std::string n, std::string d, std::string h, std::string of = "")
+      : name(std::move(n)), default_value(std::move(d)), help(std::move(h)), spelling_of(std::move(of)) {}
 };
 
 class Flags {
