@@ -478,8 +478,15 @@ double Model::flops_per_token(int64_t T) const {
 }
 
 Weight Model::W_(const float* matrix) const {
-  if (!params16_.bytes()) return matrix;
-  return params16_.as<bf16>() + (matrix - params_.data());
+  // The tensor at this offset of the layout (specs are in offset order): its shape.
+  const int64_t at = matrix - params_.data();
+  const auto& specs = layout_.specs();
+  const auto it = std::lower_bound(specs.begin(), specs.end(), at,
+                                   [](const TensorSpec& t, int64_t off) { return t.offset < off; });
+  ATTNRES_CHECK(it != specs.end() && it->offset == at && it->matrix(), "W_: not a weight matrix of this model");
+  const int64_t rows = it->shape[0], cols = it->shape[1];
+  if (!params16_.bytes()) return {matrix, rows, cols};
+  return {params16_.as<bf16>() + at, rows, cols};
 }
 
 // ---- sublayers --------------------------------------------------------------

@@ -43,12 +43,20 @@ namespace attnres {
 // A weight matrix [O, I] (or an embedding table [V, C]) as a product or a
 // lookup reads it: float32 (an fp32 product), or its bfloat16 copy (a bf16
 // product; a lookup widens the rounded rows).  Exactly one is set.
+// rows × cols is its shape when the caller knows it (a model's weights: from
+// the layout), checked against the op's dimensions; 0 × 0 when not given.
 struct Weight {
   const float* f32 = nullptr;
   const bf16* b16 = nullptr;
+  int64_t rows = 0, cols = 0;
   Weight() = default;
   Weight(const float* w) : f32(w) {}  // NOLINT: a float32 matrix is the common case
   Weight(const bf16* w) : b16(w) {}   // NOLINT
+  Weight(const float* w, int64_t r, int64_t c) : f32(w), rows(r), cols(c) {}
+  Weight(const bf16* w, int64_t r, int64_t c) : b16(w), rows(r), cols(c) {}
+  Precision precision() const { return b16 ? Precision::kBF16 : Precision::kF32; }
+  // Whether this is an [r, c] matrix, as far as it says.
+  bool fits(int64_t r, int64_t c) const { return rows == 0 || (rows == r && cols == c); }
 };
 
 // The keys and values a block of queries attends to.  Batch row b reads the

@@ -55,6 +55,7 @@ void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const fl
 }
 
 void CpuBackend::embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
+  ATTNRES_CHECK(table.cols == 0 || table.cols == C, "embedding_forward: a table of rows of ", table.cols, ", not ", C);
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const int64_t row = static_cast<int64_t>(tokens[i]) * C;

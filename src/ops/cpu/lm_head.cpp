@@ -30,8 +30,9 @@ int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
 
 double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                                 int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
+  ATTNRES_CHECK(W.fits(V, C), "lm_head_loss: a ", W.rows, " x ", W.cols, " head for ", V, " x ", C);
   const int64_t kChunk = chunk_rows(V);
-  float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.b16 ? Precision::kBF16 : Precision::kF32));
+  float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.precision()));
   bf16* x16 = reinterpret_cast<bf16*>(scratch + kChunk * V);                        // (rows, C)
   bf16* dl16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C));  // (rows, V)
   // Each row's loss lands in its own slot and the slots are added in row
