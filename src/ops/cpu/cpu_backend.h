@@ -28,6 +28,9 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 15;
 // Floats of workspace that hold n bf16 values, rounded up to a cache line.
 inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 
+// dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
+void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(Context& ctx) : Backend(ctx) {}

@@ -22,10 +22,11 @@ int64_t chunk_rows(int64_t V) {
 }
 }  // namespace
 
-// Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C) and dlogits (rows, V).
+// Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C)
+// and of dlogits, as they are (rows, V) and transposed (V, rows).
 int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
   const int64_t rows = chunk_rows(V);
-  return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + bf16_floats(rows * V) : 0);
+  return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + 2 * bf16_floats(rows * V) : 0);
 }
 
 double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
@@ -35,6 +36,8 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
   float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.precision()));
   bf16* x16 = reinterpret_cast<bf16*>(scratch + kChunk * V);                        // (rows, C)
   bf16* dl16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C));  // (rows, V)
+  bf16* dlT16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C) +
+                                        bf16_floats(kChunk * V));  // (V, rows)
   // Each row's loss lands in its own slot and the slots are added in row
   // order, so the total does not depend on the thread count.
   std::vector<double> row_loss(static_cast<size_t>(kChunk));
@@ -93,7 +96,10 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       // dx[rows, C] = bf16(dlogits) · W;   dW[V, C] += bf16(dlogits)ᵀ · bf16(x)
       to_bf16(dl16, logits, rows * V);
       gemm_bf16(false, false, rows, C, V, dl16, V, W.b16, C, /*accumulate=*/false, dx + r0 * C, C);
-      if (dW) gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);
+      if (dW) {  // from a dense transposed copy of dlogits
+        to_bf16_transposed(dlT16, logits, rows, V, threads());
+        gemm_bf16(false, false, V, C, rows, dlT16, rows, x16, C, /*accumulate=*/true, dW, C);
+      }
     } else if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
       gemm(false, false, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f, dx + r0 * C, C);

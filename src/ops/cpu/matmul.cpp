@@ -271,8 +271,35 @@ Tiling tiling(int64_t M, int64_t N, int64_t want) {
   return t;
 }
 
+// bf16: whole rows of the output where it is at most kWholeRows wide (every
+// projection, MLP, input-gradient and weight-gradient product), `want` tiles
+// of a multiple of 16 rows, at most 512: a tile's output is then one dense
+// block, for which oneDNN 2.6 takes its brgemm kernels (AMX where the CPU has
+// it; a strided tile gets its older gemm kernel).  Wider outputs (the LM
+// head's logits) are cut both ways, as tiling() does.
+constexpr int64_t kWholeRows = 4096;
+Tiling tiling_bf16(int64_t M, int64_t N, int64_t want) {
+  if (N > kWholeRows) return tiling(M, N, want);
+  const int64_t mb = std::clamp<int64_t>(((M + want - 1) / want + 15) / 16 * 16, 16, 512);
+  return {mb, N, (M + mb - 1) / mb, 1};
+}
 
 }  // namespace
+
+// dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
+// makes a product's transposed operand a dense one (blocks of 32 × 32).
+void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads) {
+  constexpr int64_t kB = 32;
+  const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
+#pragma omp parallel for schedule(static) num_threads(threads) if (rows * cols >= kParallelMin)
+  for (int64_t b = 0; b < rb * cb; ++b) {
+    const int64_t r0 = b / cb * kB, c0 = b % cb * kB;
+    const int64_t r1 = std::min(rows, r0 + kB), c1 = std::min(cols, c0 + kB);
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = float_to_bf16(src[r * cols + c]);
+  }
+}
+
 
 std::string CpuBackend::unsupported(Precision p) const {
   return p == Precision::kBF16 ? dnnl_bf16::unsupported() : std::string();
@@ -311,12 +338,12 @@ void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
   }
 }
 
-// The same tiles through oneDNN.  A tile's plan depends on its shape, and the
-// tiles have at most four shapes (full, the last row of tiles, the last
-// column, the corner): planned here, before the parallel region.
+// bf16 tiles through oneDNN (tiling_bf16).  A tile's plan depends on its
+// shape, and the tiles have at most four shapes (full, the last row of tiles,
+// the last column, the corner): planned here, before the parallel region.
 void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
                            const bf16* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
-  const Tiling t = tiling(M, N, kGemmTiles);
+  const Tiling t = tiling_bf16(M, N, kGemmTiles);
   const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
   const dnnl_bf16::Plan* plans[2][2] = {};  // [last row of tiles][last column]
   blas_single_thread();                      // plans are made for one thread
@@ -334,11 +361,11 @@ void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 }
 
 // Scratch of bf16 products: the bf16 copies of the input (N, I) and, in the
-// backward, of dout (N, O); for few rows, the rounded input as floats.  fp32
-// products need none.
+// backward, of dout (N, O) and doutᵀ (O, N); for few rows, the rounded input.
+// fp32 products need none.
 int64_t CpuBackend::matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const {
   if (p == Precision::kF32) return 0;
-  return std::max(bf16_floats(N * I) + bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
+  return std::max(bf16_floats(N * I) + 2 * bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
 }
 
 void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) {
@@ -385,15 +412,19 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, cons
   ATTNRES_CHECK(W.fits(O, I), "matmul_backward: a ", W.rows, " x ", W.cols, " weight for ", O, " x ", I);
   if (W.b16) {
     float* scratch = ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16));
-    bf16* dy16 = reinterpret_cast<bf16*>(scratch);                    // (N, O)
-    bf16* x16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (N, I)
-    to_bf16(dy16, dout, N * O);
-    // dinp[N,I] = dy16[N,O] · W[O,I]
-    if (dinp) gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
+    bf16* dy16 = reinterpret_cast<bf16*>(scratch);                        // (N, O)
+    bf16* dyT16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (O, N)
+    bf16* x16 = reinterpret_cast<bf16*>(scratch + 2 * bf16_floats(N * O));  // (N, I)
+    if (dinp) {
+      // dinp[N,I] = dy16[N,O] · W[O,I]
+      to_bf16(dy16, dout, N * O);
+      gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
+    }
     if (dW) {
-      // dW[O,I] += dy16[N,O]ᵀ · x16[N,I]
+      // dW[O,I] += dy16ᵀ[O,N] · x16[N,I], doutᵀ rounded into a dense copy
+      to_bf16_transposed(dyT16, dout, N, O, threads());
       to_bf16(x16, inp, N * I);
-      gemm_bf16(true, false, O, I, N, dy16, O, x16, I, /*accumulate=*/true, dW, I);
+      gemm_bf16(false, false, O, I, N, dyT16, N, x16, I, /*accumulate=*/true, dW, I);
     }
     return;
   }
