@@ -57,32 +57,39 @@ struct Outputs {
 };
 
 // Tolerances of one comparison (engine in `precision` against an oracle of
-// that precision, or bf16 against the float64 one), |a − b| ≤ atol + rtol·|b|.
+// that precision, or bf16 against the float64 one), |a − b| ≤ atol + rtol·|b|;
+// the gradient norms of the first `norm_steps` steps of the trajectory.
 struct GoldenTolerance {
   double logits, loss, grad_atol, grad_rtol, gate_atol, train_loss, norm_atol, norm_rtol, final_loss;
+  int64_t norm_steps;
 };
 // fp32 against the float64 oracle: float32's rounding, accumulated through the
 // model (tests/oracle/README.md).
-constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 5e-4};
+constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 5e-4, 10};
 // bf16 against the oracle's bf16 mode (the same operands rounded).  What is
 // left is float32 against float64 arithmetic before each rounding, and that
 // moves a few rounded values to the other bf16 neighbour ("flips": about one
 // per forward here, each a change of 2⁻⁸ in one element, which these random
-// six-layer models amplify to up to ~1e-2 in a logit).  Measured worst over
-// the eleven cases (2026-12-01, printed by this test): logits 1.1e-2, loss
-// 4.9e-4, gradients 6.4e-3, trajectory losses 5.2e-2, gradient norms 14 %
-// (full_alpha: ten steps of full routing amplify the flips; fp32 itself is
-// 6e-4 from the oracle there), final loss 2.5e-2.  The bounds are ~3× those;
-// the per-op tests (ops/products_test.cpp) hold each product to 1e-5.  Eight
-// of the eleven cases have no flip in the forward: their logits agree to 1e-6.
-constexpr GoldenTolerance kBf16{3e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.4, 8e-2};
+// six-layer models amplify to up to ~1e-2 in a logit).  Which values flip
+// depends on the build (the sanitizer build's -O1 rounds its float32 sums
+// differently), so the bounds hold for any: measured worst over the eleven
+// cases and both builds (2026-12-01, printed by this test) logits 1.1e-2,
+// loss 4.9e-4, gradients 6.4e-3, trajectory losses 5.2e-2, final loss
+// 2.5e-2; the bounds are 2–3× those.  Ten steps of routed training on these
+// random models amplify the flips (full_alpha's gradient norms part by 61 %
+// by step 10; fp32 itself is 6e-4 from the oracle there): the norms are
+// compared over the first three steps (at most 2 % apart measured).  Each
+// product is held to 1e-5 by the per-op tests (ops/products_test.cpp), and
+// that the right operands are rounded, over all cases, by
+// GoldenBf16.CloserToTheOraclesBf16ThanBf16IsToFloat64 below.
+constexpr GoldenTolerance kBf16{3e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 8e-2, 3};
 // bf16 against the float64 oracle: the size of bf16 itself.  The oracle's
 // bf16 mode differs from its float64 run by up to 5.6e-2 in the logits (of
 // |logit| ≤ 2.9), 2.3e-3 in the loss, 3.4e-2 in a gradient (of |g| ≤ 0.7),
 // 8.8e-2 in a trajectory loss and 2.2e-2 in the final loss (make_golden.py
-// prints these); the gradient norms of the ten steps are not compared (full
-// routing's drift apart by 45 %).
-constexpr GoldenTolerance kBf16VsF64{0.15, 1e-2, 0.1, 0, 0.1, 0.25, 1e9, 0, 8e-2};
+// prints these); the engine's bf16 adds its flips to those.  The gradient
+// norm of the first step only: the trajectories part after it.
+constexpr GoldenTolerance kBf16VsF64{0.15, 1e-2, 0.1, 0, 0.1, 0.25, 5e-2, 0.1, 0.1, 1};
 
 // The largest |a − b| over n values.
 double max_diff(const float* a, const float* b, size_t n) {
@@ -133,8 +140,10 @@ void expect_matches(const std::string& what, const ParamLayout& layout, const Ou
   for (size_t s = 0; s < want_losses.size(); ++s) {
     EXPECT_TRUE(close("train_lrs", &out.train_lrs[s], &want_lrs[s], 1, 0, 1e-6)) << "step " << s;
     EXPECT_TRUE(close("train_losses", &out.train_losses[s], &want_losses[s], 1, tol.train_loss, 0)) << "step " << s;
-    EXPECT_TRUE(close("train_grad_norms", &out.train_norms[s], &want_norms[s], 1, tol.norm_atol, tol.norm_rtol))
-        << "step " << s;
+    if (static_cast<int64_t>(s) < tol.norm_steps) {
+      EXPECT_TRUE(close("train_grad_norms", &out.train_norms[s], &want_norms[s], 1, tol.norm_atol, tol.norm_rtol))
+          << "step " << s;
+    }
   }
   const float want_fl = gold.read_float("final_loss")[0];
   EXPECT_TRUE(close("final_loss", &out.final_loss, &want_fl, 1, tol.final_loss, 0));
@@ -214,26 +223,66 @@ TEST_P(Golden, MatchesOracle) {
   }
   expect_matches("bf16 vs the oracle's bf16", model.layout(), out, dir + "/golden_bf16.safetensors", kBf16);
   expect_matches("bf16 vs the float64 oracle", model.layout(), out, dir + "/golden.safetensors", kBf16VsF64);
-  // And closer to the oracle's bf16 than bf16 is to float64: the absolute
-  // bounds above must allow a flip, which can be as large as a product left
-  // in the wrong precision; this relative one tells them apart (measured:
-  // at most 0.2 for the logits and the gradients; in the oracle, leaving the
-  // products' activations unrounded moves its logits by 0.57–0.85 of bf16's
-  // size, an unrounded embedding lookup by 0.95–1.4).
-  const SafeTensorsReader g16(dir + "/golden_bf16.safetensors"), g64(dir + "/golden.safetensors");
-  const auto l16 = g16.read_float("logits"), l64 = g64.read_float("logits");
-  const double to16 = max_diff(out.logits.data(), l16.data(), l16.size()),
-               size = max_diff(l16.data(), l64.data(), l64.size());
-  EXPECT_LE(to16, 0.5 * size) << "logits: " << to16 << " from the oracle's bf16, which is " << size
-                              << " from its float64";
-  double grad16 = 0, grad_size = 0;
-  for (const auto& s : model.layout().specs()) {
-    const auto a = g16.read_float("grad." + s.name), b = g64.read_float("grad." + s.name);
-    grad16 = std::max(grad16, max_diff(out.grads.data() + s.offset, a.data(), a.size()));
-    grad_size = std::max(grad_size, max_diff(a.data(), b.data(), a.size()));
+}
+
+// That the engine rounds the operands the oracle's bf16 mode rounds, told
+// apart from flips: over all cases, the engine's distance from the oracle's
+// bf16 against the distance of that bf16 from the float64 oracle (logits
+// and gradients of the first micro-batch).  A flip is large in a few cases
+// and absent in the rest; a product left in the wrong precision is large in
+// every case.  Measured (2026-12-01, this build): logits median 0.000 (eight
+// of the eleven cases have no flip in the forward), largest 0.21; gradients
+// median 0.19, largest 0.34; in the sanitizer build one case's logits 0.57.
+// In the oracle, leaving the
+// products' activations unrounded moves the logits by 0.57–0.85 of bf16's
+// size in every case, an unrounded embedding lookup by 0.95–1.4, unrounded
+// output gradients the weight gradients by 0.11–0.45; an engine with its
+// embedding lookup in fp32 failed this test in all eleven cases.
+TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
+  Context& ctx = testing::test_context();
+  if (const std::string why = ctx.ops().unsupported(Precision::kBF16); !why.empty()) GTEST_SKIP() << why;
+  std::vector<double> logit_ratio, grad_ratio;
+  for (const std::string& name : testing::golden_cases()) {
+    const std::string dir = kGolden + name;
+    const Config c = Config::load(dir + "/config.json");
+    const SafeTensorsReader g16(dir + "/golden_bf16.safetensors"), g64(dir + "/golden.safetensors");
+    const auto tok_shape = g64.info("tokens").shape;
+    const int64_t B = tok_shape[2], T = tok_shape[3] - 1;
+    const std::vector<int32_t> tokens = g64.read_i32("tokens");
+    std::vector<int32_t> in(B * T), tg(B * T);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t) {
+        in[b * T + t] = tokens[b * (T + 1) + t];
+        tg[b * T + t] = tokens[b * (T + 1) + t + 1];
+      }
+    ModelOptions mo{B, T};
+    mo.precision = Precision::kBF16;
+    Model model(ctx, c, mo);
+    model.load(dir + "/model.safetensors");
+    std::vector<float> logits(static_cast<size_t>(B * T * c.V));
+    model.forward_logits(in.data(), logits.data());
+    model.zero_grad();
+    model.forward_backward(in.data(), tg.data(), true);
+    const auto l16 = g16.read_float("logits"), l64 = g64.read_float("logits");
+    logit_ratio.push_back(max_diff(logits.data(), l16.data(), l16.size()) / max_diff(l16.data(), l64.data(), l64.size()));
+    double to16 = 0, size = 0;
+    for (const auto& s : model.layout().specs()) {
+      const auto a = g16.read_float("grad." + s.name), b = g64.read_float("grad." + s.name);
+      to16 = std::max(to16, max_diff(model.grads() + s.offset, a.data(), a.size()));
+      size = std::max(size, max_diff(a.data(), b.data(), a.size()));
+    }
+    grad_ratio.push_back(to16 / size);
+    std::printf("%-22s engine-to-bf16-oracle / bf16-oracle-to-float64: logits %.3f, gradients %.3f\n", name.c_str(),
+                logit_ratio.back(), grad_ratio.back());
   }
-  EXPECT_LE(grad16, 0.5 * grad_size) << "gradients: " << grad16 << " from the oracle's bf16, which is " << grad_size
-                                     << " from its float64";
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  EXPECT_LE(median(logit_ratio), 0.25);
+  EXPECT_LE(median(grad_ratio), 0.3);
+  EXPECT_LE(*std::max_element(logit_ratio.begin(), logit_ratio.end()), 0.8);
+  EXPECT_LE(*std::max_element(grad_ratio.begin(), grad_ratio.end()), 0.8);
 }
 
 INSTANTIATE_TEST_SUITE_P(Oracle, Golden,
