@@ -8,7 +8,7 @@
 # Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C] [--precision P]
 #   --minutes M   wall-clock limit of the whole job (default 15); it only guards the
 #                 limit: a run that would pass it is cut, its learning-rate decay completed
-#   --tokens N    training tokens per run (default 589824: 144 steps of 16 × 256)
+#   --tokens N    training tokens per run (default 524288: 128 steps of 16 × 256)
 #   --modes LIST  default baseline,block,delta_block
 #   --seeds S     runs per mode (default 2: the table says whether a difference is beyond the seeds' spread)
 #   --config C    model preset or config.json (default tiny)
@@ -17,7 +17,7 @@
 # directory (runs/main-DATE-TIME) is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=15 TOKENS=589824 MODES=baseline,block,delta_block SEEDS=2 CONFIG=tiny PRECISION=auto
+MINUTES=15 TOKENS=524288 MODES=baseline,block,delta_block SEEDS=2 CONFIG=tiny PRECISION=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) MINUTES="$2"; shift 2 ;;
