@@ -3,7 +3,7 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
 #include "model/config.h"
 #include "model/params.h"
 

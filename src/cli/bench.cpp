@@ -30,6 +30,7 @@
 #include "data/corpus.h"
 #include "infer/generate.h"
 #include "model/model.h"
+#include "model/modes.h"
 #include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include "model/presets.h"
@@ -80,8 +81,8 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
 // Runs `attnres bench ARGS --worker` in a fresh process (posix_spawn: a plain
 // fork would inherit a started OpenMP pool, which hangs), so that its peak RSS
 // is its own, and returns the JSON line it prints.
-nlohmann::json run_worker(std::vector<std::string> args, const std::string& what) {
-  args.insert(args.begin(), {"bench", "--worker"});
+nlohmann::json run_worker(const Flags& f, std::vector<std::string> args, const std::string& what) {
+  args.insert(args.begin(), {"bench", "--worker", "--device", f.str("device")});
   const ChildResult r = run_self(args);
   if (r.exit_code != 0 || r.out.empty()) fail("benchmark of ", what, " failed (exit status ", r.exit_code, ")");
   return nlohmann::json::parse(r.out);
@@ -91,7 +92,7 @@ nlohmann::json run_worker(std::vector<std::string> args, const std::string& what
 // a worker spawned later would inherit this process's peak RSS (Linux keeps
 // the high-water mark across fork and exec), so the parent allocates nothing big.
 double measured(const Flags& f, const std::string& what) {
-  return run_worker({"--measure", what, "--threads", f.str("threads")}, what)["value"].get<double>();
+  return run_worker(f, {"--measure", what, "--threads", f.str("threads")}, what)["value"].get<double>();
 }
 
 // The training benchmark of one mode, in its own process.
@@ -100,7 +101,7 @@ nlohmann::json bench_in_child(const std::string& mode, Precision p, const Flags&
                                    cat(peak_gflops)};
   for (const char* name : {"config", "batch", "seq-len", "steps", "warmup-steps", "threads"})
     args.insert(args.end(), {cat("--", name), f.str(name)});
-  return run_worker(args, cat("mode ", mode));
+  return run_worker(f, args, cat("mode ", mode));
 }
 
 
@@ -134,7 +135,7 @@ double weight_bytes_per_token(const Model& m) {
   double bytes = 0;
   for (const auto& s : m.layout().specs()) {
     if (s.name == "model.embed_tokens.weight" && !c.tied) continue;
-    bytes += static_cast<double>(s.numel) * (s.matrix() ? elt : 4.0);
+    bytes += static_cast<double>(s.numel) * (s.matrix ? elt : 4.0);
   }
   return bytes;
 }
@@ -266,7 +267,7 @@ int bench_generate(const Flags& f, Context& ctx) {
       for (const char* name : {"mode", "threads", "prompt-len", "decode-prompt-len", "new-tokens", "decode-batch"})
         if (!f.str(name).empty()) args.insert(args.end(), {cat("--", name), f.str(name)});
       if (f.on("no-train-forward")) args.push_back("--no-train-forward");
-      nlohmann::json r = run_worker(args, cat("generation on ", config, " ", dtype));
+      nlohmann::json r = run_worker(f, args, cat("generation on ", config, " ", dtype));
       // The memory-bandwidth bound of batch-1 decoding: weights read per token ÷ copy bandwidth.
       const double bound = copy * 1e9 / r["bytes_per_token"].get<double>();
       r["copy_gb_per_s"] = copy;
@@ -305,6 +306,7 @@ int cmd_bench(int argc, char** argv) {
               {"warmup-steps", "1", "untimed steps first"},
               {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"},
               {"threads", "0", "threads (0 = all cores)"},
+              {"device", "cpu", "where the model runs (this build: cpu)"},
               {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
                                     "with --generate the default is fp32,bf16"},
               {"dtype", "", "its older spelling", "precision"},
@@ -321,7 +323,12 @@ int cmd_bench(int argc, char** argv) {
               {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"},
           });
   if (!f.parse(argc, argv)) return 0;
-  Context ctx(static_cast<int>(f.i64("threads")));
+  // --precision may list several: each is checked against the device where it is run.
+  check_device(f.str("device"));
+  const int64_t threads_flag = f.i64("threads");
+  if (threads_flag < 0 || threads_flag > 1024) fail("--threads must be 0 (all cores) or at most 1024, got ", threads_flag);
+  const std::unique_ptr<Context> ctx_ptr = open_context({static_cast<int>(threads_flag), f.str("device"), Precision::kF32});
+  Context& ctx = *ctx_ptr;
   if (!f.str("measure").empty()) {
     const std::string what = f.str("measure");
     if (what != "sgemm" && what != "bf16" && what != "copy") fail("--measure expects sgemm, bf16 or copy");
@@ -338,7 +345,9 @@ int cmd_bench(int argc, char** argv) {
   if (f.i64("steps") <= 0 || f.i64("warmup-steps") < 0) fail("--steps must be positive and --warmup-steps not negative");
   if (f.on("worker")) {
     base.mode = parse_mode(f.str("mode"));
-    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), precision_flag(f, ctx.ops()),
+    const Precision p = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");
+    if (const std::string why = ctx.ops().unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
+    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), p,
                                    f.i64("steps"), f.i64("warmup-steps"), f.f64("peak-gflops") * 1e9)
                             .dump()
                             .c_str());
@@ -346,8 +355,10 @@ int cmd_bench(int argc, char** argv) {
   }
   std::vector<Mode> modes;
   const std::string m = f.str("mode");
-  if (m == "all") modes = {Mode::kBaseline, Mode::kBlock, Mode::kFull, Mode::kDelta, Mode::kDeltaBlock};
-  else modes = {m.empty() ? base.mode : parse_mode(m)};
+  if (m == "all")
+    for (const ModeSpec& s : kModeSpecs) modes.push_back(s.mode);  // every row of the table, in its order
+  else
+    modes = {m.empty() ? base.mode : parse_mode(m)};
   const bool json = f.on("json");
   const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
   // Both peaks where the machine has both (the bf16 one beside SGEMM's), each

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/checkpoint.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/config.h"
@@ -25,6 +25,7 @@
 #include "distributed/comm.h"
 #include "model/params.h"
 #include "testing/check.h"
+#include "train/options.h"
 
 extern char** environ;
 
@@ -114,7 +115,7 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
   EXPECT_EQ(cfg["attnres_num_blocks"], 1);
   EXPECT_EQ(cfg["model_type"], "qwen3_attnres");
   expect_clear_error(run(common + "--block-delta sideways --out " + dir_ + "/x"), {"attnres_block_delta"});
-  expect_clear_error(run(common + "--save-dtype f8 --out " + dir_ + "/x"), {"--save-dtype"});
+  expect_clear_error(run(common + "--save-dtype f8 --out " + dir_ + "/x"), {"--save-dtype must be f32 or bf16, got 'f8'"});
   expect_clear_error(run(common + "--mode baseline --freeze-base --out " + dir_ + "/x"), {"--freeze-base"});
 }
 
@@ -148,7 +149,7 @@ TEST_F(Cli, ExportShardsAndLoadsBack) {
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/hf"), {"not an empty directory"});
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/x --max-shard-size 5XB"),
                      {"--max-shard-size", "unknown unit"});
-  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/y --dtype f8"), {"--dtype"});
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/y --dtype f8"), {"--dtype must be f32 or bf16, got 'f8'"});
 }
 
 // Absurd sizes on the command line are one clear line, never a crash or a bogus result.
@@ -287,7 +288,7 @@ TEST_F(Cli, CompareAndReportBadInputs) {
 TEST_F(Cli, NonFiniteWeightsAreAnError) {
   ParamLayout layout(cfg_);
   std::vector<float> p(layout.total(), 0.01f);
-  p[layout.find("model.norm.weight")->offset + 3] = std::nanf("");
+  p[testing::find_tensor(layout, "model.norm.weight")->offset + 3] = std::nanf("");
   fs::create_directories(dir_ + "/nan");
   write_model_files(dir_ + "/nan", cfg_, layout, p.data());
   expect_clear_error(run("eval --model " + dir_ + "/nan --data " + dir_ + "/ok.bin --seq-len 16 --batch 1"),
@@ -378,6 +379,64 @@ TEST_F(Cli, PrecisionBadValuesAndCpusWithoutBf16) {
                  "--new-tokens 2 --decode-batch 2 --no-train-forward", avx2);
   EXPECT_EQ(b.status, 0) << b.err;
   EXPECT_NE(b.out.find("bf16 left out: this CPU has no bfloat16 matrix instructions"), std::string::npos) << b.out;
+}
+
+// --device on every command that runs a model: cpu runs, anything else is one
+// line naming the devices this build has, before anything is written.
+TEST_F(Cli, DeviceFlagOnEveryModelCommand) {
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  fs::create_directories(dir_ + "/tasks");
+  write_file_atomic(dir_ + "/tasks/mc_x.jsonl", "{\"query\": \"a\", \"choices\": [\"b\", \"c\"], \"gold\": 0}\n");
+  const std::string model = " --model " + dir_ + "/model", data = " --data " + dir_ + "/ok.bin";
+  const std::vector<std::string> commands = {
+      "eval" + model + data + " --seq-len 16 --batch 2 --quiet",
+      "routing" + model + data + " --seq-len 16 --batch 2 --quiet",
+      "generate" + model + " --prompt-ids 1,2,3 --max-new-tokens 2 --json",
+      "eval-tasks" + model + " --data-dir " + dir_ + "/tasks --tasks mc:mc_x --tokenizer " + dir_ +
+          "/model/tokenizer.json --quiet",
+      "bench --config " + dir_ + "/bench.json --batch 1 --seq-len 8 --steps 1",
+      "train --init " + dir_ + "/model" + data + " --out " + dir_ + "/dev-train --steps 1 --batch 1 --seq-len 8",
+      "compare --modes baseline" + data + " --val-data " + dir_ + "/ok.bin --steps 1 --batch 1 --seq-len 8 --out " +
+          dir_ + "/dev-cmp",
+  };
+  for (const std::string& c : commands) {
+    expect_clear_error(run(c + " --device gpu"), {"--device gpu: no such device in this build (it has: cpu)"});
+    Result help = run(c.substr(0, c.find(' ')) + " --help");
+    EXPECT_NE(help.out.find("--device"), std::string::npos) << c;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/dev-train"));
+  EXPECT_FALSE(fs::exists(dir_ + "/dev-cmp/baseline-seed1337"));
+  Result ok = run(commands[0] + " --device cpu --json");
+  ASSERT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(nlohmann::json::parse(ok.out)["device"], "cpu");
+}
+
+// compare takes every option of train, with train's defaults (--batch 8),
+// and passes the ones given on to each run; its own defaults say why in --help.
+TEST_F(Cli, ComparePassesTheTrainOptions) {
+  const Result help = run("compare --help");
+  ASSERT_EQ(help.status, 0);
+  for (const TrainOptionSpec& t : train_option_specs()) {
+    if (t.key == "out" || t.key == "steps" || t.key == "time_budget") continue;
+    EXPECT_NE(help.out.find("--" + t.flag + " "), std::string::npos) << t.flag;
+  }
+  EXPECT_NE(help.out.find("--batch VALUE"), std::string::npos);
+  EXPECT_NE(help.out.find("(default: 8)"), std::string::npos);
+  EXPECT_NE(help.out.find("in compare: 0 = four times per run"), std::string::npos);
+  const Result r = run("compare --modes baseline --data " + dir_ + "/ok.bin --val-data " + dir_ +
+                       "/ok.bin --steps 2 --seq-len 8 --weight-decay 0.05 --beta2 0.99 --threads 1 --out " + dir_ +
+                       "/pass");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json st = read_trainer_state(resolve_model_dir(dir_ + "/pass/baseline-seed1337")).settings;
+  EXPECT_EQ(st["weight_decay"], 0.05);
+  EXPECT_EQ(st["beta2"], 0.99);
+  EXPECT_EQ(st["batch"], 8);          // train's default
+  EXPECT_EQ(st["keep_checkpoints"], 1);  // compare's, as its help says
+  EXPECT_EQ(st["seq_len"], 8);
+  // A rerun with another trajectory option is another comparison: refused.
+  expect_clear_error(run("compare --modes baseline --data " + dir_ + "/ok.bin --val-data " + dir_ +
+                         "/ok.bin --steps 2 --seq-len 8 --weight-decay 0.2 --out " + dir_ + "/pass"),
+                     {"holds a comparison with train_options"});
 }
 
 TEST_F(Cli, RoutingStatisticsJson) {

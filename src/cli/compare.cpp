@@ -15,6 +15,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -27,12 +29,14 @@
 #include "core/precision.h"
 #include "core/timer.h"
 #include "io/checkpoint.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
+#include "model/modes.h"
 #include "model/params.h"
 #include "ops/backend.h"
 #include "report/report.h"
 #include "report/run_log.h"
+#include "train/options.h"
 
 namespace attnres {
 
@@ -65,42 +69,83 @@ double deep_max_weight(const nlohmann::json& routing) {
   return n ? s / static_cast<double>(n - from) : NAN;
 }
 
+// The train options compare decides for each run itself, from flags of its
+// own (never passed through as given): the run's output, length, seed, time,
+// precision, and the data and init compare reads itself.
+const std::set<std::string> kSetPerRun = {"init", "data", "val_data", "out", "steps", "seed", "time_budget",
+                                          "precision"};
+
+// The train options whose default differs in compare, with the reason (in --help).
+struct CompareDefault {
+  const char* key;
+  const char* value;
+  const char* why;
+};
+const CompareDefault kCompareDefaults[] = {
+    {"warmup", "0", "0 = a twentieth of each run, whatever its length"},
+    {"val_every", "0", "0 = four times per run"},
+    {"ckpt_every", "0", "0 = at every validation, so an interrupted comparison loses little"},
+    {"keep_checkpoints", "1", "a comparison keeps each run's newest checkpoint only"},
+    {"routing_every", "0", "0 = twenty times per run"},
+    {"val_tokens", "262144", "validation in seconds rather than minutes; 0 = the whole file"},
+};
+std::string flag_of_key(std::string key) {
+  for (char& ch : key) ch = ch == '_' ? '-' : ch;
+  return key;
+}
+
+const CompareDefault* compare_default(const std::string& key) {
+  for (const CompareDefault& d : kCompareDefaults)
+    if (key == d.key) return &d;
+  return nullptr;
+}
+
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
+  // compare's own flags, then every training option of `attnres train`
+  // (train/options.h) with train's default — passed on to each run when given
+  // — except those compare sets per run, and with compare's defaults where
+  // kCompareDefaults says why.
+  std::vector<FlagSpec> specs = {
+      {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"},
+      {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"},
+      {"init", "", "convert this checkpoint into each mode instead of training from scratch"},
+      {"data", "", "training tokens (required)"},
+      {"val-data", "", "validation tokens (required)"},
+      {"tokens", "0", "training tokens per run (required unless --steps)"},
+      {"steps", "0", "optimizer steps per run (instead of --tokens)"},
+      {"minutes", "0", "time limit of the whole comparison; a run that would pass its share is cut, with its "
+                       "learning-rate decay completed (0 = none)"},
+      {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."},
+      {"seed", "1337", "first seed"},
+      {"precision", "auto", "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
+                            "instructions (AMX / AVX512-BF16), else fp32"},
+      {"ranks", "1", "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
+                     "then the global micro-batch, B / N per rank)"},
+      {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
+      {"out", "", "output directory (required); rerun with the same flags to resume"},
+      {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed for the report (default: "
+                       "scripts/fetch_vega.sh's)"},
+  };
+  for (const TrainOptionSpec& t : train_option_specs()) {
+    if (kSetPerRun.count(t.key)) continue;
+    std::string help = "train: " + t.help;
+    if (t.key == "batch") help = "micro-batch size B of each step (with --ranks N: the global one, B / N per rank)";
+    if (const CompareDefault* d = compare_default(t.key)) {
+      help += cat("; in compare: ", d->why);
+      specs.push_back({t.flag, d->value, help});
+    } else {
+      specs.push_back({t.flag, t.default_value, help});
+    }
+  }
   Flags f("compare",
           "Matched training runs of several routing modes (the same data windows in the same order, the same base\n"
           "initialisation or the same --init checkpoint, the same schedule and tokens), then a table of validation\n"
-          "loss, speed, memory and routing.  An interrupted comparison resumes: finished runs are not rerun.",
-          {
-              {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"},
-              {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"},
-              {"init", "", "convert this checkpoint into each mode instead of training from scratch"},
-              {"data", "", "training tokens (required)"},
-              {"val-data", "", "validation tokens (required)"},
-              {"tokens", "0", "training tokens per run (required unless --steps)"},
-              {"steps", "0", "optimizer steps per run (instead of --tokens)"},
-              {"minutes", "0", "time limit of the whole comparison; a run that would pass its share is cut, with its "
-                               "learning-rate decay completed (0 = none)"},
-              {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."},
-              {"seed", "1337", "first seed"},
-              {"batch", "16", "micro-batch size B"},
-              {"seq-len", "256", "sequence length T"},
-              {"lr", "3e-3", "peak learning rate"},
-              {"lr-min", "3e-4", "final learning rate"},
-              {"val-every", "0", "validate every N steps (0 = four times per run)"},
-              {"val-tokens", "262144", "validation tokens (0 = the whole file)"},
-              {"routing-every", "0", "log routing statistics every N steps (0 = twenty times per run)"},
-              {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
-              {"threads", "0", "threads per run (0 = all cores)"},
-              {"precision", "auto", "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
-                                    "instructions (AMX / AVX512-BF16), else fp32"},
-              {"ranks", "1", "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
-                             "then the global micro-batch, B / N per rank)"},
-              {"out", "", "output directory (required); rerun with the same flags to resume"},
-              {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed for the report (default: "
-                               "scripts/fetch_vega.sh's)"},
-          });
+          "loss, speed, memory and routing.  An interrupted comparison resumes: finished runs are not rerun.\n"
+          "Every option of attnres train is one of compare too, passed on to each run when given (train's\n"
+          "defaults apply otherwise, except where its help says compare's default and why).",
+          specs);
   if (!f.parse(argc, argv)) return 0;
   const std::string out = f.str("out");
   if (out.empty() || f.str("data").empty() || f.str("val-data").empty())
@@ -125,16 +170,32 @@ int cmd_compare(int argc, char** argv) {
   // The precision of every run: auto resolves here, once, and is stored with the settings.
   std::string precision = f.str("precision");
   {
-    Context probe(1);
-    const bool bf16_here = probe.ops().unsupported(Precision::kBF16).empty();
+    const std::unique_ptr<Context> probe = open_context({1, f.str("device"), Precision::kF32});
+    const bool bf16_here = probe->ops().unsupported(Precision::kBF16).empty();
     if (precision == "auto") precision = bf16_here ? "bf16" : "fp32";
     const Precision p = parse_precision(precision);
-    if (const std::string why = probe.ops().unsupported(p); !why.empty())
-      fail("--precision ", precision_name(p), ": ", why);
+    open_context({1, f.str("device"), p});  // an Error where the device cannot run p
     precision = precision_name(p);
   }
   const int64_t val_every = f.i64("val-every") > 0 ? f.i64("val-every") : std::max<int64_t>(1, steps / 4);
   const int64_t routing_every = f.i64("routing-every") > 0 ? f.i64("routing-every") : std::max<int64_t>(1, steps / 20);
+  const int64_t warmup = f.i64("warmup") > 0 ? f.i64("warmup") : std::max<int64_t>(1, steps / 20);
+  const int64_t ckpt_every = f.i64("ckpt-every") > 0 ? f.i64("ckpt-every") : val_every;
+  // Each run's flags from compare's: those it sets per run or by its own
+  // rules, and every other training option given here, as given.
+  std::map<std::string, std::string> computed = {
+      {"batch", cat(B / ranks)},          {"warmup", cat(warmup)},
+      {"val_every", cat(val_every)},      {"ckpt_every", cat(ckpt_every)},
+      {"routing_every", cat(routing_every)}, {"keep_checkpoints", f.str("keep-checkpoints")},
+      {"val_tokens", f.str("val-tokens")}};
+  std::vector<std::string> passed_fixed, passed_free;  // "--flag value" pairs of given options
+  nlohmann::json given_options = nlohmann::json::object();  // those that shape a run: a rerun must give the same
+  for (const TrainOptionSpec& t : train_option_specs()) {
+    if (kSetPerRun.count(t.key) || computed.count(t.key) || !f.given(t.flag)) continue;
+    auto& into = t.on_resume == OnResume::kFree ? passed_free : passed_fixed;
+    into.insert(into.end(), {"--" + t.flag, f.str(t.flag)});
+    if (t.on_resume != OnResume::kFree) given_options[t.key] = f.str(t.flag);
+  }
 
   // The comparison's settings: a rerun must ask for the same comparison.
   fs::create_directories(out);
@@ -144,11 +205,13 @@ int cmd_compare(int argc, char** argv) {
                              {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
                              {"seed", f.i64("seed")}, {"lr", f.f64("lr")}, {"lr_min", f.f64("lr-min")},
                              {"val_every", val_every}, {"val_tokens", f.i64("val-tokens")},
-                             {"routing_every", routing_every}, {"precision", precision}};
+                             {"routing_every", routing_every}, {"precision", precision},
+                             {"train_options", given_options}};
   const std::string settings_path = out + "/compare.json";
   if (fs::exists(settings_path)) {
     nlohmann::json was = parse_json(read_file(settings_path), settings_path);
     if (!was.contains("precision")) was["precision"] = "fp32";  // a comparison from before --precision
+    if (!was.contains("train_options")) was["train_options"] = nlohmann::json::object();  // from before they passed
     for (auto it = settings.begin(); it != settings.end(); ++it)
       if (!was.contains(it.key()) || was[it.key()] != it.value())
         fail(out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
@@ -185,15 +248,12 @@ int cmd_compare(int argc, char** argv) {
     } else {
       if (!f.str("init").empty()) args.insert(args.end(), {"--init", f.str("init")});
       else args.insert(args.end(), {"--config", f.str("config")});
-      args.insert(args.end(),
-                  {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out", run.dir,
-                   "--steps", cat(steps), "--batch", cat(B / ranks), "--seq-len", cat(T), "--lr", f.str("lr"), "--lr-min",
-                   f.str("lr-min"), "--warmup", cat(std::max<int64_t>(1, steps / 20)), "--seed", cat(run.seed),
-                   "--val-every", cat(val_every), "--val-tokens", f.str("val-tokens"), "--routing-every",
-                   cat(routing_every), "--keep-checkpoints", "1", "--ckpt-every", cat(val_every), "--precision",
-                   precision});
+      args.insert(args.end(), {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out",
+                               run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
+      for (const auto& [key, value] : computed) args.insert(args.end(), {"--" + flag_of_key(key), value});
+      args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
     }
-    args.insert(args.end(), {"--threads", f.str("threads")});
+    args.insert(args.end(), passed_free.begin(), passed_free.end());
     if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
       const double left = limit_s - (now_seconds() - t_start);
       const double share = left / static_cast<double>(runs.size() - i) - 10;
@@ -221,10 +281,11 @@ int cmd_compare(int argc, char** argv) {
                         {"routing_curve", log.routing_curve}};
     const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
     r["params"] = ParamLayout(c).total();
-    if (c.mode != Mode::kBaseline) {  // the routing of the final model, on validation tokens
+    if (mode_spec(c.mode).routed()) {  // the routing of the final model, on validation tokens
       const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", f.str("val-data"), "--seq-len",
                                        cat(T), "--max-tokens", f.str("routing-tokens"), "--threads",
-                                       f.str("threads"), "--precision", precision, "--json", "--quiet"});
+                                       f.str("threads"), "--device", f.str("device"), "--precision", precision,
+                                       "--json", "--quiet"});
       if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
       r["routing"] = nlohmann::json::parse(rt.out);
     }
@@ -309,6 +370,7 @@ int cmd_compare(int argc, char** argv) {
                             .dump(1) +
                         "\n");
   std::printf("results: %s/results.json, %s/results.md\n", out.c_str(), out.c_str());
+  const nlohmann::json data = read_report_data({out});
   std::string vega;
   try {
     vega = find_vega_dir(f.str("vega-dir"));
@@ -316,7 +378,7 @@ int cmd_compare(int argc, char** argv) {
     std::printf("report: not written: %s\n", e.what());
     return 0;
   }
-  write_report({out}, out + "/report.html", vega);
+  write_report(data, out + "/report.html", vega);
   std::printf("report: %s/report.html\n", out.c_str());
   return 0;
 }

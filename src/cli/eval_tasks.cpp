@@ -17,8 +17,8 @@
 #include "eval/loglik.h"
 #include "eval/task_metrics.h"
 #include "eval/tasks.h"
-#include "io/checkpoint.h"
-#include "io/file_util.h"
+#include "infer/load.h"
+#include "core/file_util.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,15 +57,15 @@ int cmd_eval_tasks(int argc, char** argv) {
               {"max-length", "0", "the model's context for a request, longer ones cut from the left "
                                   "(0 = max_position_embeddings, as the harness)"},
               {"tokenizer", "", "tokenizer.json (default: the model directory's)"},
-              {"threads", "0", "threads (0 = all cores)"},
               {"json", "false", "print one JSON object shaped like the harness's results"},
               {"out", "", "also write that JSON object to this file"},
               {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"},
               {"quiet", "false", "no progress line on stderr"},
           },
-              precision_flags()));
+              context_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");
+  const ContextOptions co = context_options(f);
   const int64_t fewshot = f.i64("num-fewshot");
   if (fewshot < 0) fail("--num-fewshot must be 0 or positive");
   const int64_t limit = f.i64("limit"), batch = f.i64("batch");
@@ -82,12 +82,12 @@ int cmd_eval_tasks(int argc, char** argv) {
                   static_cast<uint32_t>(f.i64("fewshot-seed")));
   }
 
-  const std::string dir = resolve_model_dir(f.str("model"));
-  const Config c = Config::load(dir + "/config.json");
-  const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
-  if (!std::filesystem::exists(tok_path))
-    fail(tok_path, ": no such file: eval-tasks scores text, so it needs the model's tokenizer (pass --tokenizer FILE)");
-  const Tokenizer tok = Tokenizer::load_for_model(tok_path, c.V, dir + "/config.json");
+  const ModelSource src =
+      open_model(f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kYes, .why = "eval-tasks scores text"});
+  const std::string& dir = src.dir;
+  const Config& c = src.config;
+  const std::string& tok_path = src.tokenizer_path;
+  const Tokenizer& tok = *src.tokenizer;
   const int64_t max_length = f.i64("max-length") > 0 ? f.i64("max-length") : c.max_position_embeddings;
   if (max_length > c.max_position_embeddings)
     fail("--max-length ", max_length, " exceeds max_position_embeddings ", c.max_position_embeddings);
@@ -104,14 +104,13 @@ int cmd_eval_tasks(int argc, char** argv) {
         }
       }
 
-  Context ctx(static_cast<int>(f.i64("threads")));
-  ModelOptions mo;
-  mo.batch = std::min<int64_t>(batch, static_cast<int64_t>(requests.size()));
-  mo.seq_len = longest_input(requests, max_length);
-  mo.training = false;
-  mo.precision = precision_flag(f, ctx.ops());
-  Model model(ctx, c, mo);
-  model.load(dir);
+  const std::unique_ptr<Context> ctx = open_context(co);
+  const std::unique_ptr<Model> model_ptr =
+      load_model(src, *ctx,
+                 {.batch = std::min<int64_t>(batch, static_cast<int64_t>(requests.size())),
+                  .seq_len = longest_input(requests, max_length)},
+                 co.precision);
+  Model& model = *model_ptr;
 
   const double t0 = now_seconds();
   Progress progress(f.on("quiet") ? nullptr : stderr, "eval-tasks", requests.size());
@@ -169,7 +168,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   j["average"] = average;
   j["average_metrics"] = average_metrics;
   j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", fewshot},
-                 {"limit", limit},       {"max_length", max_length},  {"precision", precision_name(mo.precision)},
+                 {"limit", limit},       {"max_length", max_length},  {"precision", precision_name(co.precision)},
                  {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
                  {"fewshot_seed", f.i64("fewshot-seed")},
                  {"semantics", "lm-evaluation-harness v0.4.x task definitions (docs/tasks.md)"}};

@@ -9,7 +9,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 
 namespace attnres {
 
@@ -54,8 +54,7 @@ int cmd_export(int argc, char** argv) {
           });
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("out").empty()) fail("--model and --out are required");
-  const std::string dtype = f.str("dtype");
-  if (dtype != "bf16" && dtype != "f32") fail("--dtype must be bf16 or f32, got '", dtype, "'");
+  const bool bf16 = parse_save_dtype(f.str("dtype"), "--dtype");
   const int64_t max_shard = parse_size(f.str("max-shard-size"));
   const std::string src = resolve_model_dir(f.str("model"));
   const std::string out = f.str("out");
@@ -69,7 +68,7 @@ int cmd_export(int argc, char** argv) {
   ParamLayout layout(c);
   Buffer params = Buffer::host_bytes(static_cast<size_t>(layout.total()) * sizeof(float));
   load_params(src, layout, params.data(), nullptr, false, static_cast<int>(std::thread::hardware_concurrency()));
-  const int files = write_model_files(out, c, layout, params.data(), dtype == "bf16", max_shard);
+  const int files = write_model_files(out, c, layout, params.data(), bf16, max_shard);
   std::vector<std::string> copied;
   for (const std::string& file : companion_files(src)) {
     const std::string name = fs::path(file).filename().string();
@@ -78,7 +77,7 @@ int cmd_export(int argc, char** argv) {
   }
   fsync_dir(out);
   std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), mode_name(c.mode),
-              static_cast<long long>(layout.total()), out.c_str(), dtype.c_str(), files, files == 1 ? "" : "s");
+              static_cast<long long>(layout.total()), out.c_str(), bf16 ? "bf16" : "f32", files, files == 1 ? "" : "s");
   for (size_t i = 0; i < copied.size(); ++i) std::printf("%s%s", i ? ", " : "; with ", copied[i].c_str());
   std::printf("\n");
   if (copied.empty() || !fs::exists(out + "/tokenizer.json"))

@@ -1,6 +1,7 @@
 // flags.cpp — see flags.h.
 #include "cli/flags.h"
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -77,8 +78,10 @@ const std::vector<std::string>& Flags::all(const std::string& name) const {
 int64_t Flags::i64(const std::string& name) const {
   const std::string& v = str(name);
   char* end = nullptr;
+  errno = 0;
   long long x = std::strtoll(v.c_str(), &end, 10);
   if (v.empty() || *end) fail("attnres ", command_, ": --", name, " expects an integer, got '", v, "'");
+  if (errno == ERANGE) fail("attnres ", command_, ": --", name, " ", v, " is out of the range of a 64-bit integer");
   return x;
 }
 
@@ -114,24 +117,50 @@ std::string Flags::help() const {
   return out;
 }
 
-std::string Flags::table() const {
-  std::string out;
-  for (const auto& s : specs_)
-    if (s.spelling_of.empty()) out += cat("  ", s.name, " = ", str(s.name), "\n");
-  return out;
-}
-
-std::vector<FlagSpec> precision_flags(const std::string& default_value) {
-  return {{"precision", default_value,
+std::vector<FlagSpec> context_flags(const std::string& precision_default) {
+  std::string devices;
+  for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
+  return {{"threads", "0", "threads (0 = all cores)"},
+          {"device", "cpu", "where the model runs (this build: " + devices + ")"},
+          {"precision", precision_default,
            "fp32, or bf16: matrix products with bfloat16 inputs and float32 sums on the CPU's matrix units "
            "(AMX / AVX512-BF16); norms, attention and routing stay float32"},
           {"dtype", "", "its older spelling; f32 is fp32", "precision"}};
 }
 
-Precision precision_flag(const Flags& f, const Backend& ops) {
-  const Precision p = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");
-  if (const std::string why = ops.unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
-  return p;
+ContextOptions context_options(const Flags& f) {
+  ContextOptions o;
+  const int64_t threads = f.i64("threads");
+  if (threads < 0 || threads > 1024) fail("--threads must be 0 (all cores) or at most 1024, got ", threads);
+  o.threads = static_cast<int>(threads);
+  o.device = f.str("device");
+  check_device(o.device);
+  o.precision = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");
+  return o;
+}
+
+std::vector<FlagSpec> model_flags(const std::string& tokenizer_help) {
+  return {{"model", "", "model directory (config.json + weights) or run directory (required)"},
+          {"tokenizer", "", tokenizer_help}};
+}
+
+std::vector<FlagSpec> window_flags(const std::string& max_tokens_default, const std::string& max_tokens_help) {
+  return {{"data", "", "token file (required)"},
+          {"seq-len", "256", "window length T"},
+          {"batch", "8", "windows per forward pass"},
+          {"max-tokens", max_tokens_default, max_tokens_help}};
+}
+
+WindowOptions window_options(const Flags& f) {
+  WindowOptions o;
+  o.data = f.str("data");
+  if (o.data.empty()) fail("--data is required (a token file)");
+  o.seq_len = f.i64("seq-len");
+  o.batch = f.i64("batch");
+  batch_tokens(o.batch, o.seq_len);  // positive, and a forward that fits
+  o.max_tokens = f.i64("max-tokens");
+  if (o.max_tokens < 0) fail("--max-tokens must be 0 (all) or positive, got ", o.max_tokens);
+  return o;
 }
 
 }  // namespace attnres

@@ -1,7 +1,8 @@
 // flags.h — one flag list per subcommand: name, default, help.
 //
-// The same list parses the command line, prints --help, and prints the
-// start-up table, so a flag's name, default and help live in one place.
+// The same list parses the command line and prints --help, so a flag's name,
+// default and help live in one place; the groups below are the flags that
+// several commands share, each read once into a typed struct.
 // Flags are `--name value` or `--name=value`; switches (default "false") take
 // no value.  Unknown flags and missing values are Errors naming the flag.
 #pragma once
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/precision.h"
+#include "ops/backend.h"
 
 namespace attnres {
 
@@ -40,8 +42,6 @@ class Flags {
   const std::vector<std::string>& all(const std::string& name) const;
 
   std::string help() const;
-  // "name = value" lines, for the start-up table of a run.
-  std::string table() const;
 
  private:
   std::string command_, summary_;
@@ -59,11 +59,24 @@ inline std::vector<FlagSpec> join(std::vector<FlagSpec> a, const std::vector<Fla
   return a;
 }
 
-class Backend;
-// --precision of the commands that run a model, with --dtype, the spelling
-// the inference commands had for it (help line and "f32" included).
-std::vector<FlagSpec> precision_flags(const std::string& default_value = "fp32");
-// Its value, refused with one clear line where `ops` cannot run it.
-Precision precision_flag(const Flags& f, const Backend& ops);
+// ---- the groups of flags that commands share (each joins the ones it takes) ----
+
+// --threads, --device, --precision (and --dtype, the older spelling of the
+// inference commands for --precision): where and how the command's model runs.
+std::vector<FlagSpec> context_flags(const std::string& precision_default = "fp32");
+// Their values, typed and range-checked; open_context (ops/backend.h) builds the Context.
+ContextOptions context_options(const Flags& f);
+
+// --model and --tokenizer: a model to load for inference (infer/load.h).
+std::vector<FlagSpec> model_flags(const std::string& tokenizer_help = "tokenizer.json (default: the model directory's)");
+
+// --data, --seq-len, --batch, --max-tokens: a token file read in consecutive
+// windows of T tokens, B windows per forward.
+std::vector<FlagSpec> window_flags(const std::string& max_tokens_default, const std::string& max_tokens_help);
+struct WindowOptions {
+  std::string data;
+  int64_t seq_len = 0, batch = 0, max_tokens = 0;
+};
+WindowOptions window_options(const Flags& f);
 
 }  // namespace attnres

@@ -25,11 +25,11 @@
 #include "cli/flags.h"
 #include "core/context.h"
 #include "core/error.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
 #include "core/timer.h"
 #include "infer/generate.h"
-#include "io/checkpoint.h"
-#include "io/file_util.h"
+#include "infer/load.h"
+#include "core/file_util.h"
 #include "model/model.h"
 
 namespace attnres {
@@ -62,7 +62,7 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 int cmd_generate(int argc, char** argv) {
   Flags f("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).",
           join({
-              {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
+              {"model", "", "model directory (config.json + weights) or run directory (required)"},
               {"prompt", "", "prompt text (default: read from stdin)"},
               {"prompt-ids", "", "prompt as comma-separated token ids instead of text"},
               {"prompts", "", "JSONL file of prompts ({\"prompt\": TEXT} or {\"prompt_ids\": [...]}) -> JSONL out"},
@@ -75,19 +75,20 @@ int cmd_generate(int argc, char** argv) {
               {"ignore-eos", "false", "do not stop at end-of-sequence tokens"},
               {"tokenizer", "", "tokenizer.json to use (default: the model directory's)"},
               {"batch", "8", "sequences decoded together (--prompts)"},
-              {"threads", "0", "threads (0 = all cores)"},
               {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"},
           },
-              precision_flags()));
+              context_flags()));
   if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty()) fail("--model is required");
-  const std::string dir = resolve_model_dir(f.str("model"));
-  const Config c = Config::load(dir + "/config.json");
+  const ContextOptions co = context_options(f);
+  const ModelSource src = open_model(
+      f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kIfPresent, .why = "", .generation_config = true});
+  const std::string& dir = src.dir;
+  const Config& c = src.config;
 
   // Sampling and stopping.
   GenerateOptions g;
   g.max_new_tokens = f.i64("max-new-tokens");
-  g.sampling = read_sampling_defaults(dir);
+  g.sampling = src.sampling;
   if (f.given("temperature")) g.sampling.temperature = f.f64("temperature");
   if (f.given("top-k")) g.sampling.top_k = f.i64("top-k");
   if (f.given("top-p")) g.sampling.top_p = f.f64("top-p");
@@ -97,12 +98,8 @@ int cmd_generate(int argc, char** argv) {
   if (g.max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", g.max_new_tokens);
 
   // The tokenizer, when there is one.
-  std::optional<Tokenizer> tok;
-  const std::string tok_path = f.str("tokenizer").empty() ? dir + "/tokenizer.json" : f.str("tokenizer");
-  if (!f.str("tokenizer").empty() || std::filesystem::exists(tok_path)) {
-    tok = Tokenizer::load_for_model(tok_path, c.V, dir + "/config.json");
-    g.tokenizer = &*tok;
-  }
+  const std::optional<Tokenizer>& tok = src.tokenizer;
+  if (tok) g.tokenizer = &*tok;
   const bool json = f.on("json");
   auto need_tokenizer = [&](const char* why) {
     if (!tok)
@@ -111,7 +108,7 @@ int cmd_generate(int argc, char** argv) {
   };
   if (!g.stop.empty()) need_tokenizer("--stop");
   if (!f.on("ignore-eos")) {
-    g.eos_ids = read_eos_ids(dir);
+    g.eos_ids = src.eos_ids;
     if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
       g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
   }
@@ -171,17 +168,15 @@ int cmd_generate(int argc, char** argv) {
     longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
   }
   const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
-  Context ctx(static_cast<int>(f.i64("threads")));
-  ModelOptions mo;
-  mo.training = false;
-  mo.batch = batch;
-  mo.seq_len = std::min<int64_t>(longest, 512);  // prefill chunk
-  mo.rows = std::max(mo.batch, mo.seq_len);
-  mo.cache_len = std::max<int64_t>(cache_len, 1);
-  mo.cache_seqs = batch;
-  mo.precision = precision_flag(f, ctx.ops());  // bf16: the matrices held in bf16 only (half the bytes per token)
-  Model model(ctx, c, mo);
-  model.load(dir);
+  const std::unique_ptr<Context> ctx = open_context(co);
+  const std::unique_ptr<Model> model_ptr = load_model(src, *ctx,
+                                                      {.batch = batch,
+                                                       .seq_len = std::min<int64_t>(longest, 512),  // prefill chunk
+                                                       .rows = std::max<int64_t>(batch, std::min<int64_t>(longest, 512)),
+                                                       .cache_len = std::max<int64_t>(cache_len, 1),
+                                                       .cache_seqs = batch},
+                                                      co.precision);
+  Model& model = *model_ptr;
 
   auto result_json = [&](const Prompt& p, const GenerateResult& r, const GenerateTimes& t) {
     nlohmann::json j = {{"prompt_ids", p.ids}, {"ids", r.ids}, {"finish_reason", r.finish_reason}};

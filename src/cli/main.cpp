@@ -53,6 +53,9 @@ int main(int argc, char** argv) {
     } catch (const attnres::Error& e) {
       std::fprintf(stderr, "attnres %s: error: %s\n", c.name, e.what());
       return 1;
+    } catch (const attnres::InternalError& e) {
+      std::fprintf(stderr, "attnres %s: internal error (a bug in attnres; please report it): %s\n", c.name, e.what());
+      return 1;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "attnres %s: internal error: %s\n", c.name, e.what());
       return 1;

@@ -9,7 +9,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 
 namespace attnres {
 

@@ -32,8 +32,8 @@ int cmd_report(int argc, char** argv) {
     }
   }
   if (!f.parse(static_cast<int>(rest.size()), rest.data())) return 0;
-  if (dirs.empty()) fail("name at least one run or comparison directory (attnres report DIR... --out FILE)");
-  write_report(dirs, f.str("out"), find_vega_dir(f.str("vega-dir")));
+  const nlohmann::json data = read_report_data(dirs);  // the runs are checked before Vega is looked for
+  write_report(data, f.str("out"), find_vega_dir(f.str("vega-dir")));
   std::printf("report: %s\n", f.str("out").c_str());
   return 0;
 }

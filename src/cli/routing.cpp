@@ -18,47 +18,41 @@
 #include "core/context.h"
 #include "core/progress.h"
 #include "core/timer.h"
-#include "io/checkpoint.h"
+#include "infer/load.h"
 #include "eval/routing_stats.h"
 #include "io/token_file.h"
 #include "model/model.h"
+#include "model/modes.h"
 
 namespace attnres {
 
 int cmd_routing(int argc, char** argv) {
   Flags f("routing", "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).",
-          join({
-              {"model", "", "model directory (config.json + model.safetensors) or run directory (required)"},
-              {"data", "", "token file (required)"},
-              {"seq-len", "256", "window length T"},
-              {"batch", "8", "windows per forward pass"},
-              {"max-tokens", "65536", "use at most the first N tokens (0 = all)"},
-              {"threads", "0", "threads (0 = all cores)"},
-              {"quiet", "false", "no progress line on stderr"},
-              {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
-          },
-              precision_flags()));
+          join(join({{"model", "", "model directory (config.json + weights) or run directory (required)"}},
+                    window_flags("65536", "use at most the first N tokens (0 = all)")),
+               join({
+                        {"quiet", "false", "no progress line on stderr"},
+                        {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
+                    },
+                    context_flags())));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
-  const std::string dir = resolve_model_dir(f.str("model"));
-  const Config c = Config::load(dir + "/config.json");
-  if (c.mode == Mode::kBaseline) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
-  const int64_t T = f.i64("seq-len"), B = f.i64("batch"), max_tokens = f.i64("max-tokens");
-  if (T <= 0 || B <= 0) fail("--seq-len and --batch must be positive");
-  const TokenFile data(f.str("data"));
+  const WindowOptions w = window_options(f);
+  const ContextOptions co = context_options(f);
+  const ModelSource src = open_model(f.str("model"));
+  const std::string& dir = src.dir;
+  const Config& c = src.config;
+  if (!mode_spec(c.mode).routed()) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
+  const int64_t T = w.seq_len, B = w.batch, max_tokens = w.max_tokens;
+  const TokenFile data(w.data);
   data.check_vocab(c.V);
   const int64_t n = max_tokens > 0 ? std::min<int64_t>(static_cast<int64_t>(data.size()), max_tokens)
                                    : static_cast<int64_t>(data.size());
-  if (n / T == 0) fail(f.str("data"), ": ", n, " tokens, fewer than one window of --seq-len ", T);
+  if (n / T == 0) fail(w.data, ": ", n, " tokens, fewer than one window of --seq-len ", T);
 
-  Context ctx(static_cast<int>(f.i64("threads")));
-  ModelOptions mo;
-  mo.batch = B;
-  mo.seq_len = T;
-  mo.training = false;
-  mo.precision = precision_flag(f, ctx.ops());
-  Model model(ctx, c, mo);
-  model.load(dir);
+  const std::unique_ptr<Context> ctx = open_context(co);
+  const std::unique_ptr<Model> model_ptr = load_model(src, *ctx, {.batch = B, .seq_len = T}, co.precision);
+  Model& model = *model_ptr;
   const double t0 = now_seconds();
   Progress progress(f.on("quiet") ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
   const RoutingStats stats = measure_routing(model, data, T, B, max_tokens, &progress);
@@ -67,14 +61,15 @@ int cmd_routing(int argc, char** argv) {
   nlohmann::json j = stats.to_json();
   if (f.on("json")) {
     j["model"] = dir;
-    j["data"] = f.str("data");
+    j["data"] = w.data;
     j["seq_len"] = T;
     j["seconds"] = seconds;
-    j["precision"] = precision_name(mo.precision);
+    j["precision"] = precision_name(co.precision);
+    j["device"] = co.device;
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), mode_name(c.mode), f.str("data").c_str(),
+  std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), mode_name(c.mode), w.data.c_str(),
               static_cast<long long>(j["tokens"].get<int64_t>()), static_cast<long long>(T), seconds);
   std::printf("%-16s %3s %10s %9s %8s %7s  %s\n", "router", "S", "max_weight", "token_max", "entropy", "cosine",
               "mean weight per source");

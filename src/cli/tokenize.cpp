@@ -13,8 +13,8 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "core/error.h"
-#include "io/json_util.h"
-#include "io/file_util.h"
+#include "core/json_util.h"
+#include "core/file_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnres {

@@ -8,7 +8,7 @@
 #include "cli/flags.h"
 #include "core/error.h"
 #include "data/prepare.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace attnres {

@@ -1,5 +1,7 @@
 // train.cpp — `attnres train`: train from scratch, fine-tune, or resume.
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <set>
@@ -19,6 +21,21 @@
 namespace attnres {
 
 namespace {
+
+// The test seams (train/trainer.h) that tests/distributed/mpi.py sets through
+// the environment, which reaches every rank (mpirun -x):
+//   ATTNRES_TEST_NAN=RANK:STEP      that rank's gradient is NaN at that step
+//   ATTNRES_TEST_MOMENT_CHUNK=N     moments travel to rank 0 in pieces of N floats
+//   ATTNRES_TEST_MPI_COUNT=N        at most N floats per MPI call
+// Read here, at the program's edge, and nowhere in the library.
+TrainTestHooks test_hooks_from_environment(Comm& comm) {
+  TrainTestHooks h;
+  if (const char* e = std::getenv("ATTNRES_TEST_NAN"))
+    if (std::sscanf(e, "%d:%ld", &h.nan_rank, &h.nan_step) != 2) fail("ATTNRES_TEST_NAN must be RANK:STEP, got '", e, "'");
+  if (const char* e = std::getenv("ATTNRES_TEST_MOMENT_CHUNK")) h.moment_chunk = std::max<int64_t>(1, std::atoll(e));
+  if (const char* e = std::getenv("ATTNRES_TEST_MPI_COUNT")) comm.limit_count_for_testing(std::atoll(e));
+  return h;
+}
 
 // Everything after the flags and the join: may throw on any rank.
 int run_train(Flags& f, Comm& comm) {
@@ -59,7 +76,7 @@ int run_train(Flags& f, Comm& comm) {
     std::printf("attnres train\n  config = %s\n%s%s", preset ? f.str("config").c_str() : (from + " (its config.json)").c_str(),
                 options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
   std::fflush(stdout);  // before any error line on stderr, also when piped
-  const TrainResult r = train(o, &comm);
+  const TrainResult r = train(o, &comm, test_hooks_from_environment(comm));
   if (!comm.root()) return 0;
   if (r.val_tokens > 0)
     std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",

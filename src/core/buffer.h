@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <cstring>
 #include <new>
-#include <span>
 #include <utility>
 
 #include "core/error.h"
@@ -55,9 +54,6 @@ class Buffer {
   }
   void resize(size_t floats) { *this = host_bytes(floats * sizeof(float)); }
 
-  void zero() {
-    if (data_) std::memset(data_, 0, bytes_);
-  }
   float* data() { return static_cast<float*>(data_); }
   const float* data() const { return static_cast<const float*>(data_); }
   template <class T>
@@ -68,10 +64,9 @@ class Buffer {
   const T* as() const {
     return static_cast<const T*>(data_);
   }
-  size_t size() const { return bytes_ / sizeof(float); }  // in floats
   size_t bytes() const { return bytes_; }
-  std::span<float> span() { return {data(), size()}; }
-  std::span<const float> span() const { return {data(), size()}; }
+  // Its length as floats (a float arena; others count in bytes()).
+  size_t floats() const { return bytes_ / sizeof(float); }
 
  private:
   void* data_ = nullptr;

@@ -35,7 +35,7 @@ class Context {
   // that the request was reserved.  Contents do not survive from op to op.
   void reserve(int64_t floats);
   float* workspace(int64_t floats);
-  int64_t reserved() const { return static_cast<int64_t>(workspace_.size()); }
+  int64_t reserved() const { return static_cast<int64_t>(workspace_.floats()); }
 
  private:
   int threads_;

@@ -2,8 +2,10 @@
 //
 // Every failure that a user can cause (bad file, bad flag, bad config) is an
 // attnres::Error whose message is one line naming the thing and the problem;
-// the CLI prints it and exits non-zero.  Internal invariants use ATTNRES_CHECK,
-// which adds file and line.  This is not a logging facility.
+// the CLI prints it ("error: ...") and exits non-zero.  Internal invariants
+// use ATTNRES_CHECK, which throws an InternalError with file and line — not an
+// Error, so that no handler mistakes a bug for a user's mistake; the CLI
+// prints it as an internal error.  This is not a logging facility.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +17,11 @@ namespace attnres {
 
 struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// A broken invariant of attnres itself (ATTNRES_CHECK): a bug, not bad input.
+struct InternalError : std::logic_error {
+  using std::logic_error::logic_error;
 };
 
 // cat("a", 1, 'b') == "a1b": message building without <format> (absent in g++ 12).
@@ -51,10 +58,10 @@ inline int64_t batch_tokens(int64_t B, int64_t T) {
 
 #define ATTNRES_STR2(x) #x
 #define ATTNRES_STR(x) ATTNRES_STR2(x)
-// Internal invariant: throws with file:line and the failed condition.
-#define ATTNRES_CHECK(cond, ...)                                                        \
-  do {                                                                                  \
-    if (!(cond))                                                                        \
-      ::attnres::fail(__FILE__ ":" ATTNRES_STR(__LINE__) ": check `" #cond "` failed: ", \
-                      ##__VA_ARGS__);                                                   \
+// Internal invariant: throws an InternalError with file:line and the failed condition.
+#define ATTNRES_CHECK(cond, ...)                                                                    \
+  do {                                                                                              \
+    if (!(cond))                                                                                    \
+      throw ::attnres::InternalError(::attnres::cat(                                                \
+          __FILE__ ":" ATTNRES_STR(__LINE__) ": check `" #cond "` failed: ", ##__VA_ARGS__));       \
   } while (0)

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
 
 namespace attnres {
 

@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 
 namespace attnres {
 namespace {

@@ -13,7 +13,7 @@
 #include <span>
 
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "io/token_file.h"
 #include "tokenizer/hash_map.h"
 #include "tokenizer/tokenizer.h"

@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "io/token_file.h"
 #include "tokenizer/tokenizer.h"
 

@@ -148,8 +148,6 @@ std::unique_ptr<Comm> Comm::join(double timeout_s) {
     MPI_Comm_free(&local);
   }
   if (c->size_ > 1) c->watchdog_ = std::make_unique<Watchdog>(c->rank_, c->size_);
-  // Tests: ATTNRES_TEST_MPI_COUNT=N takes the path of arenas beyond int counts with pieces of N floats.
-  if (const char* e = std::getenv("ATTNRES_TEST_MPI_COUNT"); e && std::atoll(e) > 0) c->max_count_ = std::atoll(e);
   return c;
 #else
   fail("started by a launcher for ", launched, " ranks, but this attnres was built without MPI "

@@ -65,6 +65,9 @@ class Comm {
   static bool built_with_mpi();
   void set_timeout(double seconds) { timeout_s_ = seconds; }
   double timeout() const { return timeout_s_; }
+  // A test seam: at most n floats per MPI call (default: INT32_MAX, MPI's int
+  // counts), so that a tiny model takes the path of arenas beyond them.
+  void limit_count_for_testing(int64_t n) { max_count_ = n > 0 ? n : max_count_; }
   // Seconds spent inside collectives since the last call (then reset).
   double take_seconds();
 

@@ -9,7 +9,8 @@
 
 #include "core/error.h"
 #include "eval/task_metrics.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
+#include "tokenizer/utf8.h"
 
 namespace attnres {
 
@@ -17,20 +18,13 @@ namespace {
 
 // ---- Python's view of a string: code points, and its whitespace ----
 
-// The code point at s[i] and its byte length (the text comes from JSON: valid UTF-8).
+// The code point at s[i] and its byte length (the text comes from JSON: valid
+// UTF-8; a byte that starts no character counts as one code point).
 uint32_t code_point(const std::string& s, size_t i, size_t* len) {
-  const auto b = static_cast<unsigned char>(s[i]);
-  const size_t n = b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
-  uint32_t cp = n == 1 ? b : n == 2 ? (b & 0x1F) : n == 3 ? (b & 0x0F) : (b & 0x07);
-  for (size_t k = 1; k < n && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-  *len = n;
-  return cp;
-}
-
-void put(std::string& out, uint32_t cp) {
-  utf8proc_uint8_t buf[4];
-  const auto n = utf8proc_encode_char(static_cast<utf8proc_int32_t>(cp), buf);
-  out.append(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data()) + i;
+  const size_t n = utf8_char_len(p, s.size() - i);
+  *len = n ? n : 1;
+  return n ? utf8_decode(p, n) : *p;
 }
 
 // str.isspace(): the code points Python counts as whitespace.
@@ -136,7 +130,7 @@ std::string py_capitalize(const std::string& s) {
   size_t n = 0;
   for (size_t i = 0; i < s.size(); i += n) {
     const uint32_t c = code_point(s, i, &n);
-    put(out, static_cast<uint32_t>(i == 0 ? utf8proc_totitle(static_cast<utf8proc_int32_t>(c))
+    append_utf8(out, static_cast<uint32_t>(i == 0 ? utf8proc_totitle(static_cast<utf8proc_int32_t>(c))
                                           : utf8proc_tolower(static_cast<utf8proc_int32_t>(c))));
   }
   return out;

@@ -11,7 +11,7 @@
 
 #include "core/error.h"
 #include "eval/task_metrics.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "testing/check.h"
 
 namespace attnres {

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
 #include "core/timer.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 
 namespace attnres {
 

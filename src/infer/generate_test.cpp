@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/model.h"
 #include "testing/check.h"
@@ -71,7 +72,7 @@ class Inference : public ::testing::TestWithParam<std::string> {
   // Logits (T, V) of one full forward over s.
   std::vector<float> full_logits(const std::vector<int32_t>& s) {
     Model m(testing::test_context(), cfg_, inference(1, T_, 0));
-    m.load(dir_ + "/model.safetensors");
+    load_weights(m, dir_ + "/model.safetensors");
     std::vector<float> out(static_cast<size_t>(T_ * cfg_.V));
     m.forward_logits(s.data(), out.data());
     return out;
@@ -90,7 +91,7 @@ TEST_P(Inference, CachedDecodingEqualsTheFullForward) {
 
   // One token at a time.
   Model m(testing::test_context(), cfg_, inference(1, T_, T_));
-  m.load(dir_ + "/model.safetensors");
+  load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> row(static_cast<size_t>(V));
   const int64_t slot = 0;
   for (int64_t t = 0; t < T_; ++t) {
@@ -111,7 +112,7 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
   const std::vector<float> fa = full_logits(a), fb = full_logits(b);
   // a lives in slot 2 and starts first; b in slot 0, three positions behind.
   Model m(testing::test_context(), cfg_, inference(2, T_, T_, 3));
-  m.load(dir_ + "/model.safetensors");
+  load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> logits(static_cast<size_t>(2 * V));
   const int64_t slot_a = 2;
   const int64_t zero = 0;
@@ -132,7 +133,7 @@ TEST_P(Inference, RoutingKeepsNoStateAcrossTime) {
   const int64_t V = cfg_.V;
   const std::vector<int32_t> a = seq(0), other = seq(1);
   Model m(testing::test_context(), cfg_, inference(1, T_, T_, 2));
-  m.load(dir_ + "/model.safetensors");
+  load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> alone(static_cast<size_t>(T_ * V)), mixed(static_cast<size_t>(T_ * V)),
       scratch(static_cast<size_t>(V));
   const int64_t s0 = 0, s1 = 1;
@@ -150,7 +151,7 @@ TEST_P(Inference, GreedyEqualsTheOracle) {
   int64_t longest = 0;
   for (const auto& p : prompts_) longest = std::max(longest, static_cast<int64_t>(p.size()));
   Model m(testing::test_context(), cfg_, inference(3, longest, longest + g.max_new_tokens, 3));
-  m.load(dir_ + "/model.safetensors");
+  load_weights(m, dir_ + "/model.safetensors");
   for (size_t i = 0; i < 3; ++i) {
     const auto r = generate(m, {prompts_[i]}, g);
     EXPECT_EQ(r[0].ids, want_[i]) << "prompt " << i << " alone";
@@ -176,10 +177,10 @@ TEST(InferenceBf16, LogitsCloseToF32) {
     const int64_t T = gold.info("tokens").shape[3] - 1;
     std::vector<float> f32(static_cast<size_t>(T * c.V)), b16(f32.size());
     Model m32(testing::test_context(), c, inference(1, T, 0));
-    m32.load(dir + "/model.safetensors");
+    load_weights(m32, dir + "/model.safetensors");
     m32.forward_logits(tokens.data(), f32.data());
     Model m16(testing::test_context(), c, inference(1, T, 0, 0, Precision::kBF16));
-    m16.load(dir + "/model.safetensors");
+    load_weights(m16, dir + "/model.safetensors");
     EXPECT_LT(m16.weight_bytes(), m32.weight_bytes() * 0.55);
     m16.forward_logits(tokens.data(), b16.data());
     double worst = 0, scale = 0;
@@ -207,11 +208,11 @@ TEST(InferenceBf16, CachedDecodingMatchesALongPrefill) {
     std::vector<int32_t> s(T);
     for (int64_t t = 0; t < T; ++t) s[t] = static_cast<int32_t>((t * 37 + 11) % V);
     Model full(testing::test_context(), c, inference(1, T, 0, 0, Precision::kBF16));
-    full.load(dir + "/model.safetensors");
+    load_weights(full, dir + "/model.safetensors");
     std::vector<float> want(static_cast<size_t>(T * V)), row(static_cast<size_t>(V));
     full.forward_logits(s.data(), want.data());
     Model m(testing::test_context(), c, inference(1, T, T, 0, Precision::kBF16));
-    m.load(dir + "/model.safetensors");
+    load_weights(m, dir + "/model.safetensors");
     const int64_t slot = 0;
     double worst = 0;
     for (int64_t t = 0; t < T; ++t) {

@@ -13,10 +13,11 @@
 #include <filesystem>
 
 #include "core/error.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 #include "io/safetensors.h"
 #include "io/weight_files.h"
+#include "model/model.h"
 
 namespace attnres {
 
@@ -62,7 +63,7 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
     // Weights with NaN or Inf are refused on load (one parallel pass).
     int bad = 0;
     const int nt = s.numel >= (1 << 16) ? files.threads() : 1;
-    if (base16 && s.matrix()) {
+    if (base16 && s.matrix) {
       bf16* p = base16 + s.offset;
       files.read_bf16(name, shape, {p, static_cast<size_t>(s.numel)});
 #pragma omp parallel for num_threads(nt) reduction(| : bad)
@@ -177,6 +178,22 @@ int64_t load_params(const std::string& path, const ParamLayout& layout, float* p
                     bool keep_missing_routing, int threads) {
   WeightFiles files(path, threads);
   return read_arena(files, layout, params, "", params16, keep_missing_routing);
+}
+
+bool parse_save_dtype(const std::string& dtype, const char* flag) {
+  if (dtype == "bf16") return true;
+  if (dtype == "f32" || dtype == "fp32") return false;
+  fail(flag, " must be f32 or bf16, got '", dtype, "'");
+}
+
+int64_t load_weights(Model& model, const std::string& path, bool keep_missing_routing) {
+  model.context().ops().synchronize();
+  const bool training = model.options().training;
+  const bool into16 = !training && model.precision() == Precision::kBF16;
+  const int64_t kept = load_params(path, model.layout(), model.params(), into16 ? model.params_bf16() : nullptr,
+                                   keep_missing_routing, model.context().threads());
+  if (training) model.refresh_bf16();
+  return kept;
 }
 
 std::string resolve_model_dir(const std::string& path) {

@@ -25,7 +25,7 @@
 #include "core/bf16.h"
 #include "model/config.h"
 #include "model/params.h"
-#include "train/data_loader.h"
+#include "io/token_file.h"
 
 namespace attnres {
 
@@ -50,6 +50,15 @@ std::vector<std::string> companion_files(const std::string& dir);
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16 = nullptr,
                     bool keep_missing_routing = false, int threads = 1);
 
+class Model;
+// Loads every tensor of a model from `path` (as load_params) into what the
+// model holds, with its context's threads: a training model reads its float32
+// master weights and rounds their bf16 copies (bf16); an inference model in
+// bf16 reads its matrices into the bf16 arena only.  With
+// keep_missing_routing, routing tensors absent from the files keep their
+// current values.  Returns how many were kept.
+int64_t load_weights(Model& model, const std::string& path, bool keep_missing_routing = false);
+
 // A directory that holds config.json itself, or a run directory whose
 // `latest` names one; Error otherwise.
 std::string resolve_model_dir(const std::string& path);
@@ -60,6 +69,11 @@ struct TrainerState {
   std::array<uint64_t, 4> rng{};  // the data generator (random windows) after `step` steps
   nlohmann::json settings;  // the run's flags, to check a resume against
 };
+
+// The dtype weights are written in, as train --save-dtype and export --dtype
+// spell it: "f32" (also "fp32") or "bf16" (safetensors' F32 / BF16); true for
+// bf16.  Anything else is an Error naming `flag`.
+bool parse_save_dtype(const std::string& dtype, const char* flag);
 
 struct SaveOptions {
   bool optimizer = true;  // write optimizer.safetensors; false: a weights-only snapshot (no resume)

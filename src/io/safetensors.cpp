@@ -16,9 +16,9 @@
 #include "core/error.h"
 #include "core/bf16.h"
 #include "core/parallel.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "io/mapped_file.h"
-#include "io/json_util.h"
+#include "core/json_util.h"
 
 namespace attnres {
 
@@ -56,19 +56,7 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-int64_t shape_numel(std::span<const int64_t> shape) {
-  int64_t n = 1;
-  for (int64_t s : shape) n *= s;
-  return n;
-}
-
 int64_t TensorInfo::numel() const { return shape_numel(shape); }
-
-std::string shape_str(std::span<const int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += cat(i ? ", " : "", shape[i]);
-  return s + "]";
-}
 
 SafeTensorsReader::SafeTensorsReader(const std::string& path) : path_(path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include "core/shape.h"
+
 namespace attnres {
 
 struct TensorInfo {
@@ -29,10 +31,6 @@ struct TensorInfo {
   size_t begin = 0, end = 0;  // byte range within the data section
   int64_t numel() const;
 };
-
-std::string shape_str(std::span<const int64_t> shape);
-// The number of elements of a tensor of this shape (1 for a scalar).
-int64_t shape_numel(std::span<const int64_t> shape);
 
 class SafeTensorsReader {
  public:

@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "io/mapped_file.h"
 
 namespace attnres {

@@ -77,6 +77,14 @@ class TokenFileWriter {
   void flush();
 };
 
+// Where a reader of a list of shards stands: shard index, token offset in it,
+// and passes completed over the list.  The data loader (train/data_loader.h)
+// keeps one; a checkpoint stores it (io/checkpoint.h), so a resume reads on
+// from the same token.
+struct LoaderPosition {
+  int64_t shard = 0, offset = 0, epoch = 0;
+};
+
 // Convenience: writes a whole shard at once (version chosen from the max id).
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens);
 

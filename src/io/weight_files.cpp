@@ -7,8 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 
 namespace attnres {
 

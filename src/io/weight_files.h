@@ -32,10 +32,6 @@ class WeightFiles {
   bool has(const std::string& name) const { return owner_.count(name) > 0; }
   const TensorInfo& info(const std::string& name) const;  // Error naming the files if missing
   const SafeTensorsReader& file_of(const std::string& name) const;
-  // The floating-point dtype of the tensors ("BF16", "F32", ...; "" if none).
-  const std::string& dtype() const { return dtype_; }
-  // What the error messages call this set: the directory or the file.
-  const std::string& where() const { return where_; }
   size_t num_files() const { return files_.size(); }
   int threads() const { return threads_; }
 
@@ -46,7 +42,8 @@ class WeightFiles {
   void read_bf16(const std::string& name, std::span<const int64_t> shape, std::span<uint16_t> out) const;
 
  private:
-  std::string where_, dtype_;
+  std::string where_;  // what the error messages call this set: the directory or the file
+  std::string dtype_;  // the floating-point dtype of the tensors ("BF16", "F32", ...; "" if none)
   int threads_ = 1;
   std::vector<std::unique_ptr<SafeTensorsReader>> files_;
   std::map<std::string, int> owner_;  // tensor name → index in files_

@@ -5,8 +5,8 @@
 #include <type_traits>
 
 #include "core/error.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 #include "model/modes.h"
 
 namespace attnres {
@@ -148,7 +148,7 @@ nlohmann::json Config::to_json(const std::string& torch_dtype) const {
   nlohmann::json j;
   // Routed models are written as the reference code writes them, so a loader
   // that dispatches on model_type builds the routed model.
-  const bool routed = mode != Mode::kBaseline;
+  const bool routed = mode_spec(mode).routed();
   j["architectures"] = {routed ? "Qwen3AttnResForCausalLM" : "Qwen3ForCausalLM"};
   j["model_type"] = routed ? "qwen3_attnres" : "qwen3";
   j["hidden_size"] = d;

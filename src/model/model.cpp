@@ -29,7 +29,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "io/checkpoint.h"
 #include "model/modes.h"
 
 namespace attnres {
@@ -57,7 +56,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16 && !train);
   if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
-  if (o.freeze_base && (!train || c.mode == Mode::kBaseline))
+  if (o.freeze_base && (!train || !mode_spec(c.mode).routed()))
     fail("freezing the base weights needs a training model with depth routing (attnres_mode not baseline)");
   if (train) {
     // Frozen tensors get no gradient: their views are null, so the backward
@@ -116,7 +115,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     take(a.gate, N * F);
     take(a.up, N * F);
   }
-  take(x_final_, N * d);
+  take(stream_, N * d);
   take(rstd_f_, N);
   take(xf_, N * d);
   take(rope_cos_, positions * c.hd / 2);
@@ -142,7 +141,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (train) {
     take(dh_, N * F);
     take(dup_, N * F);
-    if (mode.stream || mode.sources == Sources::kPartialSums) take(dx_, N * d);  // full has no stream
+    if (mode.running_gradient()) take(dx_, N * d);  // full has none
     take(dln_, N * d);
     take(dq_, N * qd);
     take(dk_, N * kvd);
@@ -156,13 +155,12 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     take(s.rstd, N);
     // block: only the blocks (the P_k at block starts) own a gradient buffer;
     // the other partial sums share the running dx_ (set below).
-    const bool own_grad = mode.sources != Sources::kPartialSums ||
-                          (j % 2 == 0 && j < static_cast<size_t>(K) && block_start_(static_cast<int64_t>(j / 2)));
-    if (train && own_grad) take(s.dv, N * d);
+    const bool block_start = j % 2 == 0 && j < static_cast<size_t>(K) && block_start_(static_cast<int64_t>(j / 2));
+    if (train && mode.source_owns_gradient(block_start)) take(s.dv, N * d);
   }
   if (mode.routed() && !mode.stores_inputs) take(u_, N * d);
   if (train && mode.routed()) take(dU_, N * d);
-  if (mode.sources == Sources::kBlockDeltas && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
+  if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
     take(xb_, N * d);
   if (mode.routed()) take(null_rstd_, K);
   int64_t S_max = 1;
@@ -410,7 +408,7 @@ int64_t Model::weight_bytes() const {
   const bool b16 = opt_.precision == Precision::kBF16;
   int64_t bytes = 0;
   for (const auto& s : layout_.specs())
-    bytes += s.numel * (!b16 || !s.matrix() ? 4 : opt_.training ? 6 : 2);  // training: master + copy
+    bytes += s.numel * (!b16 || !s.matrix ? 4 : opt_.training ? 6 : 2);  // training: master + copy
   return bytes;
 }
 
@@ -420,7 +418,7 @@ void Model::refresh_bf16(int64_t lo, int64_t hi) {
   if (hi < 0) hi = layout_.total();
   for (const TensorSpec& s : layout_.specs()) {
     const int64_t a = std::max(lo, s.offset), b = std::min(hi, s.offset + s.numel);
-    if (s.matrix() && a < b) ops_.to_bf16(params16_.as<bf16>() + a, params_.data() + a, b - a);
+    if (s.matrix && a < b) ops_.to_bf16(params16_.as<bf16>() + a, params_.data() + a, b - a);
   }
 }
 
@@ -433,7 +431,7 @@ void Model::init(Rng& rng) {
   // The same draws as float32; the matrices are rounded to bf16 a piece at a time.
   std::vector<float> tmp;
   for (const auto& s : layout_.specs()) {
-    if (!s.matrix()) {
+    if (!s.matrix) {
       init_tensor(s, cfg_, params_.data() + s.offset, rng);
       continue;
     }
@@ -448,16 +446,6 @@ void Model::init(Rng& rng) {
   }
 }
 
-int64_t Model::load(const std::string& path, bool keep_missing_routing) {
-  ops_.synchronize();
-  // An inference model in bf16 reads its matrices into the bf16 arena; a
-  // training model reads the master weights, then rounds their copies.
-  const bool into16 = !opt_.training && opt_.precision == Precision::kBF16;
-  const int64_t kept = load_params(path, layout_, params_.data(), into16 ? params16_.as<bf16>() : nullptr,
-                                   keep_missing_routing, ctx_.threads());
-  if (opt_.training) refresh_bf16();
-  return kept;
-}
 
 bool Model::trains(const TensorSpec& s) const { return !opt_.freeze_base || s.routing(); }
 
@@ -483,7 +471,7 @@ Weight Model::W_(const float* matrix) const {
   const auto& specs = layout_.specs();
   const auto it = std::lower_bound(specs.begin(), specs.end(), at,
                                    [](const TensorSpec& t, int64_t off) { return t.offset < off; });
-  ATTNRES_CHECK(it != specs.end() && it->offset == at && it->matrix(), "W_: not a weight matrix of this model");
+  ATTNRES_CHECK(it != specs.end() && it->offset == at && it->matrix, "W_: not a weight matrix of this model");
   const int64_t rows = it->shape[0], cols = it->shape[1];
   if (!params16_.bytes()) return {matrix, rows, cols};
   return {params16_.as<bf16>() + at, rows, cols};
@@ -611,7 +599,7 @@ void Model::route_backward_(int r, bool first) {
     const Router& P = routers_[rj];
     rb = {u_, P.logits, P.src.data(), static_cast<int64_t>(P.src.size()), gate_base_(rj), P.w->alpha, combine_,
           false};
-    if (cfg_.mode == Mode::kDelta) {  // u = x + g·R: x the stream (e alone before the first output)
+    if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
@@ -634,7 +622,7 @@ void Model::embed_() {
   const Weight table = W_(w_.embed);
   switch (cfg_.mode) {
     case Mode::kBaseline: ops_.embedding_forward(layer_[0].x_attn, tokens_, table, N, d); return;
-    case Mode::kDeltaBlock: ops_.embedding_forward(x_final_, tokens_, table, N, d); break;  // x = e
+    case Mode::kDeltaBlock: ops_.embedding_forward(stream_, tokens_, table, N, d); break;  // x = e
     case Mode::kFull:
     case Mode::kBlock:  // source 0 = e = P_0
       ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
@@ -643,7 +631,7 @@ void Model::embed_() {
     case Mode::kDelta:  // source 0 = e, and the stream x = e
       ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
       ops_.source_rstd(sources_[0].rstd, sources_[0].v, N, d, eps);
-      ops_.copy(x_final_, sources_[0].v, N * d);
+      ops_.copy(stream_, sources_[0].v, N * d);
       break;
   }
   for (const Router& R : routers_)
@@ -658,13 +646,13 @@ const float* Model::sublayer_input_(int64_t k) {
     case Mode::kFull:
     case Mode::kBlock: route_(r, u_, gate_base_(r)); return u_;  // u = R, or (1−g)·last + g·R
     case Mode::kDelta:
-      if (r < 0) return x_final_;  // layer 0, no null source: u = x = e
-      route_(r, u_, x_final_);     // u = x + g·R
+      if (r < 0) return stream_;  // layer 0, no null source: u = x = e
+      route_(r, u_, stream_);     // u = x + g·R
       return u_;
     case Mode::kDeltaBlock: {
       float* u = stored_input_(k);  // kept for the backward
-      if (r < 0) ops_.copy(u, x_final_, rows() * cfg_.d);
-      else route_(r, u, x_final_);
+      if (r < 0) ops_.copy(u, stream_, rows() * cfg_.d);
+      else route_(r, u, stream_);
       return u;
     }
   }
@@ -682,14 +670,14 @@ void Model::sublayer_output_(int64_t k) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   switch (cfg_.mode) {
     case Mode::kBaseline:  // x_next = x + out
-      ops_.add(k + 1 < K ? stored_input_(k + 1) : x_final_, stored_input_(k), out_, N * d);
+      ops_.add(k + 1 < K ? stored_input_(k + 1) : stream_, stored_input_(k), out_, N * d);
       break;
     case Mode::kFull:  // out is source k+1
       ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
       break;
     case Mode::kDelta:  // out is source k+1, and x += out
       ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
-      ops_.add_inplace(x_final_, sources_[k + 1].v, N * d);
+      ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
       break;
     case Mode::kBlock:  // P_{k+1} = P_k + out, or out alone after a block start's reset
       if (!(k % 2 == 0 && block_start_(k / 2))) ops_.add_inplace(sources_[k + 1].v, sources_[k].v, N * d);
@@ -702,19 +690,19 @@ void Model::sublayer_output_(int64_t k) {
       if (k % 2 == 0 && block_start_(k / 2)) {
         const int64_t b = k / 2 / cfg_.layers_per_block();
         Source& s = sources_[b];
-        if (b == 0) ops_.copy(s.v, x_final_, N * d);
-        else ops_.sub(s.v, x_final_, cfg_.block_delta == BlockDelta::kTrue ? xb_ : sources_[b - 1].v, N * d);
-        if (xb_) ops_.copy(xb_, x_final_, N * d);
+        if (b == 0) ops_.copy(s.v, stream_, N * d);
+        else ops_.sub(s.v, stream_, cfg_.block_delta == BlockDelta::kTrue ? xb_ : sources_[b - 1].v, N * d);
+        if (xb_) ops_.copy(xb_, stream_, N * d);
         ops_.source_rstd(s.rstd, s.v, N, d, eps);
       }
-      ops_.add_inplace(x_final_, out_, N * d);
+      ops_.add_inplace(stream_, out_, N * d);
       break;
   }
 }
 
 // The input of the final norm: the stream already, or the final router.
 void Model::final_input_() {
-  if (final_router_ >= 0) route_(final_router_, x_final_, nullptr);
+  if (final_router_ >= 0) route_(final_router_, stream_, nullptr);
 }
 
 // ---- the same, backward -----------------------------------------------------------
@@ -838,7 +826,7 @@ void Model::forward_() {
     sublayer_output_(2 * l + 1);
   }
   final_input_();
-  ops_.rmsnorm_forward(xf_, rstd_f_, x_final_, w_.final_norm, rows(), c.d, static_cast<float>(c.rms_norm_eps));
+  ops_.rmsnorm_forward(xf_, rstd_f_, stream_, w_.final_norm, rows(), c.d, static_cast<float>(c.rms_norm_eps));
 }
 
 void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
@@ -892,7 +880,7 @@ void Model::backward() {
   rebuilt_ = -1;
   // dln_ holds d(xf) from the fused head.  Through the final norm into the
   // stream (dx_), or into the final router's output (dU_):
-  ops_.rmsnorm_backward(final_router_ >= 0 ? dU_ : dx_, g_.final_norm, dln_, x_final_, w_.final_norm, rstd_f_, N, d);
+  ops_.rmsnorm_backward(final_router_ >= 0 ? dU_ : dx_, g_.final_norm, dln_, stream_, w_.final_norm, rstd_f_, N, d);
   final_input_backward_();
   // Baseline: the sublayer adds the gradient of its input straight into dx_
   // (it reads dout = dx_ in its first op, before it accumulates, so the alias

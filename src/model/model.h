@@ -168,11 +168,7 @@ class Model {
 
   // Random init (params.h); in bf16 the matrices' copies are rounded from it.
   void init(Rng& rng);
-  // Loads every tensor from a model directory (model.safetensors or shards +
-  // index) or one .safetensors file, converting dtypes to what this model
-  // holds, with the context's threads; with keep_missing_routing, routing
-  // tensors absent from the files keep their current values.  Returns how many were kept.
-  int64_t load(const std::string& path, bool keep_missing_routing = false);
+  // Weights from files: load_weights (io/checkpoint.h).
   void zero_grad();
 
   // ---- training (at the built B × T) ----
@@ -233,8 +229,10 @@ class Model {
   std::vector<LayerActs> layer_;  // (L); in inference every entry points at the same buffers
   int32_t* tokens_ = nullptr;     // (N)      the inputs, in backend memory
   int32_t* targets_ = nullptr;    // (N)
-  float* x_final_ = nullptr;  // (N, d)  input of the final norm: the stream (modes with a stream;
-                              //         the running stream of the forward), or the final router's output
+  // (N, d) the residual stream x, updated by every sublayer (modes with a
+  // stream: x += out), which the final norm reads; in modes without one
+  // (block, full), the final router's output, the final norm's input.
+  float* stream_ = nullptr;
   float* rstd_f_ = nullptr;   // (N)
   float* xf_ = nullptr;       // (N, d)  final norm output
   float* rope_cos_ = nullptr; // (P, hd/2)  P = max(T, cache_len) positions

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/model.h"
+#include "testing/check.h"
 #include "testing/context.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -60,7 +61,7 @@ void set_gates(Model& m, float g) {
 // Every tensor of `to` that `from` has too, copied by name.
 void copy_shared(const Model& from_m, const float* from, Model& to) {
   for (const auto& s : to.layout().specs())
-    if (const TensorSpec* f = from_m.layout().find(s.name))
+    if (const TensorSpec* f = testing::find_tensor(from_m.layout(), s.name))
       std::memcpy(to.params() + s.offset, from + f->offset, static_cast<size_t>(s.numel) * sizeof(float));
 }
 

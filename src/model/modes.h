@@ -29,7 +29,6 @@ enum class Sources {
 struct ModeSpec {
   Mode mode;
   const char* name;        // attnres_mode in config.json, as the reference code names it
-  const char* paper_name;  // as the papers name it
   Sources sources;
   Combine combine;    // kReplace: input = R;  kAdd: input = x + R
   bool stream;        // a residual stream x += out that the final norm reads
@@ -38,19 +37,54 @@ struct ModeSpec {
   bool stores_inputs;  // training keeps each sublayer input; otherwise it is
                        // rebuilt in the backward from the stored logits and sources
 
-  bool routed() const { return sources != Sources::kNone; }
+  constexpr bool routed() const { return sources != Sources::kNone; }
+  // Facts that follow from the row.  Each reads `sources` through a switch
+  // without a default, so a new kind of sources is a compile error in each.
+  //
+  // Whether the backward keeps a running gradient dx_: of the stream (modes
+  // with one), or of the current partial sum (block: the partial sums inside
+  // a block share it instead of owning a gradient buffer).
+  constexpr bool running_gradient() const {
+    switch (sources) {
+      case Sources::kPartialSums: return true;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: return stream;
+    }
+    return stream;
+  }
+  // Whether source j owns a gradient buffer: all do, except block's partial
+  // sums inside a block (is_block_start: source j is a block's first P_k).
+  constexpr bool source_owns_gradient(bool is_block_start) const {
+    switch (sources) {
+      case Sources::kPartialSums: return is_block_start;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: return true;
+    }
+    return true;
+  }
+  // Whether attnres_block_delta applies: the sources are block deltas.
+  constexpr bool block_deltas() const {
+    switch (sources) {
+      case Sources::kBlockDeltas: return true;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: return false;
+    }
+    return false;
+  }
+  // Whether a learnable_alpha gate at 0 makes the model the plain residual one
+  // (an exact conversion of a pretrained checkpoint): the routed term is added
+  // to a stream, so a zero gate switches it off; a replacing router has no
+  // such identity.
+  constexpr bool zero_gate_is_identity() const { return routed() && combine == Combine::kAdd; }
   bool blocks() const { return sources == Sources::kPartialSums || sources == Sources::kBlockDeltas; }
   // Sublayers write their output straight into a source (no separate output buffer).
   bool outputs_are_sources() const { return sources == Sources::kOutputs || sources == Sources::kPartialSums; }
 };
 
 inline constexpr ModeSpec kModeSpecs[] = {
-    // mode               name           paper name           sources                combine            stream final  null   stores
-    {Mode::kBaseline, "baseline", "standard residual", Sources::kNone, Combine::kAdd, true, false, false, true},
-    {Mode::kBlock, "block", "AttnRes (Block)", Sources::kPartialSums, Combine::kReplace, false, true, false, false},
-    {Mode::kFull, "full", "Full AttnRes", Sources::kOutputs, Combine::kReplace, false, true, false, false},
-    {Mode::kDelta, "delta", "Delta AttnRes", Sources::kOutputs, Combine::kAdd, true, false, true, false},
-    {Mode::kDeltaBlock, "delta_block", "Delta Block", Sources::kBlockDeltas, Combine::kAdd, true, false, true, true},
+    // mode            name (paper's name)            sources               combine            stream final  null   stores
+    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true},
+    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false},
+    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false},
+    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false},
+    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);

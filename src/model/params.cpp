@@ -2,6 +2,7 @@
 #include "model/params.h"
 
 #include "core/error.h"
+#include "core/shape.h"
 #include "model/modes.h"
 
 namespace attnres {
@@ -13,13 +14,12 @@ namespace {
 template <class Fn>
 void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
   const int64_t d = c.d;
-  auto t = [&](std::string name, std::vector<int64_t> shape, bool decay, Init init, float*& slot) {
+  auto t = [&](std::string name, std::vector<int64_t> shape, bool matrix, Init init, float*& slot) {
     TensorSpec s;
     s.name = std::move(name);
     s.shape = std::move(shape);
-    s.numel = 1;
-    for (int64_t x : s.shape) s.numel *= x;
-    s.decay = decay;
+    s.numel = shape_numel(s.shape);
+    s.matrix = matrix;
     s.init = init;
     fn(s, slot);
   };
@@ -67,12 +67,6 @@ ParamLayout::ParamLayout(const Config& c) : cfg_(c) {
     total_ += (s.numel + 15) / 16 * 16;  // 64-byte aligned tensors
     specs_.push_back(std::move(s));
   });
-}
-
-const TensorSpec* ParamLayout::find(const std::string& name) const {
-  for (const auto& s : specs_)
-    if (s.name == name) return &s;
-  return nullptr;
 }
 
 Weights ParamLayout::bind(float* base) const {

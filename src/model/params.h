@@ -1,9 +1,10 @@
 // params.h — the parameters of a model: one list of tensors, one arena.
 //
-// `visit_tensors` is the single enumeration of every parameter (name, shape,
-// weight-decay flag, initialisation) in a fixed order; the layout (offsets in
-// the arena), the typed views, init, load/save, the optimizer and the tests
-// all walk it, so there is no second list to keep in sync.
+// One enumeration in params.cpp lists every parameter (name, shape, whether
+// it is a matrix, initialisation) in a fixed order.  ParamLayout is what the
+// rest of attnres sees of it: specs() (names, shapes, offsets in the arena)
+// and bind() (the typed views); init, load/save, the optimizer and the tests
+// all walk specs(), so there is no second list to keep in sync.
 // Gradients and AdamW moments use the same layout in arenas of their own.
 #pragma once
 
@@ -25,11 +26,13 @@ struct TensorSpec {
   std::vector<int64_t> shape;  // PyTorch shape; linear weights are [out, in]
   int64_t offset = 0;          // in floats, within an arena
   int64_t numel = 0;
-  bool decay = false;  // AdamW weight decay applies: exactly the matrices (embedding, projections, head)
+  // A weight matrix (embedding, projection, head): what bf16 products read
+  // as bfloat16, and what a bf16 inference model holds in bfloat16 only.
+  bool matrix = false;
   Init init = Init::kNormal;
-  // A weight matrix (embedding, projection, head): what a bf16 inference
-  // model holds in bfloat16.  The same set as the decayed tensors.
-  bool matrix() const { return decay; }
+  // AdamW weight decay applies: exactly to the matrices (the reference's rule:
+  // no decay of norms, routing vectors and gates).
+  bool decay() const { return matrix; }
   // A depth-routing parameter (pseudo-query, its norm, null source, gate):
   // what --lr-routing schedules and --freeze-base keeps training.
   bool routing() const;
@@ -75,7 +78,6 @@ class ParamLayout {
   explicit ParamLayout(const Config& c);
   const std::vector<TensorSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
-  const TensorSpec* find(const std::string& name) const;
   Weights bind(float* base) const;  // typed views of an arena with this layout
 
  private:

@@ -8,9 +8,28 @@
 
 namespace attnres {
 
+std::vector<std::string> backend_names() { return {"cpu"}; }
+
+void check_device(const std::string& name) {
+  std::string known;
+  for (const std::string& n : backend_names()) {
+    if (n == name) return;
+    known += (known.empty() ? "" : ", ") + n;
+  }
+  fail("--device ", name, ": no such device in this build (it has: ", known, ")");
+}
+
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx) {
-  if (name == "cpu") return std::make_unique<CpuBackend>(ctx);
-  fail("unknown backend '", name, "' (this build has: cpu)");
+  check_device(name);
+  return std::make_unique<CpuBackend>(ctx);  // the one name backend_names() has
+}
+
+std::unique_ptr<Context> open_context(const ContextOptions& o) {
+  if (o.threads < 0) fail("--threads must be 0 (all cores) or positive, got ", o.threads);
+  auto ctx = std::make_unique<Context>(o.threads, o.device);
+  if (const std::string why = ctx->ops().unsupported(o.precision); !why.empty())
+    fail("--precision ", precision_name(o.precision), ": ", why);
+  return ctx;
 }
 
 int hardware_threads() {

@@ -30,7 +30,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "core/bf16.h"
 #include "core/buffer.h"
@@ -101,9 +103,6 @@ class Backend {
   virtual Buffer alloc(size_t bytes, bool lazy = false) = 0;
   virtual void synchronize() = 0;
   virtual void copy(float* dst, const float* src, int64_t n) = 0;
-  // rows × cols floats between strided row layouts (ld: floats per row).
-  virtual void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
-                         int64_t cols) = 0;
   virtual void fill(float* dst, float value, int64_t n) = 0;
   // Host ↔ backend bytes (token ids in, losses and logits out).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
@@ -270,5 +269,21 @@ class Backend {
 
 // The backend called `name` ("cpu"), running on ctx; Error for an unknown name.
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx);
+// The names make_backend knows in this build ("cpu").
+std::vector<std::string> backend_names();
+// An Error naming --device and the known names unless `name` is one of them.
+void check_device(const std::string& name);
+
+// Where and how a command's model runs: the shared options of every command
+// that runs one (--threads, --device, --precision).
+struct ContextOptions {
+  int threads = 0;             // 0 = every core of this machine
+  std::string device = "cpu";  // a name of backend_names()
+  Precision precision = Precision::kF32;
+};
+// The one place a command's Context is built from them: an unknown device is
+// an Error listing the known ones, and a precision the device cannot run here
+// is an Error saying why (both naming the flags).
+std::unique_ptr<Context> open_context(const ContextOptions& o);
 
 }  // namespace attnres

@@ -15,9 +15,10 @@
 
 #include "core/error.h"
 #include "io/checkpoint.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 #include "model/config.h"
+#include "model/modes.h"
 #include "model/params.h"
 #include "report/run_log.h"
 
@@ -124,25 +125,29 @@ const label = r => r.mode + ' seed ' + r.seed;
 const routed = runs.filter(r => r.routing);
 const rows = (key, f) => runs.flatMap(r => (r[key] || []).map(p => f(r, p)));
 const W = 560, H = 260;
+// One colour per mode, fixed by the mode's place in attnres's table of modes
+// (not by which modes a chart happens to show), so every chart and every report agree.
+const palette = ['#4c78a8', '#f58518', '#54a24b', '#e45756', '#b279a2', '#72b7b2', '#eeca3b', '#ff9da6', '#9d755d', '#bab0ac'];
+const modeColor = {field: 'mode', type: 'nominal', scale: {domain: DATA.modes, range: palette.slice(0, DATA.modes.length)}};
 const specs = {};
 specs['chart-val'] = {
   title: 'Validation loss', width: W, height: H,
   data: {values: rows('val_curve', (r, p) => ({run: label(r), mode: r.mode, step: p.step, val_loss: p.val_loss}))},
   mark: {type: 'line', point: true},
   encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'val_loss', type: 'quantitative', scale: {zero: false}},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+             color: modeColor, detail: {field: 'run'}}};
 specs['chart-ppl'] = {
   title: 'Final validation perplexity per mode (each dot a seed; bar: mean)', width: W, height: H,
   data: {values: runs.filter(r => r.val_ppl != null).map(r => ({mode: r.mode, ppl: r.val_ppl, run: label(r)}))},
   layer: [
-    {mark: {type: 'bar', opacity: 0.35}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {aggregate: 'mean', field: 'ppl', type: 'quantitative', scale: {zero: false}}, color: {field: 'mode'}}},
-    {mark: {type: 'point', filled: true, size: 60}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {field: 'ppl', type: 'quantitative'}, color: {field: 'mode'}, tooltip: [{field: 'run'}, {field: 'ppl'}]}}]};
+    {mark: {type: 'bar', opacity: 0.35}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {aggregate: 'mean', field: 'ppl', type: 'quantitative', scale: {zero: false}}, color: modeColor}},
+    {mark: {type: 'point', filled: true, size: 60}, encoding: {x: {field: 'mode', type: 'nominal'}, y: {field: 'ppl', type: 'quantitative'}, color: modeColor, tooltip: [{field: 'run'}, {field: 'ppl'}]}}]};
 specs['chart-first'] = {
   title: 'Training loss over the first steps (a conversion\'s spike shows here)', width: W, height: H,
   data: {values: rows('loss_curve', (r, p) => ({run: label(r), mode: r.mode, step: p.step, loss: p.loss})).filter(p => p.step <= Math.max(50, Math.min(...runs.map(r => r.steps || 0)) / 5))},
   mark: 'line',
   encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'loss', type: 'quantitative', scale: {zero: false}},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+             color: modeColor, detail: {field: 'run'}}};
 const depth = (key) => routed.flatMap(r => r.routing[key].map((v, i) => ({mode: r.mode, run: label(r), depth: i, router: r.routing.routers[i], value: v})));
 specs['chart-depth'] = {
   title: 'Per-token max routing weight by depth (the collapse plot)', width: W, height: H,
@@ -150,13 +155,13 @@ specs['chart-depth'] = {
   mark: {type: 'line', point: true},
   encoding: {x: {field: 'depth', type: 'quantitative', axis: {tickMinStep: 1, format: 'd'}, title: 'router (input of sublayer k; the last is the final router)'},
              y: {field: 'value', type: 'quantitative', title: 'mean max weight', scale: {domain: [0, 1]}},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}, tooltip: [{field: 'router'}, {field: 'value'}]}};
+             color: modeColor, detail: {field: 'run'}, tooltip: [{field: 'router'}, {field: 'value'}]}};
 specs['chart-entropy'] = {
   title: 'Routing entropy by depth (nats)', width: W, height: H,
   data: {values: depth('entropy')},
   mark: {type: 'line', point: true},
   encoding: {x: {field: 'depth', type: 'quantitative', axis: {tickMinStep: 1, format: 'd'}}, y: {field: 'value', type: 'quantitative', title: 'entropy'},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+             color: modeColor, detail: {field: 'run'}}};
 specs['chart-evolution'] = {
   title: 'Max routing weight during training (mean over the deepest third of the routers)', width: W, height: H,
   data: {values: rows('routing_curve', (r, p) => {
@@ -166,7 +171,7 @@ specs['chart-evolution'] = {
   })},
   mark: 'line',
   encoding: {x: {field: 'step', type: 'quantitative'}, y: {field: 'value', type: 'quantitative', title: 'max weight'},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+             color: modeColor, detail: {field: 'run'}}};
 specs['chart-maxdist'] = {
   title: 'Distribution of the per-token max weight, deepest third of the routers', width: W, height: H,
   data: {values: routed.filter(r => r.routing.token_max_hist).flatMap(r => {
@@ -179,7 +184,7 @@ specs['chart-maxdist'] = {
   mark: {type: 'line', point: true, interpolate: 'step-after'},
   encoding: {x: {field: 'max_weight', type: 'quantitative', scale: {domain: [0, 1]}, title: 'largest weight of a token'},
              y: {field: 'share', type: 'quantitative', title: 'share of tokens'},
-             color: {field: 'mode', type: 'nominal'}, detail: {field: 'run'}}};
+             color: modeColor, detail: {field: 'run'}}};
 const heatRuns = [];
 for (const r of routed) if (!heatRuns.some(h => h.mode === r.mode)) heatRuns.push(r);  // one per mode: its first seed
 const heats = document.getElementById('heatmaps');
@@ -210,11 +215,20 @@ Promise.all(Object.entries(specs).map(([id, spec]) =>
 
 std::string find_vega_dir(const std::string& flag) {
   std::vector<std::string> tried;
-  if (!flag.empty()) tried.push_back(flag);
-  else if (const char* env = std::getenv("ATTNRES_VEGA_DIR")) tried.push_back(env);
-  else {
+  if (!flag.empty()) {
+    tried.push_back(flag);
+  } else if (const char* env = std::getenv("ATTNRES_VEGA_DIR")) {
+    tried.push_back(env);
+  } else {
     std::error_code ec;
     const fs::path exe = fs::canonical("/proc/self/exe", ec);
+    if (!ec) tried.push_back((exe.parent_path().parent_path() / "share/attnres/node_modules").string());
+#ifdef ATTNRES_VEGA_INSTALL_DIR
+    tried.push_back(ATTNRES_VEGA_INSTALL_DIR);
+#endif
+#ifdef ATTNRES_VEGA_SOURCE_DIR
+    tried.push_back(ATTNRES_VEGA_SOURCE_DIR);
+#endif
     if (!ec) tried.push_back((exe.parent_path().parent_path() / "third_party/npm/node_modules").string());
   }
   for (const std::string& d : tried) {
@@ -222,20 +236,23 @@ std::string find_vega_dir(const std::string& flag) {
     for (const char* s : kScripts) all = all && fs::exists(fs::path(d) / s);
     if (all) return d;
   }
+  std::string where;
+  for (const std::string& d : tried) where += (where.empty() ? "" : ", ") + d;
   fail("the report needs Vega, Vega-Lite and vega-embed (inlined into the page, so it opens offline): run "
        "scripts/fetch_vega.sh, or pass --vega-dir NODE_MODULES (looked in: ",
-       tried.empty() ? std::string("nothing") : tried[0], ")");
+       where.empty() ? std::string("nothing") : where, ")");
 }
 
-void write_report(const std::vector<std::string>& dirs, const std::string& out_html, const std::string& vega_dir) {
-  json data = {{"runs", json::array()}, {"comparisons", json::array()}, {"machine", machine()}, {"commit", commit()}};
-  std::string table, notes;
+json read_report_data(const std::vector<std::string>& dirs) {
+  if (dirs.empty()) fail("name at least one run or comparison directory (attnres report DIR... --out FILE)");
+  json data = {{"runs", json::array()}, {"comparisons", json::array()}, {"machine", machine()}, {"commit", commit()},
+               {"tables", json::array()}};
   for (const std::string& dir : dirs) {
     if (fs::exists(dir + "/results.json")) {
       const json r = parse_json(read_file(dir + "/results.json"), dir + "/results.json");
       for (const auto& run : r.at("runs")) data["runs"].push_back(run);
       data["comparisons"].push_back({{"dir", dir}, {"settings", r["settings"]}, {"notes", r["notes"]}});
-      if (fs::exists(dir + "/results.md")) table += "<h3>" + html_escape(dir) + "</h3><pre>" + html_escape(read_file(dir + "/results.md")) + "</pre>";
+      if (fs::exists(dir + "/results.md")) data["tables"].push_back({{"dir", dir}, {"md", read_file(dir + "/results.md")}});
     } else if (fs::exists(dir + "/log.jsonl")) {
       data["runs"].push_back(single_run(dir));
     } else {
@@ -243,6 +260,19 @@ void write_report(const std::vector<std::string>& dirs, const std::string& out_h
     }
   }
   if (data["runs"].empty()) fail("no runs to report");
+  return data;
+}
+
+void write_report(const json& data_in, const std::string& out_html, const std::string& vega_dir) {
+  json data = data_in;
+  std::string table;
+  for (const auto& t : data["tables"])
+    table += "<h3>" + html_escape(t["dir"].get<std::string>()) + "</h3><pre>" + html_escape(t["md"].get<std::string>()) + "</pre>";
+  data.erase("tables");
+  // One colour per mode on the whole page, the same in every report: the
+  // modes in the table's order (model/modes.h), each with its colour.
+  data["modes"] = json::array();
+  for (const ModeSpec& m : kModeSpecs) data["modes"].push_back(m.name);
   // The table of every run.
   table += "<table><tr><th>run</th><th>mode</th><th>seed</th><th>steps</th><th>val loss</th><th>val ppl</th>"
            "<th>tok/s</th><th>peak RSS MiB</th><th>parameters</th></tr>";

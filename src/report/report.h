@@ -21,14 +21,23 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace attnres {
 
 // The directory holding vega/, vega-lite/ and vega-embed/ (node_modules):
-// `flag` if given, else $ATTNRES_VEGA_DIR, else third_party/npm/node_modules
-// beside the binary's build directory.  Throws an Error saying how to fetch them.
+// `flag` if given, else $ATTNRES_VEGA_DIR, else the first of: an install's
+// (PREFIX/share/attnres/node_modules beside the binary's bin/, then the
+// configured install prefix's), the source tree's third_party/npm/node_modules
+// (where the build was configured from; scripts/fetch_vega.sh fills it), and
+// third_party/npm/node_modules beside the binary's build directory.  Throws an
+// Error saying how to fetch them and naming every place it looked.
 std::string find_vega_dir(const std::string& flag);
 
-// Writes the page for `dirs` to `out_html` (atomically).
-void write_report(const std::vector<std::string>& dirs, const std::string& out_html, const std::string& vega_dir);
+// What the page shows of `dirs` (comparison or run directories), read and
+// checked: every error about the runs comes before Vega is looked for.
+nlohmann::json read_report_data(const std::vector<std::string>& dirs);
+// Writes the page of that data to `out_html` (atomically), Vega from vega_dir.
+void write_report(const nlohmann::json& data, const std::string& out_html, const std::string& vega_dir);
 
 }  // namespace attnres

@@ -32,7 +32,8 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "core/rng.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
+#include "model/params.h"
 #include "ops/backend.h"
 
 namespace attnres::testing {
@@ -99,6 +100,13 @@ inline std::vector<double> fd_gradient(std::vector<float>& x, const std::functio
     g[i] = (lp - lm) / (2.0 * static_cast<double>(h));
   }
   return g;
+}
+
+// The tensor of `layout` named `name`, or null.
+inline const TensorSpec* find_tensor(const ParamLayout& layout, const std::string& name) {
+  for (const TensorSpec& s : layout.specs())
+    if (s.name == name) return &s;
+  return nullptr;
 }
 
 inline double dot(const std::vector<float>& a, const std::vector<float>& b) {

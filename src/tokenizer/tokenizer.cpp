@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
-#include "io/json_util.h"
-#include "io/file_util.h"
+#include "core/json_util.h"
+#include "core/file_util.h"
 #include "tokenizer/utf8.h"
 
 namespace attnres {

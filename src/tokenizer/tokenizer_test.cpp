@@ -14,7 +14,7 @@
 #include <random>
 
 #include "core/error.h"
-#include "io/file_util.h"
+#include "core/file_util.h"
 #include "tokenizer/trainer.h"
 #include "tokenizer/utf8.h"
 

@@ -28,10 +28,6 @@
 
 namespace attnres {
 
-struct LoaderPosition {
-  int64_t shard = 0, offset = 0, epoch = 0;
-};
-
 // Expands a path or a glob (`dir/train_*.bin`) into sorted paths; Error if none.
 std::vector<std::string> expand_glob(const std::string& pattern);
 

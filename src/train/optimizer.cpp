@@ -14,8 +14,6 @@ double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double 
   return lr_min + 0.5 * (lr_max - lr_min) * (1.0 + std::cos(M_PI * p));
 }
 
-double global_norm(Backend& ops, const float* g, int64_t n) { return std::sqrt(ops.sum_squares(g, n)); }
-
 void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm) {
   if (max_norm <= 0) return;
   const double coef = max_norm / (norm + 1e-6);
@@ -23,7 +21,7 @@ void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_n
   ops.scale(g, static_cast<float>(coef), n);
 }
 
-double sum_squares(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g) {
+double sum_squares(Backend& ops, const AdamW& adamw, const float* g) {
   // The whole range in one call when every tensor trains (fixed chunks: the same bits as before sharding).
   if (!adamw.freeze_base()) return ops.sum_squares(g + adamw.lo(), adamw.hi() - adamw.lo());
   double sum = 0;
@@ -31,12 +29,7 @@ double sum_squares(Backend& ops, const AdamW& adamw, const ParamLayout& layout, 
   return sum;
 }
 
-double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g) {
-  return std::sqrt(sum_squares(ops, adamw, layout, g));
-}
-
-void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout, float* g, double norm,
-                    double max_norm) {
+void clip_gradients(Backend& ops, const AdamW& adamw, float* g, double norm, double max_norm) {
   if (!adamw.freeze_base()) return clip_gradients(ops, g + adamw.lo(), adamw.hi() - adamw.lo(), norm, max_norm);
   adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { clip_gradients(ops, g + at, n, norm, max_norm); });
 }
@@ -71,9 +64,9 @@ void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, d
   for_each_range([&](const TensorSpec& s, int64_t at, int64_t n) {
     const double lr = s.routing() ? lr_routing : lr_base;
     u.step_size = static_cast<float>(lr / bc1);
-    u.decay = s.decay ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
+    u.decay = s.decay() ? static_cast<float>(1.0 - lr * cfg_.weight_decay) : 1.0f;
     ops_.adamw_update(params + at, grads + at, m_.data() + (at - lo_), v_.data() + (at - lo_), n, u,
-                      params16 && s.matrix() ? params16 + at : nullptr);
+                      params16 && s.matrix ? params16 + at : nullptr);
   });
 }
 

@@ -23,18 +23,15 @@ double lr_at(int64_t step, int64_t warmup, int64_t total, double lr_max, double 
 
 class AdamW;
 
-// sqrt(Σ g²) over the arena, in double, deterministic for a given thread count.
-double global_norm(Backend& ops, const float* g, int64_t n);
 // g *= min(1, max_norm / (norm + 1e-6)) when max_norm > 0 (torch clip_grad_norm_).
 void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_norm);
 // Σ g² over what this optimizer updates: the tensors it trains (all of the
 // arena unless the base is frozen) within its range.  With one rank that is
 // the square of the global norm; with N ranks, each adds its range's.
-double sum_squares(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g);
-double global_norm(Backend& ops, const AdamW& adamw, const ParamLayout& layout, const float* g);
+// (In double, deterministic for a given thread count.)
+double sum_squares(Backend& ops, const AdamW& adamw, const float* g);
 // Clips what this optimizer updates by the global `norm`.
-void clip_gradients(Backend& ops, const AdamW& adamw, const ParamLayout& layout, float* g, double norm,
-                    double max_norm);
+void clip_gradients(Backend& ops, const AdamW& adamw, float* g, double norm, double max_norm);
 
 // Two parameter groups, as the reference fine-tuning script has them: the
 // routing parameters (TensorSpec::routing) and the base.  The routing group

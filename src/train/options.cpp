@@ -10,7 +10,10 @@
 
 #include "core/error.h"
 #include "core/precision.h"
-#include "io/json_util.h"
+#include "model/modes.h"
+#include "ops/backend.h"
+#include "core/json_util.h"
+#include "io/checkpoint.h"
 #include "train/data_loader.h"
 
 namespace attnres {
@@ -111,13 +114,14 @@ void TrainOptions::validate() const {
   if (warmup < 0) fail("--warmup must be 0 or more");
   if (lr <= 0 || lr_min < 0) fail("--lr must be positive and --lr-min not negative");
   if (lr_min_routing >= 0 && lr_routing < 0) fail("--lr-min-routing needs --lr-routing");
-  if (freeze_base && model.mode == Mode::kBaseline)
+  if (freeze_base && !mode_spec(model.mode).routed())
     fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
   if (keep_checkpoints < 0) fail("--keep-checkpoints must be 0 (all) or positive");
-  if (save_dtype != "f32" && save_dtype != "bf16") fail("--save-dtype must be f32 or bf16, got '", save_dtype, "'");
+  parse_save_dtype(save_dtype, "--save-dtype");
   if (data_order != "random" && data_order != "sequential")
     fail("--data-order must be random or sequential, got '", data_order, "'");
   if (threads < 0) fail("--threads must be 0 (all cores) or positive");
+  check_device(device);
   parse_precision(precision);  // an Error naming the flag
   if (on_nan != "stop" && on_nan != "skip") fail("--on-nan must be stop or skip, got '", on_nan, "'");
   if (collective_timeout < 0) fail("--collective-timeout must be 0 (none) or positive");

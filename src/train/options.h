@@ -58,6 +58,7 @@ struct TrainOptions {
   bool recompute;           // rerun each sublayer's forward in the backward (same bits, less memory)
   std::string precision;    // "fp32" or "bf16": of the matrix products (core/precision.h)
   int threads;              // 0 = every core
+  std::string device;       // the backend the model runs on (ops/backend.h: backend_names)
   double peak_gflops;       // MFU's denominator; 0 = measure this machine's products (of the precision) at start
   std::string on_nan;       // "stop" or "skip" a step whose loss or gradient is not finite
   double collective_timeout;  // seconds a rank waits for the others (0 = forever)
@@ -118,6 +119,7 @@ struct TrainOptions {
           "float32 sums; weights, gradients, AdamW moments, norms, attention and routing stay float32");
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
+    visit(o.device, "device", "cpu", R::kFree, "where the model runs (this build: cpu)");
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
           "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
           "SGEMM, or oneDNN's bf16 matmul)");

@@ -20,9 +20,10 @@
 #include "distributed/comm.h"
 #include "eval/perplexity.h"
 #include "io/checkpoint.h"
-#include "io/file_util.h"
-#include "io/json_util.h"
+#include "core/file_util.h"
+#include "core/json_util.h"
 #include "model/model.h"
+#include "model/modes.h"
 #include "ops/cpu/blas_kernels.h"
 #include "train/data_loader.h"
 
@@ -105,7 +106,7 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
   {
     Model m(ctx, c, mo);
     m.init(rng);  // the draws the trained model's init makes
-    m.load(dir, /*keep_missing_routing=*/true);
+    load_weights(m, dir, /*keep_missing_routing=*/true);
     DataLoader first(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng);
     first.next(in.data(), tg.data());  // the run's first batch
     m.forward_logits(in.data(), conv.data());
@@ -114,14 +115,14 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
   }
   {
     Model m(ctx, saved, mo);
-    m.load(dir);
+    load_weights(m, dir);
     m.forward_logits(in.data(), base.data());
     const Model::LossSum l = m.loss_sum(in.data(), tg.data(), 1, P);
     loss_base = l.sum / static_cast<double>(l.count);
   }
   double max_diff = 0;
   for (size_t i = 0; i < conv.size(); ++i) max_diff = std::max(max_diff, std::fabs(double(conv[i]) - base[i]));
-  const bool delta = c.mode == Mode::kDelta || c.mode == Mode::kDeltaBlock;
+  const bool delta = mode_spec(c.mode).zero_gate_is_identity();
   const char* kind = c.gate == Gate::kLearnableAlpha
                          ? (delta ? "exact conversion (learnable_alpha gate at 0: the routed term is switched off)"
                                   : "learnable_alpha gate at 0 — not an identity in block/full (the gate mixes "
@@ -161,7 +162,7 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   }
   double sum_sq = 0;
   if (ranks == 1) {
-    sum_sq = sum_squares(ops, adamw, model.layout(), grads);
+    sum_sq = sum_squares(ops, adamw, grads);
   } else {
     const int signal = so.received_signal ? so.received_signal() : 0;
     ops.synchronize();  // the arena is read by MPI from the host
@@ -169,7 +170,7 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     double my_sum_sq;
     if (!adamw.freeze_base()) {
       so.comm->reduce_scatter(grads, *so.shards, at + "the gradient reduce-scatter");
-      my_sum_sq = sum_squares(ops, adamw, model.layout(), grads);
+      my_sum_sq = sum_squares(ops, adamw, grads);
     } else {
       // A frozen base: only the routing parameters' gradients travel, packed
       // into one buffer, summed (reduce-scatter + all-gather: every rank gets
@@ -190,7 +191,7 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
         i += static_cast<size_t>(n);
       });
       // Every rank holds the whole sum: rank 0's Σg² counts once.
-      my_sum_sq = so.comm->root() ? sum_squares(ops, adamw, model.layout(), grads) : 0.0;
+      my_sum_sq = so.comm->root() ? sum_squares(ops, adamw, grads) : 0.0;
     }
     const std::vector<double> all = so.comm->all_gather({loss, my_sum_sq, static_cast<double>(signal)},
                                                         at + "the exchange of losses and norms");
@@ -214,7 +215,7 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     fail("step ", so.t, ": loss ", st.loss, ", gradient norm ", st.grad_norm,
          " — training diverged (try a lower --lr, or --on-nan skip)");
   }
-  clip_gradients(ops, adamw, model.layout(), grads, st.grad_norm, so.clip);
+  clip_gradients(ops, adamw, grads, st.grad_norm, so.clip);
   adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing, model.params_bf16());
   if (ranks > 1 && !adamw.freeze_base()) {
     ops.synchronize();
@@ -239,15 +240,11 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   return train_step(model, adamw, next_batch, so);
 }
 
-TrainResult train(const TrainOptions& opt, Comm* comm_in) {
+TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks) {
   const Config& c = opt.model;
   opt.validate();
-  {  // a precision this machine cannot run is refused before anything is written
-    Context probe(1);
-    const Precision p = parse_precision(opt.precision);
-    if (const std::string why = probe.ops().unsupported(p); !why.empty())
-      fail("--precision ", precision_name(p), ": ", why);
-  }
+  // A device or precision this machine cannot run is refused before anything is written.
+  open_context({1, opt.device, parse_precision(opt.precision)});
   std::unique_ptr<Comm> own_comm;
   if (!comm_in) own_comm = Comm::single();
   Comm& comm = comm_in ? *comm_in : *own_comm;
@@ -321,7 +318,8 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
                   mine < online ? cat("bound to ", mine, " of ", online, " cores").c_str()
                                 : cat(online, " cores shared by ", comm.local_size(), " ranks").c_str());
   }
-  Context ctx(threads);
+  const std::unique_ptr<Context> ctx_ptr = open_context({threads, opt.device, parse_precision(opt.precision)});
+  Context& ctx = *ctx_ptr;
   // A conversion is measured first, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
   std::string init_dir;
@@ -365,7 +363,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
       const double t0 = now_seconds();
-      const int64_t kept = model.load(dir, /*keep_missing_routing=*/true);
+      const int64_t kept = load_weights(model, dir, /*keep_missing_routing=*/true);
       if (!quiet)
         std::printf("initialised from %s in %.1f s%s\n", dir.c_str(), now_seconds() - t0,
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
@@ -404,7 +402,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   const int64_t tokens_per_step = N * opt.accum * ranks;
   if (!quiet) {
     std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
-                c.mode != Mode::kDeltaBlock ? ""
+                !mode_spec(c.mode).block_deltas() ? ""
                 : c.block_delta == BlockDelta::kTrue
                     ? " (attnres_block_delta true: the paper's block delta)"
                     : " (attnres_block_delta reference: the released code's x - last source)",
@@ -444,7 +442,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   // the model the run started from, travel with every checkpoint too.
   SaveOptions so;
   so.optimizer = opt.save_optimizer;
-  so.bf16 = opt.save_dtype == "bf16";
+  so.bf16 = parse_save_dtype(opt.save_dtype, "--save-dtype");
   so.keep = opt.keep_checkpoints;
   if (opt.freeze_base) so.trained = trained;
   if (!tokenizer.empty()) {
@@ -475,10 +473,9 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   TrainResult result;
   const double run_start = now_seconds();
   double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
-  // Sharded moments travel to rank 0 in pieces of 16 MiB (tests:
-  // ATTNRES_TEST_MOMENT_CHUNK floats, so that a tiny model crosses pieces).
-  int64_t moment_chunk = int64_t{1} << 22;
-  if (const char* e = std::getenv("ATTNRES_TEST_MOMENT_CHUNK")) moment_chunk = std::max<int64_t>(1, std::atoll(e));
+  // Sharded moments travel to rank 0 in pieces of 16 MiB (tests: smaller,
+  // so that a tiny model crosses pieces).
+  const int64_t moment_chunk = hooks.moment_chunk > 0 ? hooks.moment_chunk : int64_t{1} << 22;
   auto save = [&](int64_t step_done) {
     TrainerState st{step_done, loader.position(), data_rng.state(), settings};
     // Never write a diverged model: one pass over the weights (the same on
@@ -553,11 +550,6 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
   RoutingStats routing = model.make_routing_stats();
   const bool log_routing = opt.routing_every > 0 && !model.routers().empty();
 
-  // Tests: ATTNRES_TEST_NAN=RANK:STEP makes that rank's gradient NaN at that step.
-  int poison_rank = -1;
-  int64_t poison_step = -1;
-  if (const char* e = std::getenv("ATTNRES_TEST_NAN")) std::sscanf(e, "%d:%ld", &poison_rank, &poison_step);
-
   int64_t step = start;
   int stopped_by = 0;    // the signal that ended the run early, if one did
   int skipped_in_a_row = 0;
@@ -587,7 +579,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in) {
     sopt.clip = opt.clip;
     sopt.skip_nonfinite = opt.on_nan == "skip";
     sopt.received_signal = [&] { return signals.received(); };
-    sopt.poison = rank == poison_rank && step + 1 == poison_step;
+    sopt.poison = rank == hooks.nan_rank && step + 1 == hooks.nan_step;
     sopt.comm = &comm;
     sopt.shards = &shards;
     const StepStats st = train_step(model, adamw, next_batch, sopt);

@@ -24,11 +24,20 @@ struct TrainResult {
   std::string last_checkpoint;
 };
 
+// Test seams of a run: faults and piece sizes that tests choose (unit tests
+// directly; tests/distributed/mpi.py through the environment of `attnres
+// train`, read in cli/train.cpp).  The defaults are production's.
+struct TrainTestHooks {
+  int nan_rank = -1;         // this rank's gradient is NaN at 1-based step nan_step (a fault on one rank)
+  int64_t nan_step = -1;
+  int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB)
+};
+
 class Comm;
 // With `comm` (null: a world of one), one rank of a data-parallel run: every
 // rank calls train() with the same options; rank 0 logs, validates and writes
 // the checkpoints (see docs/distributed.md).
-TrainResult train(const TrainOptions& opt, Comm* comm = nullptr);
+TrainResult train(const TrainOptions& opt, Comm* comm = nullptr, const TrainTestHooks& hooks = {});
 
 class Model;
 class AdamW;

@@ -40,8 +40,6 @@ class CpuBackend final : public Backend {
   Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
   void copy(float* dst, const float* src, int64_t n) override;
-  void copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
-                 int64_t cols) override;
   void fill(float* dst, float value, int64_t n) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;

@@ -14,12 +14,6 @@ void CpuBackend::copy(float* dst, const float* src, int64_t n) {
   if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void CpuBackend::copy_rows(float* dst, int64_t ld_dst, const float* src, int64_t ld_src, int64_t rows,
-                           int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(dst + r * ld_dst, src + r * ld_src, static_cast<size_t>(cols) * sizeof(float));
-}
-
 void CpuBackend::fill(float* dst, float value, int64_t n) {
   if (value == 0.0f) {
     if (n > 0) std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));

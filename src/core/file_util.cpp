@@ -1,5 +1,5 @@
 // file_util.cpp — see file_util.h.
-#include "io/file_util.h"
+#include "core/file_util.h"
 
 #include <fcntl.h>
 #include <sys/file.h>

@@ -1,5 +1,5 @@
 // json_util.cpp — see json_util.h.
-#include "io/json_util.h"
+#include "core/json_util.h"
 
 #include <algorithm>
 #include <cstdint>
