@@ -455,6 +455,19 @@ void Model::zero_grad() {
     if (trains(s)) ops_.fill(grads_.data() + s.offset, 0.0f, s.numel);
 }
 
+void Model::fill_gradient_buffers_for_testing(float value) {
+  if (!opt_.training) return;
+  const Config& c = cfg_;
+  const int64_t N = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len;
+  const std::pair<float*, int64_t> buffers[] = {{dh_, N * c.F},        {dup_, N * c.F},        {dx_, N * c.d},
+                                                {dln_, N * c.d},       {dq_, N * c.q_dim()},   {dk_, N * c.kv_dim()},
+                                                {dv_, N * c.kv_dim()}, {datt_, N * c.q_dim()}, {dU_, N * c.d}};
+  for (const auto& [p, n] : buffers)
+    if (p) ops_.fill(p, value, n);
+  for (const Source& s : sources_)
+    if (s.dv) ops_.fill(s.dv, value, N * c.d);
+}
+
 double Model::flops_per_token(int64_t T) const {
   const Config& c = cfg_;
   // Matmul parameters touched per token: every projection and the LM head.

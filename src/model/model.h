@@ -40,12 +40,32 @@
 //    same token — so decoding needs no routing state across time: only
 //    attention looks at other positions, through the cache.
 //
-// Gradient buffers that ACCUMULATE across routers (training): every source
-// gradient (Source::dv) and, in block mode, the running partial-sum gradient
-// dx_ — both receive += from every router that reads the source, except from
-// the first router the backward runs (the final router, or the last MLP's),
-// which reads every source and assigns (=); the few it does not read are
-// zeroed.
+// The backward's gradient bookkeeping (training), in one place:
+//  - Source gradients (Source::dv) ACCUMULATE: every router that reads a
+//    source adds (+=) its part — except the first router the backward runs
+//    (first_backward_router_: the final router, or, without one, the last
+//    MLP's), which reads almost every source and ASSIGNS (=) theirs.  The
+//    sources it does not read (zeroed_dv_, fixed at construction) are zeroed
+//    at the start of each backward.  So no gradient buffer needs zeroing
+//    between steps, and none is read before this backward wrote it.
+//  - dx_, the running gradient of the stream (baseline, delta, delta_block:
+//    d(x) as the backward walks down) or, in block mode, of the current
+//    partial sum: the partial sums inside a block have no dv of their own —
+//    their Source::dv IS dx_ — and only block starts own one, into which dx_
+//    is folded when the walk crosses a block boundary.  It is first written
+//    by the final norm's backward (modes with a stream) or by the first
+//    router's backward, which assigns the sources it reads (block: the last
+//    partial sum among them).
+//  - dU_, the gradient of a router's output: of the final router (written by
+//    the final norm's backward) or of the sublayer input a router built
+//    (written by that sublayer's backward), read by the router's backward.
+//  - rebuilt_: modes that do not store sublayer inputs rebuild them in the
+//    backward; a router's backward leaves u_ holding the input of sublayer
+//    rebuilt_, so the next sublayer down need not rebuild it again.  Reset to
+//    −1 at the start of each backward.
+// Routing.GradientBookkeepingReadsNoBufferBeforeWritingIt (model_test.cpp)
+// checks all of it: NaN in every gradient buffer before a backward changes no
+// gradient bit, in every mode and variant.
 #pragma once
 
 #include <cstdint>
@@ -213,6 +233,12 @@ class Model {
 
   // Training FLOPs per token of one forward+backward (6·matmul params + attention).
   double flops_per_token(int64_t T) const;
+
+  // Tests: fills every activation-gradient buffer — the source gradients,
+  // dx_, dU_ and the backward's scratch — with `value`.  A backward that reads
+  // one of them before it assigns it (a source whose first writer
+  // accumulates, a stale rebuilt input) then shows it in the gradients.
+  void fill_gradient_buffers_for_testing(float value);
 
  private:
   Context& ctx_;

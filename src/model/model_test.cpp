@@ -212,6 +212,49 @@ void same_random_weights(Model& a, Model& b) {
   std::memcpy(b.params(), a.params(), static_cast<size_t>(a.layout().total()) * sizeof(float));
 }
 
+// The backward's bookkeeping (model.h: which router assigns a source's
+// gradient and which accumulate, the sources zeroed at its start, the shared
+// dx_ of block mode, the input a router backward rebuilt): NaN in every
+// gradient buffer before each backward changes no gradient bit, in every
+// mode and every variant that changes which buffers exist or who writes first.
+TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
+  struct Variant {
+    const char* mode;
+    nlohmann::json extra;
+    bool recompute, freeze;
+  };
+  const nlohmann::json alpha = {{"attnres_gate_type", "learnable_alpha"}}, bias = {{"attnres_gate_type", "bias"}};
+  std::vector<Variant> variants;
+  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"})
+    for (bool recompute : {false, true}) variants.push_back({mode, alpha, recompute, false});
+  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+    variants.push_back({mode, bias, false, true});  // frozen base: only the routing gradients
+    variants.push_back({mode, {{"attnres_gate_type", "bias"}, {"attnres_num_blocks", 6}}, false, false});
+  }
+  variants.push_back({"delta", {{"attnres_use_null_source", true}}, false, false});
+  variants.push_back({"delta_block", {{"attnres_use_null_source", true}, {"attnres_block_delta", "reference"}}, false, false});
+  variants.push_back({"delta_block", {{"attnres_use_null_source", false}, {"attnres_block_delta", "true"}}, true, false});
+  for (const Variant& v : variants) {
+    const Config c = tiny(v.mode, v.extra);
+    ModelOptions o{kB, kT};
+    o.recompute = v.recompute;
+    o.freeze_base = v.freeze;
+    Model clean(testing::test_context(), c, o), dirty(testing::test_context(), c, o);
+    same_random_weights(clean, dirty);
+    const int64_t n = clean.layout().total();
+    for (int step = 0; step < 2; ++step) {
+      const auto in = tokens(kB * kT, 97, 11 + step), tg = tokens(kB * kT, 97, 21 + step);
+      clean.zero_grad();
+      dirty.zero_grad();
+      dirty.fill_gradient_buffers_for_testing(std::nanf(""));
+      const double a = clean.forward_backward(in.data(), tg.data(), true);
+      EXPECT_EQ(a, dirty.forward_backward(in.data(), tg.data(), true)) << v.mode;
+      ASSERT_EQ(0, std::memcmp(clean.grads(), dirty.grads(), static_cast<size_t>(n) * sizeof(float)))
+          << v.mode << " " << v.extra.dump() << " recompute " << v.recompute << " freeze " << v.freeze << " step " << step;
+    }
+  }
+}
+
 // --freeze-base: the routing gradients are exactly those of the full model,
 // and no base gradient is computed.
 TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {

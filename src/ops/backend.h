@@ -3,8 +3,11 @@
 // per op and direction (outputs first, gradients prefixed d).  The CPU backend
 // (ops/cpu/) is the only implementation today and the reference the per-op
 // tests hold any other against; a second backend is a directory beside it
-// plus one line in make_backend (ops/cpu/cpu_backend.cpp), with no change to
-// the model or the trainer.
+// plus its name in make_backend and backend_names (ops/backend.cpp), chosen
+// by --device through open_context.  Not yet true: that it needs no change to
+// the model or the trainer — they still touch backend memory from the host
+// after synchronize() (init, weight loading, checkpoints, loss readout, MPI
+// staging), and some ops read host arrays per call (marked "host" below).
 //
 // Dimension letters: N rows (tokens, B·T), C channels, B batch, T time,
 // H query heads, KV key/value heads, hd head_dim, F intermediate, V vocab,
