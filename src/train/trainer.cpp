@@ -240,211 +240,268 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   return train_step(model, adamw, next_batch, so);
 }
 
-TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks) {
-  const Config& c = opt.model;
+// ---- train(): settle the run's settings, build, the step loop, the end ----
+
+RunPlan plan_run(const TrainOptions& opt, int local_ranks) {
+  RunPlan plan;
   opt.validate();
   // A device or precision this machine cannot run is refused before anything is written.
   open_context({1, opt.device, parse_precision(opt.precision)});
-  std::unique_ptr<Comm> own_comm;
-  if (!comm_in) own_comm = Comm::single();
-  Comm& comm = comm_in ? *comm_in : *own_comm;
-  const int ranks = comm.size(), rank = comm.rank();
-  ATTNRES_CHECK(opt.world == ranks, "TrainOptions::world (", opt.world, ") is not the number of ranks (", ranks, ")");
-  const bool root = comm.root();
-  const bool quiet = opt.quiet || !root;  // rank 0 speaks for the run
-  comm.set_timeout(opt.collective_timeout);
   // A resume is checked before anything is built: every option either
   // continues the run unchanged or may change (the notes say which changed);
   // one that would alter the trajectory is refused.
-  std::vector<std::string> resume_notes;
-  nlohmann::json settings;  // the run's settings, stored in every checkpoint (made here when resuming)
   if (!opt.resume.empty()) {
-    const std::string dir = resolve_model_dir(opt.resume);
-    const TrainerState st = read_trainer_state(dir);
-    settings = run_settings(opt);
-    resume_notes = check_resume(opt, settings, st.settings, st.step, dir);
+    plan.settings = run_settings(opt);
+    plan.resume_dir = resolve_model_dir(opt.resume);
+    const TrainerState st = read_trainer_state(plan.resume_dir);
+    plan.resume_notes = check_resume(opt, plan.settings, st.settings, st.step, plan.resume_dir);
+  } else if (!opt.init.empty()) {
+    plan.init_dir = resolve_model_dir(opt.init);
   }
-
-  // Rank 0 owns the output directory.  Check it first: a run must not train
-  // for an hour and then fail to save.
-  std::unique_ptr<DirLock> lock;
-  if (root) {
-    std::error_code ec;
-    std::filesystem::create_directories(opt.out, ec);
-    const std::string probe = opt.out + "/.write_test";
-    std::ofstream f(probe);
-    if (ec || !f) fail(opt.out, ": output directory is not writable");
-    f.close();
-    std::filesystem::remove(probe, ec);
-    // One run per directory: a second one is refused, naming the first.
-    lock = std::make_unique<DirLock>(opt.out);
-    if (const int n = remove_stray_checkpoint_dirs(opt.out); n > 0 && !quiet)
-      std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
-  }
-  StopSignals signals;
-
-  // Two generators: the model's init, and the data windows — so every mode
-  // (whatever its init draws) reads the same windows in the same order.  Every
-  // rank draws every window of a step (ranks × accum micro-batches of B) and
-  // computes its own: rank r the micro-batches r·accum … r·accum + accum − 1.
-  Rng rng(opt.seed);
-  Rng data_rng(opt.seed ^ 0xD1B54A32D192ED03ull);
-  DataLoader loader(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng,
-                    ranks * opt.accum);
-  int64_t drawn = 0;  // micro-batches of this step this rank has drawn
-  auto next_batch = [&](int32_t* in, int32_t* tg) {
-    if (drawn == 0)
-      for (int64_t j = 0; j < rank * opt.accum; ++j) loader.skip();  // lower ranks' micro-batches
-    loader.next(in, tg);
-    if (++drawn == opt.accum) {
-      for (int64_t j = 0; j < (ranks - 1 - rank) * opt.accum; ++j) loader.skip();  // higher ranks'
-      drawn = 0;
-    }
-  };
-  std::unique_ptr<TokenFile> val;
-  if (!opt.val_data.empty()) {
-    val = std::make_unique<TokenFile>(opt.val_data);
-    val->check_vocab(c.V);
-  }
-
   // --threads 0: the cores this process may run on — the ones mpirun bound it
   // to, or, unbound, the machine's shared by the ranks on it.
-  int threads = opt.threads;
-  if (threads == 0) {
+  plan.threads = opt.threads;
+  if (plan.threads == 0) {
     const int mine = hardware_threads(), online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-    threads = mine < online ? mine : std::max(1, mine / comm.local_size());
-    if (!quiet && comm.local_size() > 1)
-      std::printf("threads: %d per rank (%s)\n", threads,
-                  mine < online ? cat("bound to ", mine, " of ", online, " cores").c_str()
-                                : cat(online, " cores shared by ", comm.local_size(), " ranks").c_str());
+    plan.threads = mine < online ? mine : std::max(1, mine / local_ranks);
+    if (local_ranks > 1)
+      plan.threads_note = mine < online ? cat("bound to ", mine, " of ", online, " cores")
+                                        : cat(online, " cores shared by ", local_ranks, " ranks");
   }
-  const std::unique_ptr<Context> ctx_ptr = open_context({threads, opt.device, parse_precision(opt.precision)});
-  Context& ctx = *ctx_ptr;
+  // The tokenizer that travels with the checkpoints: --tokenizer, else the
+  // one beside the data, else the resumed or initial model's.
+  plan.tokenizer = opt.tokenizer;
+  if (plan.tokenizer.empty()) {
+    std::vector<std::string> candidates = {(std::filesystem::path(opt.data).parent_path() / "tokenizer.json").string()};
+    for (const std::string& d : {plan.resume_dir, plan.init_dir})
+      if (!d.empty()) candidates.push_back(d + "/tokenizer.json");
+    for (const std::string& p : candidates)
+      if (std::filesystem::exists(p)) {
+        plan.tokenizer = p;
+        break;
+      }
+  } else if (!std::filesystem::exists(plan.tokenizer)) {
+    fail(plan.tokenizer, ": no such tokenizer file (--tokenizer)");
+  }
+  return plan;
+}
+
+namespace {
+
+// One run of train(): its stages, in the order train() calls them, and the
+// state they share.  Rank 0 owns the output directory, speaks for the run,
+// logs and writes the checkpoints; every rank computes.
+class Run {
+ public:
+  Run(const TrainOptions& opt, Comm& comm, const TrainTestHooks& hooks, RunPlan plan)
+      : opt_(opt), c_(opt.model), comm_(comm), hooks_(hooks), plan_(std::move(plan)), ranks_(comm.size()),
+        rank_(comm.rank()), root_(comm.root()), quiet_(opt.quiet || !root_),
+        rng_(opt.seed), data_rng_(opt.seed ^ 0xD1B54A32D192ED03ull) {}
+
+  void claim_output();
+  void build();
+  void step_loop();
+  TrainResult finish();
+
+ private:
+  const TrainOptions& opt_;
+  const Config& c_;
+  Comm& comm_;
+  const TrainTestHooks& hooks_;
+  const RunPlan plan_;
+  nlohmann::json settings_;  // the run's, stored in every checkpoint
+  const int ranks_, rank_;
+  const bool root_, quiet_;
+  std::unique_ptr<DirLock> lock_;
+  StopSignals signals_;
+  // Two generators: the model's init, and the data windows — so every mode
+  // (whatever its init draws) reads the same windows in the same order.
+  Rng rng_, data_rng_;
+  std::unique_ptr<DataLoader> loader_;
+  int64_t drawn_ = 0;  // micro-batches of this step this rank has drawn
+  std::unique_ptr<TokenFile> val_;
+  std::unique_ptr<Context> ctx_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Shards> shards_;
+  std::unique_ptr<AdamW> adamw_;
+  int64_t start_ = 0;  // the step the run starts at (a resume's)
+  std::FILE* log_ = nullptr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard_{nullptr, &std::fclose};
+  SaveOptions save_options_;
+  double flops_per_token_ = 0, peak_flops_ = 0;
+  int64_t tokens_per_step_ = 0;
+  TrainResult result_;
+  double run_start_ = 0, step_seconds_ = 0, last_val_seconds_ = 0;
+  int64_t step_ = 0, schedule_ = 0;
+  int stopped_by_ = 0;  // the signal that ended the run early, if one did
+
+  void next_batch(int32_t* in, int32_t* tg);
+  void open_log();
+  void save_options();
+  void print_start();
+  void log_line(const nlohmann::json& j);
+  void validate(int64_t step_done);
+  void save(int64_t step_done);
+  bool trained(const TensorSpec& s) const { return adamw_->trains(s); }
+};
+
+// The output directory: writable, this run's alone (a second one is refused,
+// naming the first), cleared of what interrupted saves left.  Checked first:
+// a run must not train for an hour and then fail to save.
+void Run::claim_output() {
+  if (!root_) return;
+  std::error_code ec;
+  std::filesystem::create_directories(opt_.out, ec);
+  const std::string probe = opt_.out + "/.write_test";
+  std::ofstream f(probe);
+  if (ec || !f) fail(opt_.out, ": output directory is not writable");
+  f.close();
+  std::filesystem::remove(probe, ec);
+  lock_ = std::make_unique<DirLock>(opt_.out);
+  if (const int n = remove_stray_checkpoint_dirs(opt_.out); n > 0 && !quiet_)
+    std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
+}
+
+// Every rank draws every window of a step (ranks × accum micro-batches of B)
+// and computes its own: rank r the micro-batches r·accum … r·accum + accum − 1.
+void Run::next_batch(int32_t* in, int32_t* tg) {
+  if (drawn_ == 0)
+    for (int64_t j = 0; j < rank_ * opt_.accum; ++j) loader_->skip();  // lower ranks' micro-batches
+  loader_->next(in, tg);
+  if (++drawn_ == opt_.accum) {
+    for (int64_t j = 0; j < (ranks_ - 1 - rank_) * opt_.accum; ++j) loader_->skip();  // higher ranks'
+    drawn_ = 0;
+  }
+}
+
+// The data, the model and its optimizer, and the weights: a resume's, an
+// init's (converted), or random.
+void Run::build() {
+  loader_ = std::make_unique<DataLoader>(opt_.data, opt_.batch, opt_.seq_len, c_.V, parse_data_order(opt_.data_order),
+                                         &data_rng_, ranks_ * opt_.accum);
+  if (!opt_.val_data.empty()) {
+    val_ = std::make_unique<TokenFile>(opt_.val_data);
+    val_->check_vocab(c_.V);
+  }
+  settings_ = plan_.settings.is_null() ? run_settings(opt_) : plan_.settings;  // a new run's: its data fingerprinted
+  if (!quiet_ && !plan_.threads_note.empty()) std::printf("threads: %d per rank (%s)\n", plan_.threads, plan_.threads_note.c_str());
+  const Precision precision = parse_precision(opt_.precision);
+  ctx_ = open_context({plan_.threads, opt_.device, precision});
   // A conversion is measured first, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
-  std::string init_dir;
-  if (opt.resume.empty() && !opt.init.empty()) {
-    init_dir = resolve_model_dir(opt.init);
-    Config saved = Config::load(init_dir + "/config.json");
-    if (saved.d != c.d || saved.L != c.L || saved.H != c.H || saved.KV != c.KV || saved.hd != c.hd ||
-        saved.F != c.F || saved.V != c.V || saved.tied != c.tied)
-      fail(init_dir, ": its model shape (config.json) differs from the model being trained");
-    if (saved.to_json() != c.to_json() && !quiet) report_conversion(ctx, opt, saved, init_dir, rng, data_rng);
+  if (!plan_.init_dir.empty()) {
+    const Config saved = Config::load(plan_.init_dir + "/config.json");
+    if (saved.d != c_.d || saved.L != c_.L || saved.H != c_.H || saved.KV != c_.KV || saved.hd != c_.hd ||
+        saved.F != c_.F || saved.V != c_.V || saved.tied != c_.tied)
+      fail(plan_.init_dir, ": its model shape (config.json) differs from the model being trained");
+    if (saved.to_json() != c_.to_json() && !quiet_) report_conversion(*ctx_, opt_, saved, plan_.init_dir, rng_, data_rng_);
   }
-  ModelOptions mo{opt.batch, opt.seq_len};
-  mo.precision = parse_precision(opt.precision);
-  mo.freeze_base = opt.freeze_base;
-  mo.recompute = opt.recompute;
-  Model model(ctx, c, mo);
+  ModelOptions mo{opt_.batch, opt_.seq_len};
+  mo.precision = precision;
+  mo.freeze_base = opt_.freeze_base;
+  mo.recompute = opt_.recompute;
+  model_ = std::make_unique<Model>(*ctx_, c_, mo);
   // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena
   // (with a frozen base, the few routing parameters' moments are not sharded).
-  const Shards shards(model.layout().total(), opt.freeze_base ? 1 : ranks);
-  const int shard = opt.freeze_base ? 0 : rank;
-  AdamW adamw(ctx.ops(), model.layout(), opt.adamw(), opt.freeze_base, shards.lo(shard), shards.hi(shard));
-  auto trained = [&](const TensorSpec& s) { return adamw.trains(s); };
-  int64_t start = 0;
-  if (!opt.resume.empty()) {
-    const std::string dir = resolve_model_dir(opt.resume);
+  shards_ = std::make_unique<Shards>(model_->layout().total(), opt_.freeze_base ? 1 : ranks_);
+  const int shard = opt_.freeze_base ? 0 : rank_;
+  adamw_ = std::make_unique<AdamW>(ctx_->ops(), model_->layout(), opt_.adamw(), opt_.freeze_base, shards_->lo(shard),
+                                   shards_->hi(shard));
+  if (!plan_.resume_dir.empty()) {
+    const std::string& dir = plan_.resume_dir;
     // Every rank reads the weights and its own range of the moments (the
     // checkpoint is the same for any number of ranks).
-    const TrainerState st = load_checkpoint(dir, model.layout(), model.params(), adamw.m(), adamw.v(), trained,
-                                            ctx.threads(), adamw.lo(), adamw.hi());
-    model.refresh_bf16();
-    for (const std::string& note : resume_notes)
-      if (!quiet) std::printf("resume: %s\n", note.c_str());
-    start = st.step;
-    loader.set_position(st.data);
-    data_rng.set_state(st.rng);
-    if (!quiet) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start));
+    const TrainerState st =
+        load_checkpoint(dir, model_->layout(), model_->params(), adamw_->m(), adamw_->v(),
+                        [&](const TensorSpec& s) { return trained(s); }, ctx_->threads(), adamw_->lo(), adamw_->hi());
+    model_->refresh_bf16();
+    for (const std::string& note : plan_.resume_notes)
+      if (!quiet_) std::printf("resume: %s\n", note.c_str());
+    start_ = st.step;
+    loader_->set_position(st.data);
+    data_rng_.set_state(st.rng);
+    if (!quiet_) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start_));
   } else {
-    model.init(rng);  // the same draws on every rank: the same weights
-    if (!init_dir.empty()) {
-      const std::string& dir = init_dir;
+    model_->init(rng_);  // the same draws on every rank: the same weights
+    if (!plan_.init_dir.empty()) {
+      const std::string& dir = plan_.init_dir;
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
       const double t0 = now_seconds();
-      const int64_t kept = load_weights(model, dir, /*keep_missing_routing=*/true);
-      if (!quiet)
+      const int64_t kept = load_weights(*model_, dir, /*keep_missing_routing=*/true);
+      if (!quiet_)
         std::printf("initialised from %s in %.1f s%s\n", dir.c_str(), now_seconds() - t0,
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
                          : "");
     }
   }
-
-  const std::string log_path = opt.out + "/log.jsonl";
-  std::FILE* log = nullptr;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard(nullptr, &std::fclose);
-  if (root) {
-    // A resumed run's log continues from the checkpoint's step: lines of the
-    // steps it redoes (written after that checkpoint) are dropped first.
-    if (start > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start);
-    log = std::fopen(log_path.c_str(), start > 0 ? "a" : "w");
-    if (!log) fail(log_path, ": cannot open log for writing");
-    log_guard.reset(log);
-  }
-  auto log_line = [&](const nlohmann::json& j) {
-    if (!log) return;
-    std::fprintf(log, "%s\n", j.dump().c_str());
-    std::fflush(log);
-  };
-
-  const int64_t N = opt.batch * opt.seq_len;
-  const double flops_per_token = model.flops_per_token(opt.seq_len);
+  open_log();
   // MFU is against every rank's peak: one rank's (measured on rank 0) × ranks.
-  double peak_flops = opt.peak_gflops * 1e9;
-  if (peak_flops <= 0) peak_flops = root ? measure_peak_gflops(mo.precision, ctx.threads()) * 1e9 : 1;
-  if (!quiet && opt.peak_gflops <= 0)
+  flops_per_token_ = model_->flops_per_token(opt_.seq_len);
+  peak_flops_ = opt_.peak_gflops * 1e9;
+  if (peak_flops_ <= 0) peak_flops_ = root_ ? measure_peak_gflops(precision, ctx_->threads()) * 1e9 : 1;
+  if (!quiet_ && opt_.peak_gflops <= 0)
     std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
-                mo.precision == Precision::kBF16 ? "bf16 matmul (oneDNN)" : "SGEMM", peak_flops / 1e9,
-                ranks > 1 ? " per rank" : "");
-  peak_flops *= ranks;
+                precision == Precision::kBF16 ? "bf16 matmul (oneDNN)" : "SGEMM", peak_flops_ / 1e9,
+                ranks_ > 1 ? " per rank" : "");
+  peak_flops_ *= ranks_;
   std::fflush(stdout);
-  const int64_t tokens_per_step = N * opt.accum * ranks;
-  if (!quiet) {
-    std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c.mode),
-                !mode_spec(c.mode).block_deltas() ? ""
-                : c.block_delta == BlockDelta::kTrue
-                    ? " (attnres_block_delta true: the paper's block delta)"
-                    : " (attnres_block_delta reference: the released code's x - last source)",
-                static_cast<long long>(model.num_params()), static_cast<long long>(tokens_per_step),
-                static_cast<long long>(loader.total_tokens()));
-    if (ranks > 1) {
-      char moments[160];
-      if (opt.freeze_base)
-        std::snprintf(moments, sizeof moments, "frozen base: the routing parameters' gradients are summed, packed");
-      else
-        std::snprintf(moments, sizeof moments, "AdamW moments sharded (%.1f MiB per rank instead of %.1f)",
-                      2.0 * shards.size(0) * sizeof(float) / (1 << 20),
-                      2.0 * model.layout().total() * sizeof(float) / (1 << 20));
-      std::printf("data parallel: %d ranks x batch %lld x accum %lld = a global batch of %lld windows of %lld "
-                  "tokens; %s\n",
-                  ranks, static_cast<long long>(opt.batch), static_cast<long long>(opt.accum),
-                  static_cast<long long>(ranks * opt.batch * opt.accum), static_cast<long long>(opt.seq_len), moments);
-    }
-  }
+  tokens_per_step_ = opt_.batch * opt_.seq_len * opt_.accum * ranks_;
+  print_start();
+  save_options();
+}
 
-  // The tokenizer that travels with the checkpoints.
-  std::string tokenizer = opt.tokenizer;
-  if (tokenizer.empty()) {
-    std::vector<std::string> candidates = {
-        (std::filesystem::path(opt.data).parent_path() / "tokenizer.json").string()};
-    for (const std::string& d : {opt.resume, opt.init})
-      if (!d.empty()) candidates.push_back(resolve_model_dir(d) + "/tokenizer.json");
-    for (const std::string& p : candidates)
-      if (std::filesystem::exists(p)) {
-        tokenizer = p;
-        break;
-      }
-  } else if (!std::filesystem::exists(tokenizer)) {
-    fail(tokenizer, ": no such tokenizer file (--tokenizer)");
+void Run::open_log() {
+  if (!root_) return;
+  // A resumed run's log continues from the checkpoint's step: lines of the
+  // steps it redoes (written after that checkpoint) are dropped first.
+  const std::string log_path = opt_.out + "/log.jsonl";
+  if (start_ > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start_);
+  log_ = std::fopen(log_path.c_str(), start_ > 0 ? "a" : "w");
+  if (!log_) fail(log_path, ": cannot open log for writing");
+  log_guard_.reset(log_);
+}
+
+void Run::log_line(const nlohmann::json& j) {
+  if (!log_) return;
+  std::fprintf(log_, "%s\n", j.dump().c_str());
+  std::fflush(log_);
+}
+
+void Run::print_start() {
+  if (quiet_) return;
+  std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c_.mode),
+              !mode_spec(c_.mode).block_deltas() ? ""
+              : c_.block_delta == BlockDelta::kTrue
+                  ? " (attnres_block_delta true: the paper's block delta)"
+                  : " (attnres_block_delta reference: the released code's x - last source)",
+              static_cast<long long>(model_->num_params()), static_cast<long long>(tokens_per_step_),
+              static_cast<long long>(loader_->total_tokens()));
+  if (ranks_ > 1) {
+    char moments[160];
+    if (opt_.freeze_base)
+      std::snprintf(moments, sizeof moments, "frozen base: the routing parameters' gradients are summed, packed");
+    else
+      std::snprintf(moments, sizeof moments, "AdamW moments sharded (%.1f MiB per rank instead of %.1f)",
+                    2.0 * shards_->size(0) * sizeof(float) / (1 << 20),
+                    2.0 * model_->layout().total() * sizeof(float) / (1 << 20));
+    std::printf("data parallel: %d ranks x batch %lld x accum %lld = a global batch of %lld windows of %lld "
+                "tokens; %s\n",
+                ranks_, static_cast<long long>(opt_.batch), static_cast<long long>(opt_.accum),
+                static_cast<long long>(ranks_ * opt_.batch * opt_.accum), static_cast<long long>(opt_.seq_len), moments);
   }
-  // The tokenizer's companion files beside it, and the generation config of
-  // the model the run started from, travel with every checkpoint too.
-  SaveOptions so;
-  so.optimizer = opt.save_optimizer;
-  so.bf16 = parse_save_dtype(opt.save_dtype, "--save-dtype");
-  so.keep = opt.keep_checkpoints;
-  if (opt.freeze_base) so.trained = trained;
+}
+
+// What every checkpoint holds besides the weights: the moments (unless
+// weights-only), the tokenizer and its companion files, and the generation
+// config of the model the run started from.
+void Run::save_options() {
+  SaveOptions& so = save_options_;
+  so.optimizer = opt_.save_optimizer;
+  so.bf16 = parse_save_dtype(opt_.save_dtype, "--save-dtype");
+  so.keep = opt_.keep_checkpoints;
+  if (opt_.freeze_base) so.trained = [this](const TensorSpec& s) { return trained(s); };
+  const std::string& tokenizer = plan_.tokenizer;
   if (!tokenizer.empty()) {
     so.copy_files.push_back(tokenizer);
     for (const std::string& f : companion_files(std::filesystem::path(tokenizer).parent_path().string())) {
@@ -452,236 +509,260 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& 
       if (name != "tokenizer.json" && name != "generation_config.json") so.copy_files.push_back(f);
     }
   }
-  for (const std::string& d : {opt.resume, opt.init}) {
+  for (const std::string& d : {plan_.resume_dir, plan_.init_dir}) {
     if (d.empty()) continue;
-    const std::string g = resolve_model_dir(d) + "/generation_config.json";
+    const std::string g = d + "/generation_config.json";
     if (std::filesystem::exists(g)) {
       so.copy_files.push_back(g);
       break;
     }
   }
-  if (!quiet) {
+  if (!quiet_) {
     std::printf("tokenizer: %s\n", tokenizer.empty() ? "none found (checkpoints will not carry one)"
                                                       : (tokenizer + " (copied into every checkpoint)").c_str());
-    if (opt.freeze_base)
+    if (opt_.freeze_base)
       std::printf("frozen base: %lld of %lld parameters train (the routing parameters)\n",
-                  static_cast<long long>(trained_params(model.layout(), adamw)),
-                  static_cast<long long>(model.layout().total()));
+                  static_cast<long long>(trained_params(model_->layout(), *adamw_)),
+                  static_cast<long long>(model_->layout().total()));
   }
+}
 
-  if (settings.is_null()) settings = run_settings(opt);
-  TrainResult result;
-  const double run_start = now_seconds();
-  double step_seconds = 0, last_val_seconds = 0;  // this process's time in steps; the last validation's
-  // Sharded moments travel to rank 0 in pieces of 16 MiB (tests: smaller,
-  // so that a tiny model crosses pieces).
-  const int64_t moment_chunk = hooks.moment_chunk > 0 ? hooks.moment_chunk : int64_t{1} << 22;
-  auto save = [&](int64_t step_done) {
-    TrainerState st{step_done, loader.position(), data_rng.state(), settings};
-    // Never write a diverged model: one pass over the weights (the same on
-    // every rank, so every rank stops) before anything is written.
-    if (!std::isfinite(ctx.ops().sum_squares(model.params(), model.layout().total())))
-      fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
-           "no checkpoint written", result.last_checkpoint.empty() ? "" : ", the last good one is ",
-           result.last_checkpoint);
-    ctx.ops().synchronize();  // the arenas are read from the host
-    if (shards.bounds.size() <= 2 || !opt.save_optimizer) {  // one process holds every moment it saves
-      if (root)
-        result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), adamw.m(), adamw.v(),
-                                                 st, so);
-      return;
-    }
-    // Sharded moments: each rank's range streams to rank 0 while it writes
-    // optimizer.safetensors, one piece at a time (no process holds them whole).
-    const std::string what = cat("step ", step_done, ": the transfer of the AdamW moments to rank 0 for the checkpoint");
-    if (!root) {
-      comm.send_range(adamw.m(), shards, 1, moment_chunk, what);
-      comm.send_range(adamw.v(), shards, 2, moment_chunk, what);
-      return;
-    }
-    RangeReader m(comm, shards, adamw.m(), 1, moment_chunk, what);
-    RangeReader v(comm, shards, adamw.v(), 2, moment_chunk, what);
-    SaveOptions streamed = so;
-    streamed.fetch_moments = [&](int k, int64_t at, std::span<float> out) {
-      if (k == 1) m.finish();  // every exp_avg piece is taken before the first exp_avg_sq one
-      (k == 0 ? m : v).read(at, out);
-    };
-    result.last_checkpoint = save_checkpoint(opt.out, c, model.layout(), model.params(), nullptr, nullptr, st, streamed);
-    m.finish();
-    v.finish();
+void Run::save(int64_t step_done) {
+  Model& model = *model_;
+  AdamW& adamw = *adamw_;
+  TrainerState st{step_done, loader_->position(), data_rng_.state(), settings_};
+  // Never write a diverged model: one pass over the weights (the same on
+  // every rank, so every rank stops) before anything is written.
+  if (!std::isfinite(ctx_->ops().sum_squares(model.params(), model.layout().total())))
+    fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
+         "no checkpoint written", result_.last_checkpoint.empty() ? "" : ", the last good one is ",
+         result_.last_checkpoint);
+  ctx_->ops().synchronize();  // the arenas are read from the host
+  if (shards_->bounds.size() <= 2 || !opt_.save_optimizer) {  // one process holds every moment it saves
+    if (root_)
+      result_.last_checkpoint = save_checkpoint(opt_.out, c_, model.layout(), model.params(), adamw.m(), adamw.v(),
+                                                st, save_options_);
+    return;
+  }
+  // Sharded moments: each rank's range streams to rank 0 while it writes
+  // optimizer.safetensors, one piece at a time (no process holds them whole),
+  // in pieces of 16 MiB (tests: smaller, so that a tiny model crosses pieces).
+  const int64_t chunk = hooks_.moment_chunk > 0 ? hooks_.moment_chunk : int64_t{1} << 22;
+  const std::string what = cat("step ", step_done, ": the transfer of the AdamW moments to rank 0 for the checkpoint");
+  if (!root_) {
+    comm_.send_range(adamw.m(), *shards_, 1, chunk, what);
+    comm_.send_range(adamw.v(), *shards_, 2, chunk, what);
+    return;
+  }
+  RangeReader m(comm_, *shards_, adamw.m(), 1, chunk, what);
+  RangeReader v(comm_, *shards_, adamw.v(), 2, chunk, what);
+  SaveOptions streamed = save_options_;
+  streamed.fetch_moments = [&](int k, int64_t at, std::span<float> out) {
+    if (k == 1) m.finish();  // every exp_avg piece is taken before the first exp_avg_sq one
+    (k == 0 ? m : v).read(at, out);
   };
-  auto validate = [&](int64_t step_done) {
-    // How long validation takes: a binding time budget keeps that much for the last one.
-    struct Timed {
-      double t0;
-      double& out;
-      ~Timed() { out = now_seconds() - t0; }
-    } timed{now_seconds(), last_val_seconds};
-    EvalOptions eo;
-    eo.max_tokens = opt.val_tokens;
-    eo.progress = !quiet;  // windows and ETA on stderr
-    eo.part = rank;        // the ranks share the windows, in batches dealt round-robin
-    eo.parts = ranks;
-    EvalResult r = evaluate(model, *val, eo);
-    if (ranks > 1) {
-      const std::vector<double> all = comm.all_gather({r.sum, static_cast<double>(r.tokens)},
-                                                      cat("step ", step_done, ": the validation sums"));
-      r.sum = 0;
-      r.tokens = 0;
-      for (int q = 0; q < ranks; ++q) {
-        r.sum += all[2 * static_cast<size_t>(q)];
-        r.tokens += static_cast<int64_t>(all[2 * static_cast<size_t>(q) + 1]);
-      }
-      r.loss = r.sum / static_cast<double>(r.tokens);
-      r.ppl = std::exp(r.loss);
-      r.seconds = now_seconds() - timed.t0;
-    }
-    result.val_loss = r.loss;
-    result.val_ppl = r.ppl;
-    result.val_tokens = r.tokens;
-    if (!quiet)
-      std::printf("step %5lld | val loss %.4f | val ppl %.2f | %lld tokens | %.1f s\n",
-                  static_cast<long long>(step_done), r.loss, r.ppl, static_cast<long long>(r.tokens), r.seconds);
-    log_line({{"step", step_done}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}});
-  };
+  result_.last_checkpoint =
+      save_checkpoint(opt_.out, c_, model.layout(), model.params(), nullptr, nullptr, st, streamed);
+  m.finish();
+  v.finish();
+}
 
+void Run::validate(int64_t step_done) {
+  // How long validation takes: a binding time budget keeps that much for the last one.
+  struct Timed {
+    double t0;
+    double& out;
+    ~Timed() { out = now_seconds() - t0; }
+  } timed{now_seconds(), last_val_seconds_};
+  EvalOptions eo;
+  eo.max_tokens = opt_.val_tokens;
+  eo.progress = !quiet_;  // windows and ETA on stderr
+  eo.part = rank_;        // the ranks share the windows, in batches dealt round-robin
+  eo.parts = ranks_;
+  EvalResult r = evaluate(*model_, *val_, eo);
+  if (ranks_ > 1) {
+    const std::vector<double> all = comm_.all_gather({r.sum, static_cast<double>(r.tokens)},
+                                                     cat("step ", step_done, ": the validation sums"));
+    r.sum = 0;
+    r.tokens = 0;
+    for (int q = 0; q < ranks_; ++q) {
+      r.sum += all[2 * static_cast<size_t>(q)];
+      r.tokens += static_cast<int64_t>(all[2 * static_cast<size_t>(q) + 1]);
+    }
+    r.loss = r.sum / static_cast<double>(r.tokens);
+    r.ppl = std::exp(r.loss);
+    r.seconds = now_seconds() - timed.t0;
+  }
+  result_.val_loss = r.loss;
+  result_.val_ppl = r.ppl;
+  result_.val_tokens = r.tokens;
+  if (!quiet_)
+    std::printf("step %5lld | val loss %.4f | val ppl %.2f | %lld tokens | %.1f s\n", static_cast<long long>(step_done),
+                r.loss, r.ppl, static_cast<long long>(r.tokens), r.seconds);
+  log_line({{"step", step_done}, {"val_loss", r.loss}, {"val_ppl", r.ppl}, {"val_tokens", r.tokens}});
+}
+
+// The steps: each one's update, its log line, the time budget's decision, a
+// stop signal, and the periodic validations and checkpoints.
+void Run::step_loop() {
+  Model& model = *model_;
+  run_start_ = now_seconds();
   // Routing statistics of every routing_every-th step (all its micro-batches,
   // of every rank), one JSONL line each; the forward does no statistics work on other steps.
   RoutingStats routing = model.make_routing_stats();
-  const bool log_routing = opt.routing_every > 0 && !model.routers().empty();
-
-  int64_t step = start;
-  int stopped_by = 0;    // the signal that ended the run early, if one did
+  const bool log_routing = opt_.routing_every > 0 && !model.routers().empty();
   int skipped_in_a_row = 0;
   // The step the learning-rate schedule ends at: --steps, unless the time
   // budget cannot reach it — then the schedule is shortened (never
   // lengthened) to the steps the budget still allows, so a cut run still ends
   // its decay at lr-min.  Only a binding budget makes a run depend on timing
   // (rank 0's clock decides, for every rank).
-  int64_t schedule = opt.steps;
-  for (; step < schedule; ++step) {
+  schedule_ = opt_.steps;
+  for (step_ = start_; step_ < schedule_; ++step_) {
+    const int64_t step = step_;
     const double t0 = now_seconds();
-    comm.take_seconds();
-    const double lr = lr_at(step, opt.warmup, schedule, opt.lr, opt.lr_min);
-    const double lr_routing = opt.lr_routing < 0 ? lr
-                                                 : lr_at(step, opt.warmup, schedule, opt.lr_routing,
-                                                         opt.lr_min_routing < 0 ? opt.lr_min : opt.lr_min_routing);
-    const bool routing_step = log_routing && (step + 1) % opt.routing_every == 0;
+    comm_.take_seconds();
+    const double lr = lr_at(step, opt_.warmup, schedule_, opt_.lr, opt_.lr_min);
+    const double lr_routing = opt_.lr_routing < 0 ? lr
+                                                  : lr_at(step, opt_.warmup, schedule_, opt_.lr_routing,
+                                                          opt_.lr_min_routing < 0 ? opt_.lr_min : opt_.lr_min_routing);
+    const bool routing_step = log_routing && (step + 1) % opt_.routing_every == 0;
     if (routing_step) {
       routing.clear();
       model.attach_routing_stats(&routing);
     }
     StepOptions sopt;
-    sopt.accum = opt.accum;
+    sopt.accum = opt_.accum;
     sopt.t = step + 1;
     sopt.lr = lr;
     sopt.lr_routing = lr_routing;
-    sopt.clip = opt.clip;
-    sopt.skip_nonfinite = opt.on_nan == "skip";
-    sopt.received_signal = [&] { return signals.received(); };
-    sopt.poison = rank == hooks.nan_rank && step + 1 == hooks.nan_step;
-    sopt.comm = &comm;
-    sopt.shards = &shards;
-    const StepStats st = train_step(model, adamw, next_batch, sopt);
+    sopt.clip = opt_.clip;
+    sopt.skip_nonfinite = opt_.on_nan == "skip";
+    sopt.received_signal = [&] { return signals_.received(); };
+    sopt.poison = rank_ == hooks_.nan_rank && step + 1 == hooks_.nan_step;
+    sopt.comm = &comm_;
+    sopt.shards = shards_.get();
+    const StepStats st = train_step(model, *adamw_, [this](int32_t* in, int32_t* tg) { next_batch(in, tg); }, sopt);
     if (routing_step) {
       model.attach_routing_stats(nullptr);
-      if (ranks > 1) {  // the global batch's statistics: every rank's sums, added in rank order
+      if (ranks_ > 1) {  // the global batch's statistics: every rank's sums, added in rank order
         const std::vector<double> mine = routing.values();
-        const std::vector<double> all = comm.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));
+        const std::vector<double> all = comm_.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));
         std::vector<double> sum(mine.size(), 0.0);
-        for (int q = 0; q < ranks; ++q)
+        for (int q = 0; q < ranks_; ++q)
           for (size_t i = 0; i < mine.size(); ++i) sum[i] += all[static_cast<size_t>(q) * mine.size() + i];
         routing.set_values(sum);
       }
       log_line({{"step", step + 1}, {"routing", routing.to_json()}});
     }
     const double loss = st.loss, norm = st.grad_norm;
-    const double comm_s = comm.take_seconds();
+    const double comm_s = comm_.take_seconds();
     const double dt = now_seconds() - t0;
-    step_seconds += dt;
-    const double tok_s = static_cast<double>(tokens_per_step) / dt;
-    const double mfu = tok_s * flops_per_token / peak_flops;
+    step_seconds_ += dt;
+    const double tok_s = static_cast<double>(tokens_per_step_) / dt;
+    const double mfu = tok_s * flops_per_token_ / peak_flops_;
     const int64_t done = step + 1;
     if (st.skipped) {
       ++skipped_in_a_row;
-      if (!quiet)
+      if (!quiet_)
         std::printf("step %5lld/%lld | loss %.4f | norm %.3f | not finite: update skipped (--on-nan skip, %d in a "
                     "row)\n",
-                    static_cast<long long>(done), static_cast<long long>(schedule), loss, norm, skipped_in_a_row);
+                    static_cast<long long>(done), static_cast<long long>(schedule_), loss, norm, skipped_in_a_row);
       log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}});
       if (skipped_in_a_row >= 10)
         fail("step ", done, ": 10 steps in a row had a non-finite loss or gradient (--on-nan skip): training "
-             "diverged (try a lower --lr)", result.last_checkpoint.empty() ? "" : "; the last checkpoint is ",
-             result.last_checkpoint);
+             "diverged (try a lower --lr)", result_.last_checkpoint.empty() ? "" : "; the last checkpoint is ",
+             result_.last_checkpoint);
     } else {
       skipped_in_a_row = 0;
-      result.final_loss = loss;
-      if (!quiet)
+      result_.final_loss = loss;
+      if (!quiet_)
         std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%%s\n",
-                    static_cast<long long>(done), static_cast<long long>(schedule), loss, lr, norm, dt * 1e3,
-                    tok_s, 100.0 * mfu, ranks > 1 ? cat(" | comm ", static_cast<int>(comm_s * 1e3), " ms").c_str() : "");
+                    static_cast<long long>(done), static_cast<long long>(schedule_), loss, lr, norm, dt * 1e3,
+                    tok_s, 100.0 * mfu, ranks_ > 1 ? cat(" | comm ", static_cast<int>(comm_s * 1e3), " ms").c_str() : "");
       nlohmann::json line = {{"step", done}, {"loss", loss}, {"lr", lr},         {"grad_norm", norm},
                              {"ms", dt * 1e3}, {"tok_per_s", tok_s}, {"mfu", mfu}};
-      if (ranks > 1) line["comm_ms"] = comm_s * 1e3;
+      if (ranks_ > 1) line["comm_ms"] = comm_s * 1e3;
       log_line(line);
     }
     std::fflush(stdout);
     // Rank 0's clock decides the time budget, for every rank.
-    int64_t decision[2] = {schedule, 0};  // the schedule's end; out of time
-    if (opt.time_budget > 0) {
-      if (root) {
-        if (done < schedule) {
-          const double left = opt.time_budget - (now_seconds() - run_start) - last_val_seconds;
-          const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds / (done - start)));
-          if (can < schedule) decision[0] = std::max(done + 1, can);
+    int64_t decision[2] = {schedule_, 0};  // the schedule's end; out of time
+    if (opt_.time_budget > 0) {
+      if (root_) {
+        if (done < schedule_) {
+          const double left = opt_.time_budget - (now_seconds() - run_start_) - last_val_seconds_;
+          const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds_ / (done - start_)));
+          if (can < schedule_) decision[0] = std::max(done + 1, can);
         }
-        decision[1] = now_seconds() - run_start > opt.time_budget;
+        decision[1] = now_seconds() - run_start_ > opt_.time_budget;
       }
-      comm.broadcast(decision, sizeof decision, cat("step ", done, ": the time-budget decision"));
-      if (decision[0] < schedule) {
-        schedule = decision[0];
-        if (!quiet)
+      comm_.broadcast(decision, sizeof decision, cat("step ", done, ": the time-budget decision"));
+      if (decision[0] < schedule_) {
+        schedule_ = decision[0];
+        if (!quiet_)
           std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
-                      static_cast<long long>(schedule), static_cast<long long>(opt.steps));
-        log_line({{"step", done}, {"schedule_steps", schedule}});
+                      static_cast<long long>(schedule_), static_cast<long long>(opt_.steps));
+        log_line({{"step", done}, {"schedule_steps", schedule_}});
       }
     }
-    const bool last = done == schedule;
+    const bool last = done == schedule_;
     const bool out_of_time = decision[1] != 0;
-    if ((stopped_by = st.signal)) {  // finish here, on every rank: checkpoint (no validation), say where, exit 0
-      if (!quiet)
-        std::printf("%s received%s after step %lld: saving a checkpoint and stopping\n", ::strsignal(stopped_by),
-                    ranks > 1 ? " (by a rank)" : "", static_cast<long long>(done));
-      ++step;
+    if ((stopped_by_ = st.signal)) {  // finish here, on every rank: checkpoint (no validation), say where, exit 0
+      if (!quiet_)
+        std::printf("%s received%s after step %lld: saving a checkpoint and stopping\n", ::strsignal(stopped_by_),
+                    ranks_ > 1 ? " (by a rank)" : "", static_cast<long long>(done));
+      ++step_;
       break;
     }
-    if (val && opt.val_every > 0 && done % opt.val_every == 0 && !last && !out_of_time) validate(done);
-    if (opt.ckpt_every > 0 && done % opt.ckpt_every == 0 && !last && !out_of_time) save(done);
+    if (val_ && opt_.val_every > 0 && done % opt_.val_every == 0 && !last && !out_of_time) validate(done);
+    if (opt_.ckpt_every > 0 && done % opt_.ckpt_every == 0 && !last && !out_of_time) save(done);
     if (out_of_time) {
-      if (!quiet) std::printf("time budget of %.0f s reached after %lld steps\n", opt.time_budget,
-                              static_cast<long long>(done));
-      ++step;
+      if (!quiet_)
+        std::printf("time budget of %.0f s reached after %lld steps\n", opt_.time_budget, static_cast<long long>(done));
+      ++step_;
       break;
     }
   }
-  result.steps_done = step;
-  result.schedule_steps = schedule;
-  if (val && !stopped_by) validate(step);
-  save(step);
+}
+
+// The run's end: the last validation (not after a stop signal), the last
+// checkpoint, and every rank's peak memory.
+TrainResult Run::finish() {
+  result_.steps_done = step_;
+  result_.schedule_steps = schedule_;
+  if (val_ && !stopped_by_) validate(step_);
+  save(step_);
   // Peak memory of every rank (ZeRO-1 shrinks each one's moments), in the log and on stdout.
   const std::vector<double> rss =
-      comm.all_gather({static_cast<double>(peak_rss_bytes())}, "the end of the run: peak memory of each rank");
+      comm_.all_gather({static_cast<double>(peak_rss_bytes())}, "the end of the run: peak memory of each rank");
   nlohmann::json per_rank = nlohmann::json::array();
-  std::string rss_line = ranks > 1 ? "peak RSS per rank (MiB):" : "peak RSS (MiB):";
+  std::string rss_line = ranks_ > 1 ? "peak RSS per rank (MiB):" : "peak RSS (MiB):";
   for (double b : rss) {
     per_rank.push_back(static_cast<int64_t>(b));
     rss_line += cat(" ", static_cast<int64_t>(b) >> 20);
   }
-  if (!quiet) std::printf("%s\n", rss_line.c_str());
-  log_line({{"step", step}, {"peak_rss_bytes_per_rank", per_rank}});
-  if (!quiet) std::printf("checkpoint: %s\n", result.last_checkpoint.c_str());
+  if (!quiet_) std::printf("%s\n", rss_line.c_str());
+  log_line({{"step", step_}, {"peak_rss_bytes_per_rank", per_rank}});
+  if (!quiet_) std::printf("checkpoint: %s\n", result_.last_checkpoint.c_str());
   std::fflush(stdout);
-  return result;
+  return result_;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks) {
+  std::unique_ptr<Comm> own_comm;
+  if (!comm_in) own_comm = Comm::single();
+  Comm& comm = comm_in ? *comm_in : *own_comm;
+  ATTNRES_CHECK(opt.world == comm.size(), "TrainOptions::world (", opt.world, ") is not the number of ranks (",
+                comm.size(), ")");
+  comm.set_timeout(opt.collective_timeout);
+  Run run(opt, comm, hooks, plan_run(opt, comm.local_size()));  // 1. settle the run's settings
+  run.claim_output();
+  run.build();      // 2. data, model, optimizer, weights, log
+  run.step_loop();  // 3. the steps
+  return run.finish();  // 4. the last validation and checkpoint
 }
 
 }  // namespace attnres

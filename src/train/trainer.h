@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -32,6 +33,22 @@ struct TrainTestHooks {
   int64_t nan_step = -1;
   int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB)
 };
+
+// The first stage of train(): the run's settings, settled and checked before
+// anything is built or written — the options validated, the device and
+// precision tried, a resume checked against the run it continues (refused
+// with the first option that would change its trajectory), the thread count
+// (--threads 0: the cores this process may use, shared by the `local_ranks`
+// ranks on this machine) and the tokenizer the checkpoints will carry.
+struct RunPlan {
+  nlohmann::json settings;                // a resume's run_settings (a new run's are made once its data is open)
+  std::vector<std::string> resume_notes;  // one per allowed change of a resume
+  std::string resume_dir, init_dir;       // resolved (a run: its latest checkpoint); "" when not given
+  int threads = 1;
+  std::string threads_note;               // why that many, with several ranks on this machine
+  std::string tokenizer;                  // "" when none was found
+};
+RunPlan plan_run(const TrainOptions& opt, int local_ranks = 1);
 
 class Comm;
 // With `comm` (null: a world of one), one rank of a data-parallel run: every

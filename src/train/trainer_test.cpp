@@ -772,3 +772,36 @@ TEST(Trainer, UnwritableOutputIsAnErrorBeforeTraining) {
 
 }  // namespace
 }  // namespace attnres
+
+namespace attnres {
+namespace {
+
+// train()'s first stage on its own: a run's settings settle, and a bad resume
+// is refused, before anything is built or written.
+TEST(Trainer, PlanSettlesTheRunBeforeAnythingIsBuilt) {
+  testing::TempDir tmp("plan");
+  TrainOptions o = small_run(tmp.path());
+  write_file_atomic(tmp.path() + "/tokenizer.json", "{}");  // beside the data: it travels with the checkpoints
+  o.threads = 0;
+  const RunPlan fresh = plan_run(o, /*local_ranks=*/2);
+  EXPECT_TRUE(fresh.settings.is_null());  // a new run's settings are made once its data is open
+  EXPECT_EQ(fresh.tokenizer, tmp.path() + "/tokenizer.json");
+  EXPECT_GE(fresh.threads, 1);
+  EXPECT_FALSE(std::filesystem::exists(o.out)) << "planning writes nothing";
+  train(o);
+  TrainOptions again = o;
+  again.resume = o.out;
+  again.steps = 8;
+  const RunPlan resume = plan_run(again);
+  EXPECT_EQ(resume.resume_dir, resolve_model_dir(o.out));
+  EXPECT_EQ(resume.settings["steps"], 8);
+  ASSERT_EQ(resume.resume_notes.size(), 1u);  // the extension of the run
+  again.lr = 1e-2;                            // another trajectory
+  EXPECT_THROW(plan_run(again), Error);
+  again.lr = o.lr;
+  again.device = "tpu";
+  EXPECT_THROW(plan_run(again), Error);
+}
+
+}  // namespace
+}  // namespace attnres
