@@ -16,7 +16,7 @@ namespace attnres {
 
 int cmd_eval(int argc, char** argv) {
   Flags f("eval", "Loss and perplexity of a checkpoint over a token file, in consecutive windows of T+1 tokens.",
-          join(join({{"model", "", "model directory (config.json + weights) or run directory (required)"}},
+          join(join(model_flags(false),
                     window_flags("0", "evaluate only the first N tokens (0 = all)")),
                join({
                         {"quiet", "false", "no progress line on stderr"},

@@ -44,8 +44,7 @@ int cmd_eval_tasks(int argc, char** argv) {
           "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard errors of\n"
           "EleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each task reads\n"
           "DATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face dataset.",
-          join({
-              {"model", "", "model directory (config.json + weights + tokenizer.json) or run directory (required)"},
+          join(join(model_flags(true), {
               {"tasks", "paper", "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
                                  "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"},
               {"data-dir", "", "directory of the task files (required)"},
@@ -56,12 +55,11 @@ int cmd_eval_tasks(int argc, char** argv) {
               {"batch", "8", "requests per forward pass"},
               {"max-length", "0", "the model's context for a request, longer ones cut from the left "
                                   "(0 = max_position_embeddings, as the harness)"},
-              {"tokenizer", "", "tokenizer.json (default: the model directory's)"},
               {"json", "false", "print one JSON object shaped like the harness's results"},
               {"out", "", "also write that JSON object to this file"},
               {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"},
               {"quiet", "false", "no progress line on stderr"},
-          },
+          }),
               context_flags()));
   if (!f.parse(argc, argv)) return 0;
   if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");

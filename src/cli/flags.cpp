@@ -139,9 +139,10 @@ ContextOptions context_options(const Flags& f) {
   return o;
 }
 
-std::vector<FlagSpec> model_flags(const std::string& tokenizer_help) {
-  return {{"model", "", "model directory (config.json + weights) or run directory (required)"},
-          {"tokenizer", "", tokenizer_help}};
+std::vector<FlagSpec> model_flags(bool with_tokenizer) {
+  std::vector<FlagSpec> f = {{"model", "", "model directory (config.json + weights) or run directory (required)"}};
+  if (with_tokenizer) f.push_back({"tokenizer", "", "tokenizer.json (default: the model directory's)"});
+  return f;
 }
 
 std::vector<FlagSpec> window_flags(const std::string& max_tokens_default, const std::string& max_tokens_help) {

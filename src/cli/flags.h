@@ -67,8 +67,9 @@ std::vector<FlagSpec> context_flags(const std::string& precision_default = "fp32
 // Their values, typed and range-checked; open_context (ops/backend.h) builds the Context.
 ContextOptions context_options(const Flags& f);
 
-// --model and --tokenizer: a model to load for inference (infer/load.h).
-std::vector<FlagSpec> model_flags(const std::string& tokenizer_help = "tokenizer.json (default: the model directory's)");
+// --model (and, with_tokenizer, --tokenizer): a model to load for inference
+// (infer/load.h: open_model takes both).
+std::vector<FlagSpec> model_flags(bool with_tokenizer);
 
 // --data, --seq-len, --batch, --max-tokens: a token file read in consecutive
 // windows of T tokens, B windows per forward.

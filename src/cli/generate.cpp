@@ -61,8 +61,7 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 
 int cmd_generate(int argc, char** argv) {
   Flags f("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).",
-          join({
-              {"model", "", "model directory (config.json + weights) or run directory (required)"},
+          join(join(model_flags(true), {
               {"prompt", "", "prompt text (default: read from stdin)"},
               {"prompt-ids", "", "prompt as comma-separated token ids instead of text"},
               {"prompts", "", "JSONL file of prompts ({\"prompt\": TEXT} or {\"prompt_ids\": [...]}) -> JSONL out"},
@@ -73,10 +72,9 @@ int cmd_generate(int argc, char** argv) {
               {"seed", "0", "sampling seed"},
               {"stop", "", "stop when the text contains this string (may be repeated)"},
               {"ignore-eos", "false", "do not stop at end-of-sequence tokens"},
-              {"tokenizer", "", "tokenizer.json to use (default: the model directory's)"},
               {"batch", "8", "sequences decoded together (--prompts)"},
               {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"},
-          },
+          }),
               context_flags()));
   if (!f.parse(argc, argv)) return 0;
   const ContextOptions co = context_options(f);

@@ -28,7 +28,7 @@ namespace attnres {
 
 int cmd_routing(int argc, char** argv) {
   Flags f("routing", "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).",
-          join(join({{"model", "", "model directory (config.json + weights) or run directory (required)"}},
+          join(join(model_flags(false),
                     window_flags("65536", "use at most the first N tokens (0 = all)")),
                join({
                         {"quiet", "false", "no progress line on stderr"},
