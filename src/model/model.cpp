@@ -79,13 +79,18 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     fail("ModelOptions: rows ", o.rows, " must lie between max(batch, seq_len) and batch x seq_len");
   const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F, K = 2 * c.L;
   const int64_t positions = std::max(T, o.cache_len);
-  // Two passes over the same list: count, then carve.
+  // The activation arena as a table of sizes (llm.c's habit): every buffer
+  // named with its floats, in carving order (arena() returns the names and
+  // sizes), then one allocation carved in that order.
   std::vector<std::pair<float**, int64_t>> plan;
-  auto take = [&](float*& p, int64_t n) { plan.push_back({&p, (n + 15) / 16 * 16}); };
+  auto take = [&](const std::string& what, float*& p, int64_t n) {
+    plan.push_back({&p, (n + 15) / 16 * 16});
+    arena_.push_back({what, n});
+  };
   float* tokens = nullptr;
   float* targets = nullptr;
-  take(tokens, N);  // int32s, as many as floats
-  take(targets, N);
+  take("tokens", tokens, N);  // int32s, as many as floats
+  take("targets", targets, N);
   // Per-layer activations: training keeps every layer's, inference one set
   // that all layers share (set after carving).
   // With recompute, training keeps every layer's inputs (stores_inputs modes)
@@ -94,33 +99,34 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   layer_.resize(static_cast<size_t>(c.L));
   for (size_t l = 0; l < layer_.size(); ++l) {
     LayerActs& a = layer_[l];
+    const std::string at = cat("layers.", l, ".");
     if (mode.stores_inputs && train) {
-      take(a.x_attn, N * d);
-      take(a.x_mlp, N * d);
+      take(at + "x_attn", a.x_attn, N * d);
+      take(at + "x_mlp", a.x_mlp, N * d);
     }
     if (l > 0 && shared_acts) continue;
     if (mode.stores_inputs && !train) {
-      take(a.x_attn, N * d);
-      take(a.x_mlp, N * d);
+      take(at + "x_attn", a.x_attn, N * d);
+      take(at + "x_mlp", a.x_mlp, N * d);
     }
-    take(a.rstd1, N);
-    take(a.q, N * qd);
-    take(a.k, N * kvd);
-    take(a.v, N * kvd);
-    take(a.q_rstd, N * c.H);
-    take(a.k_rstd, N * c.KV);
-    take(a.att, N * qd);
-    if (train) take(a.lse, N * c.H);
-    take(a.rstd2, N);
-    take(a.gate, N * F);
-    take(a.up, N * F);
+    take(at + "rstd1", a.rstd1, N);
+    take(at + "q", a.q, N * qd);
+    take(at + "k", a.k, N * kvd);
+    take(at + "v", a.v, N * kvd);
+    take(at + "q_rstd", a.q_rstd, N * c.H);
+    take(at + "k_rstd", a.k_rstd, N * c.KV);
+    take(at + "att", a.att, N * qd);
+    if (train) take(at + "lse", a.lse, N * c.H);
+    take(at + "rstd2", a.rstd2, N);
+    take(at + "gate", a.gate, N * F);
+    take(at + "up", a.up, N * F);
   }
-  take(stream_, N * d);
-  take(rstd_f_, N);
-  take(xf_, N * d);
-  take(rope_cos_, positions * c.hd / 2);
-  take(rope_sin_, positions * c.hd / 2);
-  take(logits_, B * c.V);
+  take("stream", stream_, N * d);
+  take("rstd_f", rstd_f_, N);
+  take("xf", xf_, N * d);
+  take("rope_cos", rope_cos_, positions * c.hd / 2);
+  take("rope_sin", rope_sin_, positions * c.hd / 2);
+  take("logits", logits_, B * c.V);
   k_cache_.assign(static_cast<size_t>(c.L), nullptr);
   v_cache_.assign(static_cast<size_t>(c.L), nullptr);
   if (o.cache_len > 0) {
@@ -133,44 +139,45 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       v_cache_[l] = kv_cache_.data() + (2 * l + 1) * per;
     }
   }
-  take(ln_, N * d);
-  take(qr_, N * qd);
-  take(kr_, N * kvd);
-  if (!mode.outputs_are_sources()) take(out_, N * d);
-  take(h_, N * F);
+  take("ln", ln_, N * d);
+  take("qr", qr_, N * qd);
+  take("kr", kr_, N * kvd);
+  if (!mode.outputs_are_sources()) take("out", out_, N * d);
+  take("h", h_, N * F);
   if (train) {
-    take(dh_, N * F);
-    take(dup_, N * F);
-    if (mode.running_gradient()) take(dx_, N * d);  // full has none
-    take(dln_, N * d);
-    take(dq_, N * qd);
-    take(dk_, N * kvd);
-    take(dv_, N * kvd);
-    take(datt_, N * qd);
+    take("dh", dh_, N * F);
+    take("dup", dup_, N * F);
+    if (mode.running_gradient()) take("dx", dx_, N * d);  // full has none
+    take("dln", dln_, N * d);
+    take("dq", dq_, N * qd);
+    take("dk", dk_, N * kvd);
+    take("dv", dv_, N * kvd);
+    take("datt", datt_, N * qd);
   }
   // Depth routing.
   for (size_t j = 0; j < sources_.size(); ++j) {
     Source& s = sources_[j];
-    take(s.v, N * d);
-    take(s.rstd, N);
+    const std::string src = cat("sources.", j, ".");
+    take(src + "v", s.v, N * d);
+    take(src + "rstd", s.rstd, N);
     // block: only the blocks (the P_k at block starts) own a gradient buffer;
     // the other partial sums share the running dx_ (set below).
     const bool block_start = j % 2 == 0 && j < static_cast<size_t>(K) && block_start_(static_cast<int64_t>(j / 2));
-    if (train && mode.source_owns_gradient(block_start)) take(s.dv, N * d);
+    if (train && mode.source_owns_gradient(block_start)) take(src + "dv", s.dv, N * d);
   }
-  if (mode.routed() && !mode.stores_inputs) take(u_, N * d);
-  if (train && mode.routed()) take(dU_, N * d);
+  if (mode.routed() && !mode.stores_inputs) take("u", u_, N * d);
+  if (train && mode.routed()) take("dU", dU_, N * d);
   if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
-    take(xb_, N * d);
-  if (mode.routed()) take(null_rstd_, K);
+    take("xb", xb_, N * d);
+  if (mode.routed()) take("null_rstd", null_rstd_, K);
   int64_t S_max = 1;
   for (auto& r : routers_) {
     const int64_t S = static_cast<int64_t>(r.index.size());
-    if (train) take(r.logits, N * S);  // kept for the backward
+    if (train) take("routers." + r.name + ".logits", r.logits, N * S);  // kept for the backward
     S_max = std::max(S_max, S);
   }
   float* shared_logits = nullptr;  // inference: one buffer for every router's logits
-  if (!train && mode.routed()) take(shared_logits, N * S_max);
+  if (!train && mode.routed()) take("shared_logits", shared_logits, N * S_max);
   int64_t floats = 0;
   for (auto& [p, n] : plan) floats += n;
   acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));

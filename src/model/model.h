@@ -151,6 +151,13 @@ struct RoutingStats {
   void set_values(const std::vector<double>& v);
 };
 
+// One buffer of a model's activation arena: its name ("layers.3.q",
+// "sources.5.dv", "dx", ...) and its floats, as planned at construction.
+struct ArenaEntry {
+  std::string what;
+  int64_t floats = 0;
+};
+
 class Model {
  public:
   Model(Context& ctx, const Config& c, const ModelOptions& o);
@@ -231,6 +238,11 @@ class Model {
   void attach_routing_stats(RoutingStats* s);
   const std::vector<Router>& routers() const { return routers_; }
 
+  // The activation arena's table of sizes, in carving order (each buffer is
+  // rounded up to 16 floats in the arena); the header's "what each mode
+  // keeps" is this table (Routing.TheArenaKeepsWhatTheHeaderSays).
+  const std::vector<ArenaEntry>& arena() const { return arena_; }
+
   // Training FLOPs per token of one forward+backward (6·matmul params + attention).
   double flops_per_token(int64_t T) const;
 
@@ -252,6 +264,7 @@ class Model {
 
   // Activations (arena).
   Buffer acts_;
+  std::vector<ArenaEntry> arena_;
   std::vector<LayerActs> layer_;  // (L); in inference every entry points at the same buffers
   int32_t* tokens_ = nullptr;     // (N)      the inputs, in backend memory
   int32_t* targets_ = nullptr;    // (N)
