@@ -305,7 +305,7 @@ int cmd_bench(int argc, char** argv) {
               {"steps", "5", "timed steps"},
               {"warmup-steps", "1", "untimed steps first"},
               {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"},
-              {"threads", "0", "threads (0 = all cores)"},
+              threads_flag(),
               {"device", "cpu", "where the model runs (this build: cpu)"},
               {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
                                     "with --generate the default is fp32,bf16"},
@@ -325,9 +325,7 @@ int cmd_bench(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   // --precision may list several: each is checked against the device where it is run.
   check_device(f.str("device"));
-  const int64_t threads_flag = f.i64("threads");
-  if (threads_flag < 0 || threads_flag > 1024) fail("--threads must be 0 (all cores) or at most 1024, got ", threads_flag);
-  const std::unique_ptr<Context> ctx_ptr = open_context({static_cast<int>(threads_flag), f.str("device"), Precision::kF32});
+  const std::unique_ptr<Context> ctx_ptr = open_context({threads_option(f), f.str("device"), Precision::kF32});
   Context& ctx = *ctx_ptr;
   if (!f.str("measure").empty()) {
     const std::string what = f.str("measure");

@@ -411,6 +411,20 @@ TEST_F(Cli, DeviceFlagOnEveryModelCommand) {
   EXPECT_EQ(nlohmann::json::parse(ok.out)["device"], "cpu");
 }
 
+// --threads is one flag of one range in every command: a value beyond it is
+// an error, never a count wrapped to 32 bits (4294967297 ran on 1 thread).
+TEST_F(Cli, ThreadsOutOfRangeIsAnError) {
+  const std::string range = "--threads must be 0 (all cores) or at most 1024, got ";
+  for (const std::string& c : {"eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 2",
+                               "tokenize --tokenizer " + dir_ + "/model/tokenizer.json --bench " + dir_ + "/ok.bin",
+                               "prepare --input " + dir_ + "/ok.bin --out " + dir_ + "/prep",
+                               "tokenizer-train --input " + dir_ + "/ok.bin --output " + dir_ + "/tok.json"}) {
+    expect_clear_error(run(c + " --threads 4294967297"), {range + "4294967297"});
+    expect_clear_error(run(c + " --threads -1"), {range + "-1"});
+  }
+  expect_clear_error(run("eval --model m --data d --threads 99999999999999999999"), {"out of the range of a 64-bit integer"});
+}
+
 // compare takes every option of train, with train's defaults (--batch 8),
 // and passes the ones given on to each run; its own defaults say why in --help.
 TEST_F(Cli, ComparePassesTheTrainOptions) {

@@ -117,10 +117,18 @@ std::string Flags::help() const {
   return out;
 }
 
+FlagSpec threads_flag(const std::string& what) { return {"threads", "0", what + " (0 = all cores)"}; }
+
+int threads_option(const Flags& f) {
+  const int64_t threads = f.i64("threads");
+  if (threads < 0 || threads > 1024) fail("--threads must be 0 (all cores) or at most 1024, got ", threads);
+  return static_cast<int>(threads);
+}
+
 std::vector<FlagSpec> context_flags(const std::string& precision_default) {
   std::string devices;
   for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
-  return {{"threads", "0", "threads (0 = all cores)"},
+  return {threads_flag(),
           {"device", "cpu", "where the model runs (this build: " + devices + ")"},
           {"precision", precision_default,
            "fp32, or bf16: matrix products with bfloat16 inputs and float32 sums on the CPU's matrix units "
@@ -130,9 +138,7 @@ std::vector<FlagSpec> context_flags(const std::string& precision_default) {
 
 ContextOptions context_options(const Flags& f) {
   ContextOptions o;
-  const int64_t threads = f.i64("threads");
-  if (threads < 0 || threads > 1024) fail("--threads must be 0 (all cores) or at most 1024, got ", threads);
-  o.threads = static_cast<int>(threads);
+  o.threads = threads_option(f);
   o.device = f.str("device");
   check_device(o.device);
   o.precision = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");

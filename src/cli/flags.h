@@ -61,6 +61,12 @@ inline std::vector<FlagSpec> join(std::vector<FlagSpec> a, const std::vector<Fla
 
 // ---- the groups of flags that commands share (each joins the ones it takes) ----
 
+// --threads of any command ("threads (0 = all cores)", or what they do:
+// "encoding threads"), and its value: 0 (every core) to 1024, anything else
+// an Error naming the flag.
+FlagSpec threads_flag(const std::string& what = "threads");
+int threads_option(const Flags& f);
+
 // --threads, --device, --precision (and --dtype, the older spelling of the
 // inference commands for --precision): where and how the command's model runs.
 std::vector<FlagSpec> context_flags(const std::string& precision_default = "fp32");

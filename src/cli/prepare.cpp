@@ -33,7 +33,7 @@ int cmd_prepare(int argc, char** argv) {
           {"val-fraction", "0.005", "share of documents that go to val"},
           {"seed", "1337", "seed of the train/val split"},
           {"shard-tokens", "0", "start a new shard (train_000000.bin, ...) after this many tokens (0: one file)"},
-          {"threads", "0", "encoding threads (0: all cores)"},
+          threads_flag("encoding threads"),
           {"batch-mb", "4", "text read per batch (memory bound)"},
       });
   if (!flags.parse(argc, argv)) return 0;
@@ -47,7 +47,7 @@ int cmd_prepare(int argc, char** argv) {
   opt.tokenizer = flags.str("tokenizer").empty() ? opt.out_dir + "/tokenizer.json" : flags.str("tokenizer");
   opt.val_fraction = flags.f64("val-fraction");
   opt.seed = uint64_t(flags.i64("seed"));
-  opt.threads = int(flags.i64("threads"));
+  opt.threads = threads_option(flags);
   opt.batch_bytes = size_t(std::max<int64_t>(1, flags.i64("batch-mb"))) << 20;
   opt.shard_tokens = uint64_t(std::max<int64_t>(0, flags.i64("shard-tokens")));
 

@@ -144,16 +144,17 @@ int cmd_tokenize(int argc, char** argv) {
                   {"decode", "false", "read a JSON array of ids, write the text"},
                   {"plain", "false", "encode special/added tokens in the text as plain text"},
                   {"bench", "", "benchmark: encode this file with 1 thread and with --threads threads"},
-                  {"threads", "0", "threads for --bench (0 = all cores)"},
+                  threads_flag("threads for --bench"),
                   {"repeats", "3", "runs per --bench measurement (the best counts)"},
                   {"chunk-kb", "64", "--bench document size in KB"},
               });
   if (!flags.parse(argc, argv)) return 0;
+  const int bench_threads = threads_option(flags);  // checked before anything is read
   if (flags.str("tokenizer").empty()) fail("--tokenizer FILE is required");
   const Tokenizer tok = Tokenizer::load(flags.str("tokenizer"));
 
   if (!flags.str("bench").empty()) {
-    int threads = int(flags.i64("threads"));
+    int threads = bench_threads;
     if (threads <= 0) threads = omp_get_num_procs();
     return run_bench(tok, flags.str("bench"), threads, std::max<int>(1, int(flags.i64("repeats"))),
                      size_t(std::max<int64_t>(1, flags.i64("chunk-kb"))) * 1024);

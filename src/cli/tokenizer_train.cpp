@@ -24,7 +24,7 @@ int cmd_tokenizer_train(int argc, char** argv) {
                   {"min-frequency", "2", "fewest occurrences of a pair to merge it"},
                   {"train-mb", "0", "use only the first this many MB of text (0: all)"},
                   {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"},
-                  {"threads", "0", "word-counting threads (0: all cores)"},
+                  threads_flag("word-counting threads"),
               });
   if (!flags.parse(argc, argv)) return 0;
   CorpusOptions corpus;
@@ -34,7 +34,7 @@ int cmd_tokenizer_train(int argc, char** argv) {
   BpeTrainerOptions t;
   t.vocab_size = size_t(std::max<int64_t>(0, flags.i64("vocab-size")));
   t.min_frequency = uint64_t(std::max<int64_t>(1, flags.i64("min-frequency")));
-  const BpeModel m = train_tokenizer_on_corpus(corpus, t, int(flags.i64("threads")),
+  const BpeModel m = train_tokenizer_on_corpus(corpus, t, threads_option(flags),
                                                uint64_t(std::max<int64_t>(0, flags.i64("train-mb"))) << 20, stderr);
   const std::string json = to_tokenizer_json(m);
   Tokenizer::from_json(json, flags.str("output"));  // what we write, we can load
