@@ -52,10 +52,15 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
   return m;
 }
 
-class Inference : public ::testing::TestWithParam<std::string> {
+// Cached decoding against the full forward, per backend: the same products in
+// another order of rows, so within the backend's float32 rounding.
+double cached_tolerance(const std::string& backend) { return backend == "cpu" ? 1e-5 : 0; }
+
+class Inference : public ::testing::TestWithParam<std::tuple<testing::BackendParam, std::string>> {
  protected:
   void SetUp() override {
-    dir_ = kGolden + GetParam();
+    ASSERT_GT(tol_, 0) << "backend " << backend().backend << " has no measured tolerance (cached_tolerance)";
+    dir_ = kGolden + std::get<1>(GetParam());
     cfg_ = Config::load(dir_ + "/config.json");
     const SafeTensorsReader gold(dir_ + "/golden.safetensors");
     tokens_ = gold.read_i32("tokens");  // [steps, accum, B, T+1]: use the first rows
@@ -71,12 +76,15 @@ class Inference : public ::testing::TestWithParam<std::string> {
   }
   // Logits (T, V) of one full forward over s.
   std::vector<float> full_logits(const std::vector<int32_t>& s) {
-    Model m(testing::test_context(), cfg_, inference(1, T_, 0));
+    Model m(ctx(), cfg_, inference(1, T_, 0));
     load_weights(m, dir_ + "/model.safetensors");
     std::vector<float> out(static_cast<size_t>(T_ * cfg_.V));
     m.forward_logits(s.data(), out.data());
     return out;
   }
+  const testing::BackendParam& backend() const { return std::get<0>(GetParam()); }
+  Context& ctx() const { return testing::context_for(backend()); }
+  const double tol_ = cached_tolerance(std::get<0>(GetParam()).backend);
   std::string dir_;
   Config cfg_;
   std::vector<int32_t> tokens_;
@@ -90,19 +98,19 @@ TEST_P(Inference, CachedDecodingEqualsTheFullForward) {
   const std::vector<float> full = full_logits(s);
 
   // One token at a time.
-  Model m(testing::test_context(), cfg_, inference(1, T_, T_));
+  Model m(ctx(), cfg_, inference(1, T_, T_));
   load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> row(static_cast<size_t>(V));
   const int64_t slot = 0;
   for (int64_t t = 0; t < T_; ++t) {
     m.forward_cached(&s[t], 1, 1, &slot, &t, row.data());
-    EXPECT_LE(max_abs_diff(row.data(), full.data() + t * V, V), 1e-5) << "position " << t;
+    EXPECT_LE(max_abs_diff(row.data(), full.data() + t * V, V), tol_) << "position " << t;
   }
   // Chunked prefill: 3 tokens, then 4, then the rest; the last logits of each chunk.
   for (int64_t p0 : {int64_t{0}, int64_t{3}, int64_t{7}}) {
     const int64_t n = p0 == 7 ? T_ - 7 : (p0 == 0 ? 3 : 4);
     m.forward_cached(&s[p0], 1, n, &slot, &p0, row.data());
-    EXPECT_LE(max_abs_diff(row.data(), full.data() + (p0 + n - 1) * V, V), 1e-5) << "chunk at " << p0;
+    EXPECT_LE(max_abs_diff(row.data(), full.data() + (p0 + n - 1) * V, V), tol_) << "chunk at " << p0;
   }
 }
 
@@ -111,7 +119,7 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
   const std::vector<int32_t> a = seq(0), b = seq(1);
   const std::vector<float> fa = full_logits(a), fb = full_logits(b);
   // a lives in slot 2 and starts first; b in slot 0, three positions behind.
-  Model m(testing::test_context(), cfg_, inference(2, T_, T_, 3));
+  Model m(ctx(), cfg_, inference(2, T_, T_, 3));
   load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> logits(static_cast<size_t>(2 * V));
   const int64_t slot_a = 2;
@@ -121,8 +129,8 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
     const int32_t toks[2] = {a[t], b[t - 3]};
     const int64_t slots[2] = {2, 0}, pos[2] = {t, t - 3};
     m.forward_cached(toks, 2, 1, slots, pos, logits.data());
-    EXPECT_LE(max_abs_diff(logits.data(), fa.data() + t * V, V), 1e-5) << "a at " << t;
-    EXPECT_LE(max_abs_diff(logits.data() + V, fb.data() + (t - 3) * V, V), 1e-5) << "b at " << t - 3;
+    EXPECT_LE(max_abs_diff(logits.data(), fa.data() + t * V, V), tol_) << "a at " << t;
+    EXPECT_LE(max_abs_diff(logits.data() + V, fb.data() + (t - 3) * V, V), tol_) << "b at " << t - 3;
   }
 }
 
@@ -132,7 +140,7 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
 TEST_P(Inference, RoutingKeepsNoStateAcrossTime) {
   const int64_t V = cfg_.V;
   const std::vector<int32_t> a = seq(0), other = seq(1);
-  Model m(testing::test_context(), cfg_, inference(1, T_, T_, 2));
+  Model m(ctx(), cfg_, inference(1, T_, T_, 2));
   load_weights(m, dir_ + "/model.safetensors");
   std::vector<float> alone(static_cast<size_t>(T_ * V)), mixed(static_cast<size_t>(T_ * V)),
       scratch(static_cast<size_t>(V));
@@ -150,7 +158,7 @@ TEST_P(Inference, GreedyEqualsTheOracle) {
   g.max_new_tokens = static_cast<int64_t>(want_[0].size());
   int64_t longest = 0;
   for (const auto& p : prompts_) longest = std::max(longest, static_cast<int64_t>(p.size()));
-  Model m(testing::test_context(), cfg_, inference(3, longest, longest + g.max_new_tokens, 3));
+  Model m(ctx(), cfg_, inference(3, longest, longest + g.max_new_tokens, 3));
   load_weights(m, dir_ + "/model.safetensors");
   for (size_t i = 0; i < 3; ++i) {
     const auto r = generate(m, {prompts_[i]}, g);
@@ -161,8 +169,10 @@ TEST_P(Inference, GreedyEqualsTheOracle) {
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(r[i].ids, want_[i]) << "prompt " << i << " in the batch";
 }
 
-INSTANTIATE_TEST_SUITE_P(Oracle, Inference, ::testing::ValuesIn(testing::golden_cases()),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Oracle, Inference,
+                         ::testing::Combine(::testing::ValuesIn(testing::backend_params()),
+                                            ::testing::ValuesIn(testing::golden_cases())),
+                         [](const auto& info) { return std::get<1>(info.param) + "_" + std::get<0>(info.param).name; });
 
 // bf16 products: the logits stay close to f32 (the bound is loose; the
 // measured differences are printed for docs/inference.md).

@@ -21,6 +21,7 @@
 #include "core/file_util.h"
 #include "io/safetensors.h"
 #include "model/model.h"
+#include "testing/check.h"
 #include "testing/context.h"
 #include "testing/golden.h"
 #include "train/optimizer.h"
@@ -91,6 +92,20 @@ constexpr GoldenTolerance kBf16{3e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 8e-2
 // norm of the first step only: the trajectories part after it.
 constexpr GoldenTolerance kBf16VsF64{0.15, 1e-2, 0.1, 0, 0.1, 0.25, 5e-2, 0.1, 0.1, 1};
 
+// Tolerances belong to a (backend, precision) pair: each backend's rows are
+// measured on that backend (the ones above: the CPU backend's).  A backend
+// without rows fails the test naming itself, rather than borrowing another's.
+struct BackendTolerances {
+  const char* backend;
+  GoldenTolerance fp32, bf16, bf16_vs_f64;
+};
+constexpr BackendTolerances kTolerances[] = {{"cpu", kFp32, kBf16, kBf16VsF64}};
+const BackendTolerances* tolerances_of(const std::string& backend) {
+  for (const BackendTolerances& t : kTolerances)
+    if (backend == t.backend) return &t;
+  return nullptr;
+}
+
 // The largest |a − b| over n values.
 double max_diff(const float* a, const float* b, size_t n) {
   double w = 0;
@@ -149,11 +164,13 @@ void expect_matches(const std::string& what, const ParamLayout& layout, const Ou
   EXPECT_TRUE(close("final_loss", &out.final_loss, &want_fl, 1, tol.final_loss, 0));
 }
 
-class Golden : public ::testing::TestWithParam<std::tuple<std::string, Precision>> {};
+class Golden : public ::testing::TestWithParam<std::tuple<testing::BackendParam, std::string, Precision>> {};
 
 TEST_P(Golden, MatchesOracle) {
-  const auto [name, precision] = GetParam();
-  Context& ctx = testing::test_context();
+  const auto [backend, name, precision] = GetParam();
+  const BackendTolerances* tol = tolerances_of(backend.backend);
+  ASSERT_TRUE(tol) << "backend " << backend.backend << " has no measured tolerances (kTolerances)";
+  Context& ctx = testing::context_for(backend);
   if (const std::string why = ctx.ops().unsupported(precision); !why.empty()) GTEST_SKIP() << why;
   const std::string dir = kGolden + name;
   const Config c = Config::load(dir + "/config.json");
@@ -218,11 +235,11 @@ TEST_P(Golden, MatchesOracle) {
   out.final_loss = static_cast<float>(final_loss);
 
   if (precision == Precision::kF32) {
-    expect_matches("fp32 vs the oracle", model.layout(), out, dir + "/golden.safetensors", kFp32);
+    expect_matches("fp32 vs the oracle", model.layout(), out, dir + "/golden.safetensors", tol->fp32);
     return;
   }
-  expect_matches("bf16 vs the oracle's bf16", model.layout(), out, dir + "/golden_bf16.safetensors", kBf16);
-  expect_matches("bf16 vs the float64 oracle", model.layout(), out, dir + "/golden.safetensors", kBf16VsF64);
+  expect_matches("bf16 vs the oracle's bf16", model.layout(), out, dir + "/golden_bf16.safetensors", tol->bf16);
+  expect_matches("bf16 vs the float64 oracle", model.layout(), out, dir + "/golden.safetensors", tol->bf16_vs_f64);
 }
 
 // That the engine rounds the operands the oracle's bf16 mode rounds, told
@@ -285,11 +302,14 @@ TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
   EXPECT_LE(*std::max_element(grad_ratio.begin(), grad_ratio.end()), 0.8);
 }
 
+// Every case × precision on every backend configuration (testing/check.h).
 INSTANTIATE_TEST_SUITE_P(Oracle, Golden,
-                         ::testing::Combine(::testing::ValuesIn(testing::golden_cases()),
+                         ::testing::Combine(::testing::ValuesIn(testing::backend_params()),
+                                            ::testing::ValuesIn(testing::golden_cases()),
                                             ::testing::Values(Precision::kF32, Precision::kBF16)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + precision_name(std::get<1>(info.param));
+                           return std::get<1>(info.param) + "_" + precision_name(std::get<2>(info.param)) + "_" +
+                                  std::get<0>(info.param).name;
                          });
 
 }  // namespace

@@ -35,6 +35,7 @@
 #include "core/file_util.h"
 #include "model/params.h"
 #include "ops/backend.h"
+#include "testing/context.h"
 
 namespace attnres::testing {
 
@@ -200,6 +201,9 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 inline std::vector<BackendParam> backend_params() {
   return {{"cpu_1thread", "cpu", 1}, {"cpu_3threads", "cpu", 3}};
 }
+
+// The Context of a configuration, shared by the tests that take it (testing/context.h).
+inline Context& context_for(const BackendParam& p) { return context_for(p.name, p.backend, p.threads); }
 
 // Fixture of a test over backend_params(): ctx and its ops.
 class OnBackend : public ::testing::TestWithParam<BackendParam> {

@@ -1,6 +1,13 @@
-// context.h — the Context that model-level tests run on: the CPU backend
-// with two threads (the machine's cores), one per test process.
+// context.h — the Contexts that model-level tests run on: test_context(),
+// the CPU backend with two threads (the machine's cores), and context_for(p),
+// one Context per backend configuration of check.h's backend_params() for the
+// tests parameterised by backend (the oracle comparisons).  One each per test
+// process, built on first use.
 #pragma once
+
+#include <map>
+#include <memory>
+#include <string>
 
 #include "core/context.h"
 #include "ops/backend.h"
@@ -10,6 +17,14 @@ namespace attnres::testing {
 inline Context& test_context() {
   static Context ctx(2);
   return ctx;
+}
+
+// The Context of a backend configuration (name, backend, threads), built once.
+inline Context& context_for(const std::string& name, const std::string& backend, int threads) {
+  static std::map<std::string, std::unique_ptr<Context>> contexts;
+  auto& c = contexts[name];
+  if (!c) c = std::make_unique<Context>(threads, backend);
+  return *c;
 }
 
 }  // namespace attnres::testing
