@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/guarded_backend.h"
 
 namespace attnres {
 
@@ -20,6 +21,7 @@ void check_device(const std::string& name) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx) {
+  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx);  // tests (guarded_backend.h)
   check_device(name);
   return std::make_unique<CpuBackend>(ctx);  // the one name backend_names() has
 }

@@ -8,6 +8,8 @@
 // the model or the trainer — they still touch backend memory from the host
 // after synchronize() (init, weight loading, checkpoints, loss readout, MPI
 // staging), and some ops read host arrays per call (marked "host" below).
+// ops/cpu/guarded_backend.h ("cpu-guarded", tests only) locks its memory
+// outside the ops and transfers, so the per-op tests prove the ops keep to it.
 //
 // Dimension letters: N rows (tokens, B·T), C channels, B batch, T time,
 // H query heads, KV key/value heads, hd head_dim, F intermediate, V vocab,

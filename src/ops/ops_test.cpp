@@ -344,6 +344,24 @@ ATTNRES_ON_BACKENDS(AttentionCache);
 // and run after omp_set_num_threads(more) wrote past its scratch.  Now every
 // kernel runs the Context's threads: the workspace reserved for them is all
 // it takes, whatever OpenMP's setting.
+// The guarded backend keeps its promise: its memory is reachable through
+// upload, download and the ops, and a host access beside them faults.
+TEST(GuardedBackend, HostAccessOutsideTheInterfaceFaults) {
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  Context ctx(1, "cpu-guarded");
+  Backend& ops = ctx.ops();
+  EXPECT_STREQ(ops.name(), "cpu-guarded");
+  DeviceVec<float> v(ops, std::vector<float>{1, 2, 3});
+  ops.scale(v.data(), 2.0f, 3);
+  EXPECT_EQ(v.host(), (std::vector<float>{2, 4, 6}));
+  float* p = v.data();
+  EXPECT_DEATH({ volatile float x = p[1]; (void)x; }, "");
+  EXPECT_DEATH({ p[1] = 5.0f; }, "");
+  EXPECT_EQ(v.host(), (std::vector<float>{2, 4, 6}));
+  // Not a device a user chooses.
+  EXPECT_THROW(check_device("cpu-guarded"), Error);
+}
+
 TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
   const int64_t B = 2, T = 70, H = 4, KV = 2, hd = 6;  // T = 70: two query tiles
   const int saved = omp_get_max_threads();

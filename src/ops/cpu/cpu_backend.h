@@ -31,7 +31,7 @@ inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 // dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
 
-class CpuBackend final : public Backend {
+class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) locks its memory
  public:
   explicit CpuBackend(Context& ctx) : Backend(ctx) {}
   const char* name() const override { return "cpu"; }
