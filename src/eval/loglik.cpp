@@ -101,8 +101,8 @@ std::vector<Loglik> score_requests(Model& model, const std::vector<TokenRequest>
       for (int64_t j = 0; j < w.cont; ++j) targets[b * T + L - w.cont + j] = r.continuation[j];
     }
     model.loss_sum(inputs.data(), targets.data(), B, T);
-    const float* loss = model.token_losses();
-    const uint8_t* greedy = model.token_greedy();
+    const std::vector<float> loss = model.token_losses();
+    const std::vector<uint8_t> greedy = model.token_greedy();
     for (int64_t b = 0; b < B; ++b) {
       const Window& w = win[order[b0 + b]];
       const int64_t L = static_cast<int64_t>(w.input.size());

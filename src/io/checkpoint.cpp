@@ -187,11 +187,18 @@ bool parse_save_dtype(const std::string& dtype, const char* flag) {
 }
 
 int64_t load_weights(Model& model, const std::string& path, bool keep_missing_routing) {
-  model.context().ops().synchronize();
+  Backend& ops = model.context().ops();
+  ops.synchronize();
   const bool training = model.options().training;
   const bool into16 = !training && model.precision() == Precision::kBF16;
-  const int64_t kept = load_params(path, model.layout(), model.params(), into16 ? model.params_bf16() : nullptr,
-                                   keep_missing_routing, model.context().threads());
+  const size_t n = static_cast<size_t>(model.layout().total());
+  int64_t kept = 0;
+  {  // the arenas as host memory while the files are read into them
+    const HostView<float> params(ops, model.params(), n);
+    const HostView<bf16> params16(ops, into16 ? model.params_bf16() : nullptr, n);
+    kept = load_params(path, model.layout(), params.data(), params16.data(), keep_missing_routing,
+                       model.context().threads());
+  }
   if (training) model.refresh_bf16();
   return kept;
 }

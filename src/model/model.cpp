@@ -430,16 +430,22 @@ void Model::refresh_bf16(int64_t lo, int64_t hi) {
 }
 
 void Model::init(Rng& rng) {
+  const size_t n = static_cast<size_t>(layout_.total());
   if (opt_.training || opt_.precision == Precision::kF32) {
-    init_params(layout_, cfg_, params_.data(), rng);
+    {
+      const HostView<float> params(ops_, params_.data(), n);
+      init_params(layout_, cfg_, params.data(), rng);
+    }
     refresh_bf16();
     return;
   }
   // The same draws as float32; the matrices are rounded to bf16 a piece at a time.
+  const HostView<float> params(ops_, params_.data(), n);
+  const HostView<bf16> params16(ops_, params16_.as<bf16>(), n);
   std::vector<float> tmp;
   for (const auto& s : layout_.specs()) {
     if (!s.matrix) {
-      init_tensor(s, cfg_, params_.data() + s.offset, rng);
+      init_tensor(s, cfg_, params.data() + s.offset, rng);
       continue;
     }
     constexpr int64_t kPiece = 1 << 16;
@@ -448,7 +454,7 @@ void Model::init(Rng& rng) {
       piece.numel = std::min(kPiece, s.numel - i0);
       tmp.resize(static_cast<size_t>(piece.numel));
       init_tensor(piece, cfg_, tmp.data(), rng);
-      for (int64_t i = 0; i < piece.numel; ++i) params16_.as<bf16>()[s.offset + i0 + i] = float_to_bf16(tmp[i]);
+      for (int64_t i = 0; i < piece.numel; ++i) params16.data()[s.offset + i0 + i] = float_to_bf16(tmp[i]);
     }
   }
 }
@@ -460,6 +466,18 @@ void Model::zero_grad() {
   if (!opt_.freeze_base) return ops_.fill(grads_.data(), 0.0f, layout_.total());
   for (const TensorSpec& s : layout_.specs())
     if (trains(s)) ops_.fill(grads_.data() + s.offset, 0.0f, s.numel);
+}
+
+std::vector<float> Model::token_losses() const {
+  std::vector<float> out(static_cast<size_t>(rows()));
+  ops_.download(out.data(), token_loss_.data(), out.size() * sizeof(float));
+  return out;
+}
+
+std::vector<uint8_t> Model::token_greedy() const {
+  std::vector<uint8_t> out(static_cast<size_t>(rows()));
+  ops_.download(out.data(), token_greedy_.as<uint8_t>(), out.size());
+  return out;
 }
 
 void Model::fill_gradient_buffers_for_testing(float value) {

@@ -215,11 +215,11 @@ class Model {
   LossSum loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
   // Forward at the built (B, T), writing logits (B, T, V) to host memory.
   void forward_logits(const int32_t* inputs, float* logits);
-  // Per-token losses (B, T) of the last loss computation (host-readable).
-  const float* token_losses() const { return token_loss_.data(); }
-  // Per token (B, T) of the last loss_sum: 1 where the target is the argmax of
-  // the logits (greedy decoding would have chosen it), else 0.
-  const uint8_t* token_greedy() const { return token_greedy_.as<uint8_t>(); }
+  // Per-token losses (B, T) of the last loss computation, downloaded to host memory.
+  std::vector<float> token_losses() const;
+  // Per token (B, T) of the last loss_sum, downloaded: 1 where the target is
+  // the argmax of the logits (greedy decoding would have chosen it), else 0.
+  std::vector<uint8_t> token_greedy() const;
 
   // ---- KV cache (inference models built with cache_len > 0) ----
   // Forward over tokens (B, T) where sequence b continues cache sequence

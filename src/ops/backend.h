@@ -5,9 +5,10 @@
 // tests hold any other against; a second backend is a directory beside it
 // plus its name in make_backend and backend_names (ops/backend.cpp), chosen
 // by --device through open_context.  Not yet true: that it needs no change to
-// the model or the trainer — they still touch backend memory from the host
-// after synchronize() (init, weight loading, checkpoints, loss readout, MPI
-// staging), and some ops read host arrays per call (marked "host" below).
+// the model or the trainer — init, weight loading and the loss readout go
+// through host views and transfers, but checkpoints and the trainer's MPI
+// staging still read the arenas in place after synchronize(), and some ops
+// read host arrays per call (marked "host" below).
 // ops/cpu/guarded_backend.h ("cpu-guarded", tests only) locks its memory
 // outside the ops and transfers, so the per-op tests prove the ops keep to it.
 //
@@ -112,6 +113,14 @@ class Backend {
   // Host ↔ backend bytes (token ids in, losses and logits out).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  // Host views: [p, p + bytes) of this backend's memory, readable and
+  // writable on the host from map() until unmap() — the one way besides
+  // upload/download that the host reaches backend memory.  CPU: map returns p
+  // and nothing moves; a device backend gives a host copy, filled at map and
+  // written back at unmap.  No op may run on the range while it is mapped.
+  // HostView (below) pairs the two calls.
+  virtual void* map(void* p, size_t bytes) = 0;
+  virtual void unmap(void* p, size_t bytes) = 0;
   // dst[i] = bf16(src[i]), rounded to nearest even (NaN stays NaN): the copy of
   // a weight matrix that bf16 products read.
   virtual void to_bf16(bf16* dst, const float* src, int64_t n) = 0;
@@ -270,6 +279,27 @@ class Backend {
 
  protected:
   Context& ctx_;
+};
+
+// A scope in which n values of T at p (backend memory) are host memory:
+// data() is where the host reads and writes them (Backend::map … unmap).
+template <class T>
+class HostView {
+ public:
+  HostView(Backend& ops, T* p, size_t n)
+      : ops_(ops), p_(p), bytes_(n * sizeof(T)), host_(p ? static_cast<T*>(ops.map(p, bytes_)) : nullptr) {}
+  ~HostView() {
+    if (p_) ops_.unmap(p_, bytes_);
+  }
+  HostView(const HostView&) = delete;
+  HostView& operator=(const HostView&) = delete;
+  T* data() const { return host_; }
+
+ private:
+  Backend& ops_;
+  T* p_;
+  size_t bytes_;
+  T* host_;
 };
 
 // The backend called `name` ("cpu"), running on ctx; Error for an unknown name.

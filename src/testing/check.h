@@ -204,11 +204,13 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 inline std::vector<BackendParam> backend_params() {
   return {{"cpu_1thread", "cpu", 1}, {"cpu_3threads", "cpu", 3}, {"cpu_guarded", "cpu-guarded", 3}};
 }
-// The configurations the model-level tests run on: those whose memory the
-// host may still read in place.  The model, io and trainer read their arenas
-// after synchronize() today (docs/inference.md), so the guarded backend joins
-// this list once they go through transfers only.
-inline std::vector<BackendParam> model_backend_params() { return {{"cpu_1thread", "cpu", 1}, {"cpu_3threads", "cpu", 3}}; }
+// The configurations the oracle comparisons run on (golden_test.cpp,
+// generate_test.cpp): all of them — what they reach of the model (building
+// it, loading weights, forward, backward, AdamW steps, decoding) goes through
+// the interface.  Other model-level tests still read arenas in place
+// (params(), grads(), checkpoints, the trainer's MPI staging) and run on
+// test_context(), the plain CPU backend (docs/inference.md).
+inline std::vector<BackendParam> model_backend_params() { return backend_params(); }
 
 // The Context of a configuration, shared by the tests that take it (testing/context.h).
 inline Context& context_for(const BackendParam& p) { return context_for(p.name, p.backend, p.threads); }

@@ -39,6 +39,8 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) lo
 
   Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
+  void* map(void* p, size_t) override { return p; }
+  void unmap(void*, size_t) override {}
   void copy(float* dst, const float* src, int64_t n) override;
   void fill(float* dst, float value, int64_t n) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;

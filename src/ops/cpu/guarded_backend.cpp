@@ -27,19 +27,25 @@ struct Guard {
   }
 };
 Guard& guard() {
-  static Guard g;
-  return g;
+  static Guard* g = new Guard;  // never destroyed: Buffers released at exit still find it
+  return *g;
+}
+
+void open_all() {
+  std::lock_guard<std::recursive_mutex> lock(guard().mutex);
+  if (guard().depth++ == 0) guard().protect_all(PROT_READ | PROT_WRITE);
+}
+void close_all() {
+  std::lock_guard<std::recursive_mutex> lock(guard().mutex);
+  ATTNRES_CHECK(guard().depth > 0, "unmap without map");
+  if (--guard().depth == 0) guard().protect_all(PROT_NONE);
 }
 
 // Backend memory open to the host for one op or transfer.
 class Unlocked {
  public:
-  Unlocked() : lock_(guard().mutex) {
-    if (guard().depth++ == 0) guard().protect_all(PROT_READ | PROT_WRITE);
-  }
-  ~Unlocked() {
-    if (--guard().depth == 0) guard().protect_all(PROT_NONE);
-  }
+  Unlocked() : lock_(guard().mutex) { open_all(); }
+  ~Unlocked() { close_all(); }
   Unlocked(const Unlocked&) = delete;
   Unlocked& operator=(const Unlocked&) = delete;
 
@@ -64,6 +70,12 @@ Buffer GuardedCpuBackend::alloc(size_t bytes, bool /*lazy: every page is backed 
   guard().allocations[p] = bytes;
   return {p, bytes, &release};
 }
+
+void* GuardedCpuBackend::map(void* p, size_t) {
+  open_all();
+  return p;
+}
+void GuardedCpuBackend::unmap(void*, size_t) { close_all(); }
 
 #define ATTNRES_GUARDED(ret, name, params, args) \
   ret GuardedCpuBackend::name params {           \

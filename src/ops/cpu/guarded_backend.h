@@ -4,7 +4,8 @@
 //
 // Every allocation is mapped PROT_NONE.  Each op and each upload/download
 // unlocks all of this backend's allocations for the call (PROT_READ|WRITE)
-// and locks them again when it returns (a counter lets an op call another).
+// and locks them again when it returns, and map() … unmap() keeps them open
+// between (a counter lets an op call another, and views nest).
 // The kernels are CpuBackend's, so results are its bits; what changes is that
 // a host access that bypasses the interface — reading an arena in place, as a
 // GPU backend would not allow — faults (SIGSEGV) in a test instead of waiting
@@ -23,6 +24,8 @@ class GuardedCpuBackend final : public CpuBackend {
 
   Buffer alloc(size_t bytes, bool lazy) override;
   void synchronize() override {}
+  void* map(void* p, size_t bytes) override;   // opens the memory until unmap
+  void unmap(void* p, size_t bytes) override;
   void copy(float* dst, const float* src, int64_t n) override;
   void fill(float* dst, float value, int64_t n) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
