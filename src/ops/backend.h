@@ -5,10 +5,10 @@
 // tests hold any other against; a second backend is a directory beside it
 // plus its name in make_backend and backend_names (ops/backend.cpp), chosen
 // by --device through open_context.  Not yet true: that it needs no change to
-// the model or the trainer — init, weight loading and the loss readout go
-// through host views and transfers, but checkpoints and the trainer's MPI
-// staging still read the arenas in place after synchronize(), and some ops
-// read host arrays per call (marked "host" below).
+// the model or the trainer — init, weight loading, checkpoints, the loss
+// readout and the trainer's MPI staging go through host views and transfers,
+// but some ops still read host arrays per call (marked "host" below) and the
+// routing statistics accumulate into host memory.
 // ops/cpu/guarded_backend.h ("cpu-guarded", tests only) locks its memory
 // outside the ops and transfers, so the per-op tests prove the ops keep to it.
 //

@@ -165,11 +165,15 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     sum_sq = sum_squares(ops, adamw, grads);
   } else {
     const int signal = so.received_signal ? so.received_signal() : 0;
-    ops.synchronize();  // the arena is read by MPI from the host
+    ops.synchronize();
     const std::string at = cat("step ", so.t, ": ");
+    const size_t total = static_cast<size_t>(model.layout().total());
     double my_sum_sq;
     if (!adamw.freeze_base()) {
-      so.comm->reduce_scatter(grads, *so.shards, at + "the gradient reduce-scatter");
+      {  // MPI reads and writes the gradient arena as host memory
+        const HostView<float> host_grads(ops, grads, total);
+        so.comm->reduce_scatter(host_grads.data(), *so.shards, at + "the gradient reduce-scatter");
+      }
       my_sum_sq = sum_squares(ops, adamw, grads);
     } else {
       // A frozen base: only the routing parameters' gradients travel, packed
@@ -179,15 +183,16 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
       thread_local std::vector<float> packed;
       packed.clear();
       adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
-        packed.insert(packed.end(), grads + off, grads + off + n);
+        const size_t at0 = packed.size();
+        packed.resize(at0 + static_cast<size_t>(n));
+        ops.download(packed.data() + at0, grads + off, static_cast<size_t>(n) * sizeof(float));
       });
       const Shards parts(static_cast<int64_t>(packed.size()), ranks);
       so.comm->reduce_scatter(packed.data(), parts, at + "the routing gradients' reduce-scatter");
       so.comm->all_gather(packed.data(), parts, at + "the routing gradients' all-gather");
       size_t i = 0;
       adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
-        std::copy(packed.begin() + static_cast<std::ptrdiff_t>(i), packed.begin() + static_cast<std::ptrdiff_t>(i + n),
-                  grads + off);
+        ops.upload(grads + off, packed.data() + i, static_cast<size_t>(n) * sizeof(float));
         i += static_cast<size_t>(n);
       });
       // Every rank holds the whole sum: rank 0's Σg² counts once.
@@ -219,7 +224,10 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing, model.params_bf16());
   if (ranks > 1 && !adamw.freeze_base()) {
     ops.synchronize();
-    so.comm->all_gather(model.params(), *so.shards, cat("step ", so.t, ": the parameter all-gather"));
+    {
+      const HostView<float> params(ops, model.params(), static_cast<size_t>(model.layout().total()));
+      so.comm->all_gather(params.data(), *so.shards, cat("step ", so.t, ": the parameter all-gather"));
+    }
     // The other ranks' ranges arrived as float32: their bf16 copies (bf16 only).
     model.refresh_bf16(0, adamw.lo());
     model.refresh_bf16(adamw.hi(), model.layout().total());
@@ -411,9 +419,16 @@ void Run::build() {
     const std::string& dir = plan_.resume_dir;
     // Every rank reads the weights and its own range of the moments (the
     // checkpoint is the same for any number of ranks).
-    const TrainerState st =
-        load_checkpoint(dir, model_->layout(), model_->params(), adamw_->m(), adamw_->v(),
-                        [&](const TensorSpec& s) { return trained(s); }, ctx_->threads(), adamw_->lo(), adamw_->hi());
+    TrainerState st;
+    {  // the arenas as host memory while the checkpoint is read into them
+      Backend& ops = ctx_->ops();
+      const size_t moments = static_cast<size_t>(adamw_->hi() - adamw_->lo());
+      const HostView<float> params(ops, model_->params(), static_cast<size_t>(model_->layout().total()));
+      const HostView<float> m(ops, adamw_->m(), moments), v(ops, adamw_->v(), moments);
+      st = load_checkpoint(dir, model_->layout(), params.data(), m.data(), v.data(),
+                           [&](const TensorSpec& s) { return trained(s); }, ctx_->threads(), adamw_->lo(),
+                           adamw_->hi());
+    }
     model_->refresh_bf16();
     for (const std::string& note : plan_.resume_notes)
       if (!quiet_) std::printf("resume: %s\n", note.c_str());
@@ -537,11 +552,16 @@ void Run::save(int64_t step_done) {
     fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
          "no checkpoint written", result_.last_checkpoint.empty() ? "" : ", the last good one is ",
          result_.last_checkpoint);
-  ctx_->ops().synchronize();  // the arenas are read from the host
+  Backend& ops = ctx_->ops();
+  ops.synchronize();
+  // The arenas as host memory while they are written (MPI reads the moments too).
+  const size_t moments = static_cast<size_t>(adamw.hi() - adamw.lo());
+  const HostView<float> params(ops, model.params(), static_cast<size_t>(model.layout().total()));
+  const HostView<float> m_view(ops, adamw.m(), moments), v_view(ops, adamw.v(), moments);
   if (shards_->bounds.size() <= 2 || !opt_.save_optimizer) {  // one process holds every moment it saves
     if (root_)
-      result_.last_checkpoint = save_checkpoint(opt_.out, c_, model.layout(), model.params(), adamw.m(), adamw.v(),
-                                                st, save_options_);
+      result_.last_checkpoint = save_checkpoint(opt_.out, c_, model.layout(), params.data(), m_view.data(),
+                                                v_view.data(), st, save_options_);
     return;
   }
   // Sharded moments: each rank's range streams to rank 0 while it writes
@@ -550,19 +570,19 @@ void Run::save(int64_t step_done) {
   const int64_t chunk = hooks_.moment_chunk > 0 ? hooks_.moment_chunk : int64_t{1} << 22;
   const std::string what = cat("step ", step_done, ": the transfer of the AdamW moments to rank 0 for the checkpoint");
   if (!root_) {
-    comm_.send_range(adamw.m(), *shards_, 1, chunk, what);
-    comm_.send_range(adamw.v(), *shards_, 2, chunk, what);
+    comm_.send_range(m_view.data(), *shards_, 1, chunk, what);
+    comm_.send_range(v_view.data(), *shards_, 2, chunk, what);
     return;
   }
-  RangeReader m(comm_, *shards_, adamw.m(), 1, chunk, what);
-  RangeReader v(comm_, *shards_, adamw.v(), 2, chunk, what);
+  RangeReader m(comm_, *shards_, m_view.data(), 1, chunk, what);
+  RangeReader v(comm_, *shards_, v_view.data(), 2, chunk, what);
   SaveOptions streamed = save_options_;
   streamed.fetch_moments = [&](int k, int64_t at, std::span<float> out) {
     if (k == 1) m.finish();  // every exp_avg piece is taken before the first exp_avg_sq one
     (k == 0 ? m : v).read(at, out);
   };
   result_.last_checkpoint =
-      save_checkpoint(opt_.out, c_, model.layout(), model.params(), nullptr, nullptr, st, streamed);
+      save_checkpoint(opt_.out, c_, model.layout(), params.data(), nullptr, nullptr, st, streamed);
   m.finish();
   v.finish();
 }
