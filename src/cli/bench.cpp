@@ -306,7 +306,7 @@ int cmd_bench(int argc, char** argv) {
               {"warmup-steps", "1", "untimed steps first"},
               {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"},
               threads_flag(),
-              {"device", "cpu", "where the model runs (this build: cpu)"},
+              device_flag(),
               {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
                                     "with --generate the default is fp32,bf16"},
               {"dtype", "", "its older spelling", "precision"},
@@ -324,7 +324,6 @@ int cmd_bench(int argc, char** argv) {
           });
   if (!f.parse(argc, argv)) return 0;
   // --precision may list several: each is checked against the device where it is run.
-  check_device(f.str("device"));
   const std::unique_ptr<Context> ctx_ptr = open_context({threads_option(f), f.str("device"), Precision::kF32});
   Context& ctx = *ctx_ptr;
   if (!f.str("measure").empty()) {

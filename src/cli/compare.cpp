@@ -89,11 +89,6 @@ const CompareDefault kCompareDefaults[] = {
     {"routing_every", "0", "0 = twenty times per run"},
     {"val_tokens", "262144", "validation in seconds rather than minutes; 0 = the whole file"},
 };
-std::string flag_of_key(std::string key) {
-  for (char& ch : key) ch = ch == '_' ? '-' : ch;
-  return key;
-}
-
 const CompareDefault* compare_default(const std::string& key) {
   for (const CompareDefault& d : kCompareDefaults)
     if (key == d.key) return &d;
@@ -250,7 +245,8 @@ int cmd_compare(int argc, char** argv) {
       else args.insert(args.end(), {"--config", f.str("config")});
       args.insert(args.end(), {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out",
                                run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
-      for (const auto& [key, value] : computed) args.insert(args.end(), {"--" + flag_of_key(key), value});
+      for (const TrainOptionSpec& t : train_option_specs())
+        if (const auto it = computed.find(t.key); it != computed.end()) args.insert(args.end(), {"--" + t.flag, it->second});
       args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
     }
     args.insert(args.end(), passed_free.begin(), passed_free.end());

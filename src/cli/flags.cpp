@@ -125,11 +125,15 @@ int threads_option(const Flags& f) {
   return static_cast<int>(threads);
 }
 
-std::vector<FlagSpec> context_flags(const std::string& precision_default) {
+FlagSpec device_flag() {
   std::string devices;
   for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
+  return {"device", "cpu", "where the model runs (this build: " + devices + ")"};
+}
+
+std::vector<FlagSpec> context_flags(const std::string& precision_default) {
   return {threads_flag(),
-          {"device", "cpu", "where the model runs (this build: " + devices + ")"},
+          device_flag(),
           {"precision", precision_default,
            "fp32, or bf16: matrix products with bfloat16 inputs and float32 sums on the CPU's matrix units "
            "(AMX / AVX512-BF16); norms, attention and routing stay float32"},

@@ -67,6 +67,9 @@ inline std::vector<FlagSpec> join(std::vector<FlagSpec> a, const std::vector<Fla
 FlagSpec threads_flag(const std::string& what = "threads");
 int threads_option(const Flags& f);
 
+// --device NAME, its help listing this build's devices.
+FlagSpec device_flag();
+
 // --threads, --device, --precision (and --dtype, the older spelling of the
 // inference commands for --precision): where and how the command's model runs.
 std::vector<FlagSpec> context_flags(const std::string& precision_default = "fp32");

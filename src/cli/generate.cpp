@@ -79,7 +79,8 @@ int cmd_generate(int argc, char** argv) {
   if (!f.parse(argc, argv)) return 0;
   const ContextOptions co = context_options(f);
   const ModelSource src = open_model(
-      f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kIfPresent, .why = "", .generation_config = true});
+      f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kIfPresent, .why = "", .sampling_defaults = true,
+                         .eos_ids = !f.on("ignore-eos")});
   const std::string& dir = src.dir;
   const Config& c = src.config;
 
@@ -166,11 +167,12 @@ int cmd_generate(int argc, char** argv) {
     longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
   }
   const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
+  const int64_t prefill_chunk = std::min<int64_t>(longest, 512);
   const std::unique_ptr<Context> ctx = open_context(co);
   const std::unique_ptr<Model> model_ptr = load_model(src, *ctx,
                                                       {.batch = batch,
-                                                       .seq_len = std::min<int64_t>(longest, 512),  // prefill chunk
-                                                       .rows = std::max<int64_t>(batch, std::min<int64_t>(longest, 512)),
+                                                       .seq_len = prefill_chunk,
+                                                       .rows = std::max(batch, prefill_chunk),
                                                        .cache_len = std::max<int64_t>(cache_len, 1),
                                                        .cache_seqs = batch},
                                                       co.precision);

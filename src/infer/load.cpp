@@ -23,10 +23,8 @@ ModelSource open_model(const std::string& path, const OpenOptions& o) {
       fail(tok, ": no such file: ", o.why, ", so it needs the model's tokenizer (pass --tokenizer FILE)");
     }
   }
-  if (o.generation_config) {
-    s.sampling = read_sampling_defaults(s.dir);
-    s.eos_ids = read_eos_ids(s.dir);
-  }
+  if (o.sampling_defaults) s.sampling = read_sampling_defaults(s.dir);
+  if (o.eos_ids) s.eos_ids = read_eos_ids(s.dir);
   return s;
 }
 

@@ -39,7 +39,8 @@ struct OpenOptions {
   std::string tokenizer;                    // --tokenizer ("" = the model directory's)
   NeedTokenizer need = NeedTokenizer::kNo;
   std::string why;                          // kYes: why ("eval-tasks scores text"), for the message without one
-  bool generation_config = false;           // read the sampling defaults and end-of-sequence ids (generate)
+  bool sampling_defaults = false;           // read generation_config.json's sampling settings (generate)
+  bool eos_ids = false;                     // read the end-of-sequence ids (generate, unless --ignore-eos)
 };
 
 struct ModelSource {
@@ -47,8 +48,8 @@ struct ModelSource {
   Config config;
   std::string tokenizer_path;        // "" when none was loaded
   std::optional<Tokenizer> tokenizer;
-  // With generation_config: generation_config.json's sampling settings, and
-  // its end-of-sequence ids (else config.json's; [] when neither has any).
+  // When asked for: generation_config.json's sampling settings, and its
+  // end-of-sequence ids (else config.json's; [] when neither has any).
   SamplingOptions sampling;
   std::vector<int32_t> eos_ids;
 };

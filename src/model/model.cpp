@@ -80,12 +80,14 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F, K = 2 * c.L;
   const int64_t positions = std::max(T, o.cache_len);
   // The activation arena as a table of sizes (llm.c's habit): every buffer
-  // named with its floats, in carving order (arena() returns the names and
-  // sizes), then one allocation carved in that order.
-  std::vector<std::pair<float**, int64_t>> plan;
+  // named with its floats and its offset (64-byte aligned), in carving order
+  // (arena() returns the table), then one allocation carved by it.
+  std::vector<float**> slots;  // (entries of arena_) the pointer each entry sets
+  int64_t floats = 0;
   auto take = [&](const std::string& what, float*& p, int64_t n) {
-    plan.push_back({&p, (n + 15) / 16 * 16});
-    arena_.push_back({what, n});
+    slots.push_back(&p);
+    arena_.push_back({what, n, floats});
+    floats += (n + 15) / 16 * 16;
   };
   float* tokens = nullptr;
   float* targets = nullptr;
@@ -178,14 +180,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   float* shared_logits = nullptr;  // inference: one buffer for every router's logits
   if (!train && mode.routed()) take("shared_logits", shared_logits, N * S_max);
-  int64_t floats = 0;
-  for (auto& [p, n] : plan) floats += n;
   acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));
-  float* cursor = acts_.data();
-  for (auto& [p, n] : plan) {
-    *p = cursor;
-    cursor += n;
-  }
+  for (size_t i = 0; i < slots.size(); ++i) *slots[i] = acts_.data() + arena_[i].offset;
   tokens_ = reinterpret_cast<int32_t*>(tokens);
   targets_ = reinterpret_cast<int32_t*>(targets);
   if (shared_acts)
@@ -481,16 +477,11 @@ std::vector<uint8_t> Model::token_greedy() const {
 }
 
 void Model::fill_gradient_buffers_for_testing(float value) {
-  if (!opt_.training) return;
-  const Config& c = cfg_;
-  const int64_t N = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len;
-  const std::pair<float*, int64_t> buffers[] = {{dh_, N * c.F},        {dup_, N * c.F},        {dx_, N * c.d},
-                                                {dln_, N * c.d},       {dq_, N * c.q_dim()},   {dk_, N * c.kv_dim()},
-                                                {dv_, N * c.kv_dim()}, {datt_, N * c.q_dim()}, {dU_, N * c.d}};
-  for (const auto& [p, n] : buffers)
-    if (p) ops_.fill(p, value, n);
-  for (const Source& s : sources_)
-    if (s.dv) ops_.fill(s.dv, value, N * c.d);
+  for (const ArenaEntry& e : arena_) {
+    // The gradient buffers by their names: the backward's scratch (d…) and the sources' gradients (….dv).
+    const bool gradient = e.what[0] == 'd' || (e.what.size() > 3 && e.what.compare(e.what.size() - 3, 3, ".dv") == 0);
+    if (gradient) ops_.fill(acts_.data() + e.offset, value, e.floats);
+  }
 }
 
 double Model::flops_per_token(int64_t T) const {

@@ -152,10 +152,13 @@ struct RoutingStats {
 };
 
 // One buffer of a model's activation arena: its name ("layers.3.q",
-// "sources.5.dv", "dx", ...) and its floats, as planned at construction.
+// "sources.5.dv", "dx", ...; the gradient buffers are the names that begin
+// with d or end in .dv), its floats, and where it starts, as planned at
+// construction.
 struct ArenaEntry {
   std::string what;
   int64_t floats = 0;
+  int64_t offset = 0;  // floats from the arena's start (a multiple of 16)
 };
 
 class Model {
@@ -238,16 +241,15 @@ class Model {
   void attach_routing_stats(RoutingStats* s);
   const std::vector<Router>& routers() const { return routers_; }
 
-  // The activation arena's table of sizes, in carving order (each buffer is
-  // rounded up to 16 floats in the arena); the header's "what each mode
-  // keeps" is this table (Routing.TheArenaKeepsWhatTheHeaderSays).
+  // The activation arena's table of sizes, in carving order; the header's
+  // "what each mode keeps" is this table (Routing.TheArenaKeepsWhatTheHeaderSays).
   const std::vector<ArenaEntry>& arena() const { return arena_; }
 
   // Training FLOPs per token of one forward+backward (6·matmul params + attention).
   double flops_per_token(int64_t T) const;
 
-  // Tests: fills every activation-gradient buffer — the source gradients,
-  // dx_, dU_ and the backward's scratch — with `value`.  A backward that reads
+  // Tests: fills every activation-gradient buffer of arena() — the source
+  // gradients, dx_, dU_ and the backward's scratch — with `value`.  A backward that reads
   // one of them before it assigns it (a source whose first writer
   // accumulates, a stale rebuilt input) then shows it in the gradients.
   void fill_gradient_buffers_for_testing(float value);

@@ -27,7 +27,6 @@ std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx) {
 }
 
 std::unique_ptr<Context> open_context(const ContextOptions& o) {
-  if (o.threads < 0) fail("--threads must be 0 (all cores) or positive, got ", o.threads);
   auto ctx = std::make_unique<Context>(o.threads, o.device);
   if (const std::string why = ctx->ops().unsupported(o.precision); !why.empty())
     fail("--precision ", precision_name(o.precision), ": ", why);
@@ -40,6 +39,7 @@ int hardware_threads() {
 }
 
 Context::Context(int threads, const std::string& backend) : threads_(threads > 0 ? threads : hardware_threads()) {
+  if (threads < 0) fail("--threads must be 0 (all cores) or positive, got ", threads);
   if (threads_ > 1024) fail("--threads ", threads_, " is more than 1024");
   ops_ = make_backend(backend, *this);
 }
