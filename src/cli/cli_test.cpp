@@ -400,7 +400,7 @@ TEST_F(Cli, DeviceFlagOnEveryModelCommand) {
           dir_ + "/dev-cmp",
   };
   for (const std::string& c : commands) {
-    expect_clear_error(run(c + " --device gpu"), {"--device gpu: no such device in this build (it has: cpu)"});
+    expect_clear_error(run(c + " --device gpu"), {"--device gpu: no such device in this build (it has: cpu, cpu-guarded)"});
     Result help = run(c.substr(0, c.find(' ')) + " --help");
     EXPECT_NE(help.out.find("--device"), std::string::npos) << c;
   }

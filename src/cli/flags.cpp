@@ -128,7 +128,10 @@ int threads_option(const Flags& f) {
 FlagSpec device_flag() {
   std::string devices;
   for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
-  return {"device", "cpu", "where the model runs (this build: " + devices + ")"};
+  return {"device", "cpu",
+          "where the model runs (this build: " + devices +
+              "; cpu-guarded is the CPU with its memory locked outside the op interface: slow, for "
+              "checking that the code keeps to it)"};
 }
 
 std::vector<FlagSpec> context_flags(const std::string& precision_default) {

@@ -15,8 +15,7 @@ RoutingStats measure_routing(Model& model, const TokenFile& data, int64_t T, int
   if (max_tokens > 0) n = std::min(n, max_tokens);
   const int64_t windows = n / T;
   if (windows == 0) fail(data.path(), ": ", n, " tokens, fewer than one window of ", T);
-  RoutingStats stats = model.make_routing_stats();
-  model.attach_routing_stats(&stats);
+  model.collect_routing_stats(true);
   std::vector<int32_t> inputs(static_cast<size_t>(B * T));
   for (int64_t w0 = 0; w0 < windows; w0 += B) {
     const int64_t nb = std::min(B, windows - w0);
@@ -26,7 +25,8 @@ RoutingStats measure_routing(Model& model, const TokenFile& data, int64_t T, int
       progress->update(static_cast<uint64_t>(w0 + nb), progress->rate(static_cast<uint64_t>(w0 + nb), "windows"));
   }
   if (progress) progress->finish(progress->rate(static_cast<uint64_t>(windows), "windows"));
-  model.attach_routing_stats(nullptr);
+  RoutingStats stats = model.routing_stats();
+  model.collect_routing_stats(false);
   return stats;
 }
 

@@ -233,6 +233,38 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       }
     }
   }
+  // The lists into backend memory, where the routing ops read them: every
+  // router's sources, then every router's gradient pointers; and the sums of
+  // the routing statistics.
+  int64_t entries = 0, sums = 0;
+  for (const Router& R : routers_) {
+    entries += static_cast<int64_t>(R.src.size());
+    sums += route_stats_size(static_cast<int64_t>(R.src.size()));
+  }
+  if (entries > 0) {
+    const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
+    route_lists_ = ops_.alloc(src_bytes + static_cast<size_t>(entries) * sizeof(float*));
+    route_stats_ = ops_.alloc(static_cast<size_t>(sums) * sizeof(double));
+    auto* src_at = route_lists_.as<RouteSource>();
+    auto* dsrc_at = reinterpret_cast<float**>(route_lists_.as<char>() + src_bytes);
+    double* stats_at = route_stats_.as<double>();
+    for (Router& R : routers_) {
+      const size_t S = R.src.size();
+      ops_.upload(src_at, R.src.data(), S * sizeof(RouteSource));
+      ops_.upload(dsrc_at, R.dsrc.data(), S * sizeof(float*));
+      R.src_list = src_at;
+      R.dsrc_list = dsrc_at;
+      R.stats = stats_at;
+      src_at += S;
+      dsrc_at += S;
+      stats_at += route_stats_size(static_cast<int64_t>(S));
+    }
+  }
+  if (o.cache_len > 0) {
+    seqs_ = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
+    seq_slot_ = seqs_.as<int64_t>();
+    seq_pos_ = seq_slot_ + B;
+  }
 }
 
 // The sources each router reads, per mode (docs/DESIGN.md §2, tests/oracle/README.md §3).
@@ -322,7 +354,15 @@ void Model::build_routers_() {
   }
 }
 
-RoutingStats Model::make_routing_stats() const {
+void Model::collect_routing_stats(bool on) {
+  if (on && route_stats_.bytes()) {
+    const std::vector<char> zeros(route_stats_.bytes(), 0);
+    ops_.upload(route_stats_.data(), zeros.data(), zeros.size());
+  }
+  collect_stats_ = on;
+}
+
+RoutingStats Model::routing_stats() const {
   RoutingStats s;
   s.mode = mode_name(cfg_.mode);
   for (const auto& r : routers_) {
@@ -332,21 +372,11 @@ RoutingStats Model::make_routing_stats() const {
     a.weight_sum.assign(r.index.size(), 0.0);
     s.acc.push_back(std::move(a));
   }
+  // The sums are laid out as RoutingStats::values (route_stats_size per router, in order).
+  std::vector<double> sums(route_stats_.bytes() / sizeof(double));
+  if (!sums.empty()) ops_.download(sums.data(), route_stats_.data(), route_stats_.bytes());
+  s.set_values(sums);
   return s;
-}
-
-void Model::attach_routing_stats(RoutingStats* s) {
-  ATTNRES_CHECK(!s || s->acc.size() == routers_.size(), "routing statistics made for another model");
-  stats_ = s;
-}
-
-void RoutingStats::clear() {
-  for (auto& a : acc) {
-    std::fill(a.weight_sum.begin(), a.weight_sum.end(), 0.0);
-    a.token_max_sum = a.entropy_sum = a.cosine_sum = 0;
-    a.token_max_hist.fill(0);
-    a.tokens = 0;
-  }
 }
 
 std::vector<double> RoutingStats::values() const {
@@ -520,18 +550,16 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
   ops_.matmul_forward(a.v, ln_, W_(w.wv), N, d, kvd);
   ops_.rmsnorm_forward(qr_, a.q_rstd, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, a.k_rstd, a.k, w.k_norm, N * c.KV, c.hd, eps);
-  ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd, cur_pos_);
-  ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd, cur_pos_);
+  const int64_t* pos = cached_ ? seq_pos_ : nullptr;  // null: positions 0 … T−1
+  ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd, pos);
+  ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd, pos);
   KeyValues kv{kr_, a.v, T * kvd};  // the block's own keys
-  if (k_cache_[l]) {
+  if (cached_) {
     // Into the cache at each sequence's positions; attention reads the cache.
     const int64_t C = opt_.cache_len;
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t at = (cur_slot_[b] * C + cur_pos_[b]) * kvd;
-      ops_.copy(k_cache_[l] + at, kr_ + b * T * kvd, T * kvd);
-      ops_.copy(v_cache_[l] + at, a.v + b * T * kvd, T * kvd);
-    }
-    kv = {k_cache_[l], v_cache_[l], C * kvd, cur_slot_, cur_pos_};
+    ops_.kv_cache_store(k_cache_[l], kr_, seq_slot_, seq_pos_, B, T, C, kvd);
+    ops_.kv_cache_store(v_cache_[l], a.v, seq_slot_, seq_pos_, B, T, C, kvd);
+    kv = {k_cache_[l], v_cache_[l], C * kvd, seq_slot_, seq_pos_};
   }
   ops_.attention_forward(a.att, a.lse, qr_, kv, B, T, c.H, c.KV, c.hd);
   ops_.matmul_forward(out, a.att, W_(w.wo), N, qd, d);
@@ -602,13 +630,13 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_forward(out, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, base,
-                     R.w->alpha, combine_, rows(), cfg_.d, stats_ ? &stats_->acc[r] : nullptr);
+  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, base,
+                     R.w->alpha, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_mix(out, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), base, R.w->alpha, combine_,
+  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), base, R.w->alpha, combine_,
                  rows(), cfg_.d);
 }
 
@@ -626,14 +654,14 @@ void Model::route_backward_(int r, bool first) {
   const int rj = j >= 0 ? router_of_[j] : -1;
   if (!mode_spec(cfg_.mode).stores_inputs && rj >= 0) {
     const Router& P = routers_[rj];
-    rb = {u_, P.logits, P.src.data(), static_cast<int64_t>(P.src.size()), gate_base_(rj), P.w->alpha, combine_,
+    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), gate_base_(rj), P.w->alpha, combine_,
           false};
     if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
   }
-  ops_.route_backward(R.dsrc.data(), dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src.data(),
+  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src_list,
                       static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, gate_base_(r), R.w->alpha, combine_,
                       rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
   rebuilt_ = rb.out ? j : -1;
@@ -771,7 +799,7 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
         // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
         // after the null one, summed in one pass as the forward's stream was.
         const Router& R = routers_[r];
-        ops_.route_mix_stream(u_, R.logits, R.src.data(), static_cast<int64_t>(R.src.size()), R.w->alpha, rows(),
+        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), R.w->alpha, rows(),
                               cfg_.d);
       }
       return u_;
@@ -860,7 +888,7 @@ void Model::forward_() {
 
 void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
   upload_tokens_(inputs, B, T);
-  cur_slot_ = cur_pos_ = nullptr;
+  cached_ = false;
   forward_();
 }
 
@@ -965,11 +993,12 @@ void Model::forward_cached(const int32_t* tokens, int64_t B, int64_t T, const in
     if (pos[b] < 0 || pos[b] + T > opt_.cache_len)
       fail("positions ", pos[b], "..", pos[b] + T - 1, " are beyond the KV cache of ", opt_.cache_len);
   }
-  cur_slot_ = slot;
-  cur_pos_ = pos;
+  ops_.upload(seq_slot_, slot, static_cast<size_t>(B) * sizeof(int64_t));
+  ops_.upload(seq_pos_, pos, static_cast<size_t>(B) * sizeof(int64_t));
+  cached_ = true;
   forward_();
   head_logits_(T - 1, T, B, logits);
-  cur_slot_ = cur_pos_ = nullptr;
+  cached_ = false;
 }
 
 }  // namespace attnres

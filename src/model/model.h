@@ -134,18 +134,21 @@ struct Router {
   std::vector<int> index;                 // (S) index in Model::sources_, −1 for the null source
   std::vector<RouteSource> src;           // (S) in order; the null source, if any, first
   std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate; training)
+  // The same two lists in backend memory, uploaded once: what the routing ops read.
+  const RouteSource* src_list = nullptr;  // (S)
+  float* const* dsrc_list = nullptr;      // (S) training
   float* logits = nullptr;                // (N, S) routing logits z of the last forward (α = softmax(z))
+  double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
 };
 
-// Routing statistics per router (docs/routing.md), accumulated by every
-// forward while attached to a model; to_json gives one object of per-router arrays.
+// Routing statistics per router (docs/routing.md), as Model::routing_stats
+// reads them; to_json gives one object of per-router arrays.
 struct RoutingStats {
   std::string mode;
   std::vector<std::string> routers;               // router names
   std::vector<std::vector<std::string>> sources;  // per router, its source names
   std::vector<RouteStats> acc;                    // per router
   nlohmann::json to_json() const;
-  void clear();
   // Every sum and count in one vector (to add them up over the ranks of a run), and back.
   std::vector<double> values() const;
   void set_values(const std::vector<double>& v);
@@ -234,11 +237,12 @@ class Model {
   int64_t cache_len() const { return opt_.cache_len; }
   int64_t cache_seqs() const { return cache_seqs_; }
 
-  // Routing statistics: an empty accumulator shaped for this model's routers
-  // (none in baseline), and attaching one (nullptr detaches) makes every
-  // forward add into it.  Detached, the forward does no statistics work.
-  RoutingStats make_routing_stats() const;
-  void attach_routing_stats(RoutingStats* s);
+  // Routing statistics (docs/routing.md; no routers in baseline), summed in
+  // backend memory by every forward while collecting: collect_routing_stats(true)
+  // starts them from zero, routing_stats() downloads the sums so far, and
+  // collect_routing_stats(false) stops — the forward then does no statistics work.
+  void collect_routing_stats(bool on);
+  RoutingStats routing_stats() const;
   const std::vector<Router>& routers() const { return routers_; }
 
   // The activation arena's table of sizes, in carving order; the header's
@@ -311,15 +315,19 @@ class Model {
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
-  RoutingStats* stats_ = nullptr;
+  Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
+  Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
+  bool collect_stats_ = false;
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
   int first_backward_router_ = -1;  // the first router the backward runs; it assigns its sources' gradients
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
   // The shape of the last forward, and where its sequences sit in the KV cache.
   int64_t cur_B_ = 0, cur_T_ = 0;
-  const int64_t* cur_slot_ = nullptr;  // (B) host, or null
-  const int64_t* cur_pos_ = nullptr;   // (B) host, or null (positions from 0)
+  Buffer seqs_;                        // (2B) int64: seq_slot_, then seq_pos_ (models with a cache)
+  int64_t* seq_slot_ = nullptr;        // (B) each sequence's cache slot, uploaded by forward_cached
+  int64_t* seq_pos_ = nullptr;         // (B) its first position
+  bool cached_ = false;                // this forward reads and writes the cache (else positions from 0)
   int64_t rows() const { return cur_B_ * cur_T_; }
 
   // A weight matrix as its products read it: the float32 master, or in bf16

@@ -341,16 +341,16 @@ TEST(Routing, RecomputeGivesTheSameGradientBits) {
   }
 }
 
-TEST(Routing, StatisticsOnlyWhenAttached) {
+TEST(Routing, StatisticsOnlyWhileCollecting) {
   Model m(testing::test_context(), tiny("full"), kB, kT);
   randomise(m, 13);
   const auto in = tokens(kB * kT, 97, 14);
-  RoutingStats st = m.make_routing_stats();
-  m.attach_routing_stats(&st);
+  logits(m, in);  // not collecting: adds nothing
+  m.collect_routing_stats(true);
   logits(m, in);
-  m.attach_routing_stats(nullptr);
-  logits(m, in);  // detached: adds nothing
-  const nlohmann::json j = st.to_json();
+  m.collect_routing_stats(false);
+  logits(m, in);  // stopped: adds nothing
+  const nlohmann::json j = m.routing_stats().to_json();
   ASSERT_EQ(j["routers"].size(), 13u);
   EXPECT_EQ(j["routers"][0], "layers.0.attn");
   EXPECT_EQ(j["routers"][12], "final");

@@ -9,7 +9,9 @@
 
 namespace attnres {
 
-std::vector<std::string> backend_names() { return {"cpu"}; }
+// cpu-guarded: the CPU's kernels with memory the host cannot reach beside the
+// interface (guarded_backend.h) — for checking that the callers keep to it.
+std::vector<std::string> backend_names() { return {"cpu", "cpu-guarded"}; }
 
 void check_device(const std::string& name) {
   std::string known;
@@ -21,9 +23,9 @@ void check_device(const std::string& name) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx) {
-  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx);  // tests (guarded_backend.h)
   check_device(name);
-  return std::make_unique<CpuBackend>(ctx);  // the one name backend_names() has
+  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx);
+  return std::make_unique<CpuBackend>(ctx);
 }
 
 std::unique_ptr<Context> open_context(const ContextOptions& o) {

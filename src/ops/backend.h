@@ -4,13 +4,15 @@
 // (ops/cpu/) is the only implementation today and the reference the per-op
 // tests hold any other against; a second backend is a directory beside it
 // plus its name in make_backend and backend_names (ops/backend.cpp), chosen
-// by --device through open_context.  Not yet true: that it needs no change to
-// the model or the trainer — init, weight loading, checkpoints, the loss
-// readout and the trainer's MPI staging go through host views and transfers,
-// but some ops still read host arrays per call (marked "host" below) and the
-// routing statistics accumulate into host memory.
-// ops/cpu/guarded_backend.h ("cpu-guarded", tests only) locks its memory
-// outside the ops and transfers, so the per-op tests prove the ops keep to it.
+// by --device through open_context, with no change to the model or the
+// trainer: they reach backend memory only through the ops, upload/download
+// and host views (map/unmap), and every pointer an op is given — the arrays
+// of routing sources, KV-cache slots and positions, routing statistics
+// included — is backend memory.  ops/cpu/guarded_backend.h ("cpu-guarded")
+// holds them to it: its memory is locked outside the ops and transfers, and
+// an op given a pointer outside its allocations is an internal error, so the
+// per-op tests and the model-level tests run on it prove the callers keep to
+// the interface.
 //
 // Dimension letters: N rows (tokens, B·T), C channels, B batch, T time,
 // H query heads, KV key/value heads, hd head_dim, F intermediate, V vocab,
@@ -28,8 +30,9 @@
 //
 // Gradient convention: parameter gradients accumulate (+=); activation
 // gradients assign (=) unless the flag says accumulate (the activation feeds
-// several consumers).  Arrays marked "host" are small per-call metadata read
-// on the host (positions, cache slots).
+// several consumers).  Every pointer argument is backend memory, except the
+// host side of upload/download and the RouteRebuild struct (an argument
+// record whose pointers are backend memory).
 //
 // Scratch comes from the Context's workspace: the *_workspace functions give
 // the floats an op needs, which a model reserves when it is built.
@@ -71,13 +74,14 @@ struct Weight {
 // sequence slot[b]: its keys are the rows of KV·hd floats at k + slot[b]·stride,
 // positions 0 … pos[b] + T − 1; query t of the block is at position pos[b] + t
 // and sees keys 0 … pos[b] + t (causal).  Training: the block's own keys,
-// slot = b, pos = 0, stride = T·KV·hd.  Inference with a KV cache: the cache.
+// slot = b, pos = 0, stride = T·KV·hd.  Inference with a KV cache: the cache,
+// with slot and pos uploaded by the model for each forward.
 struct KeyValues {
   const float* k = nullptr;
   const float* v = nullptr;
   int64_t stride = 0;             // floats from one sequence to the next
-  const int64_t* slot = nullptr;  // (B) host; null: slot b = b
-  const int64_t* pos = nullptr;   // (B) host; null: every block starts at position 0
+  const int64_t* slot = nullptr;  // (B) backend memory; null: slot b = b
+  const int64_t* pos = nullptr;   // (B) backend memory; null: every block starts at position 0
 };
 
 // One AdamW update of a tensor (PyTorch semantics), at 1-based step t:
@@ -102,9 +106,8 @@ class Backend {
   virtual std::string unsupported(Precision p) const = 0;
 
   // ---- memory -------------------------------------------------------------------
-  // Zero-filled memory of this backend.  It is addressable from the host once
-  // synchronize() returned (CPU: plain memory), which checkpoint I/O relies on.
-  // lazy: pages need not be backed until first written (an arena laid out for
+  // Zero-filled memory of this backend, which the host reaches only through
+  // upload/download and map/unmap.  lazy: pages need not be backed until first written (an arena laid out for
   // more tensors than it will hold).
   virtual Buffer alloc(size_t bytes, bool lazy = false) = 0;
   virtual void synchronize() = 0;
@@ -151,12 +154,19 @@ class Backend {
   // Tables [P, hd/2] for positions 0 … P−1: angle(p, j) = p · theta^(-2j/hd).
   virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) = 0;
   // out[j] = x[j]c − x[j+h]s,  out[j+h] = x[j+h]c + x[j]s   (h = hd/2), with the
-  // angle of position pos[b] + t (pos: (B) host, null = 0).
+  // angle of position pos[b] + t (pos: (B) backend memory, null = 0).
   virtual void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                             int64_t heads, int64_t hd, const int64_t* pos = nullptr) = 0;
   // The transpose rotation (positions 0 … T−1): dx[j] = dy[j]c + dy[j+h]s,  dx[j+h] = dy[j+h]c − dy[j]s.
   virtual void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                              int64_t heads, int64_t hd) = 0;
+
+  // ---- KV cache ----
+  // A block's rows into a cache of sequences of P positions: for b < B, t < T,
+  //   cache[((slot[b]·P + pos[b] + t)·w) …] = x[((b·T + t)·w) …]   (w floats per row)
+  // slot, pos: (B) backend memory.  Every position must lie inside the cache.
+  virtual void kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
+                              int64_t T, int64_t P, int64_t w) = 0;
 
   // ---- causal grouped-query attention ----
   // q[B,T,H,hd] and the keys/values of kv → y[B,T,H,hd] (query head h reads
@@ -237,13 +247,14 @@ class Backend {
   // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
   virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) = 0;
   virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S) const = 0;
+  // src: the S sources, a list in backend memory (route_types.h).
   // out (N, d) and logits z (N, S) assigned.  base (N, d) may be null for
-  // kReplace without gate.  stats, when non-null, accumulates this call's
-  // statistics (weight_sum has S entries); null costs nothing.  out must not
-  // alias base or a source.
+  // kReplace without gate.  stats, when non-null, is route_stats_size(S)
+  // doubles of backend memory to which this call's statistics are added
+  // (route_types.h); null costs nothing.  out must not alias base or a source.
   virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
                              const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                             int64_t d, RouteStats* stats = nullptr) = 0;
+                             int64_t d, double* stats = nullptr) = 0;
   // The combination alone from stored logits: exactly route_forward's out
   // (same arithmetic, same bits).  out may alias base.
   virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
@@ -254,7 +265,7 @@ class Backend {
   // running `x += out` — and the same bits as route_mix with that base.
   virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S,
                                 const float* gate, int64_t N, int64_t d) = 0;
-  // Given dout (N, d), the gradient of out:
+  // Given dout (N, d), the gradient of out (dsrc: a list of S pointers in backend memory):
   //   dsrc[i] (N, d) or (d) if broadcast  += ∂/∂v_i   (with accumulate_src = false the
   //                                       (N, d) ones are assigned: the first router of a backward)
   //   dbase   (N, d)                      += a·dout   (may be null; may alias dsrc[S−1])
@@ -302,9 +313,9 @@ class HostView {
   T* host_;
 };
 
-// The backend called `name` ("cpu"), running on ctx; Error for an unknown name.
+// The backend called `name`, running on ctx; Error for an unknown name.
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx);
-// The names make_backend knows in this build ("cpu").
+// The names make_backend knows in this build ("cpu", "cpu-guarded").
 std::vector<std::string> backend_names();
 // An Error naming --device and the known names unless `name` is one of them.
 void check_device(const std::string& name);

@@ -162,7 +162,8 @@ TEST_P(Rope, ForwardMatchesHfRotateHalf) {
 TEST_P(Rope, PositionsGiveTheRowsOfTheWholeSequence) {
   const int64_t B = 2, T = 4, heads = 3, hd = 10, P = 12;
   const double theta = 10000.0;
-  const std::vector<int64_t> pos = {8, 2};  // host; 8 + 3 = P − 1: the tables' last row
+  const std::vector<int64_t> pos = {8, 2};  // 8 + 3 = P − 1: the tables' last row
+  const auto pos_d = dev(ops, pos);
   DeviceVec<float> cos_t(ops, P * hd / 2), sin_t(ops, P * hd / 2);
   ops.rope_tables(cos_t.data(), sin_t.data(), P, hd, theta);
   const int64_t row = heads * hd;
@@ -173,7 +174,7 @@ TEST_P(Rope, PositionsGiveTheRowsOfTheWholeSequence) {
       std::memcpy(&block[(b * T + t) * row], &whole[(b * P + pos[b] + t) * row], row * sizeof(float));
   auto whole_d = dev(ops, whole), block_d = dev(ops, block);
   ops.rope_forward(whole_d.data(), cos_t.data(), sin_t.data(), B, P, heads, hd);
-  ops.rope_forward(block_d.data(), cos_t.data(), sin_t.data(), B, T, heads, hd, pos.data());
+  ops.rope_forward(block_d.data(), cos_t.data(), sin_t.data(), B, T, heads, hd, pos_d.data());
   const auto whole_rot = whole_d.host(), block_rot = block_d.host();
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t)
@@ -296,7 +297,7 @@ class AttentionCache : public testing::OnBackend {};
 TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
   struct CacheCase {
     int64_t T, seqs, P;              // block rows; cache: seqs sequences × P positions
-    std::vector<int64_t> slot, pos;  // (B) host
+    std::vector<int64_t> slot, pos;  // (B)
   };
   // B = 2 both; the second: T = 70 spans two query tiles at a start past 0.
   const CacheCase cases[] = {{3, 3, 12, {1, 0}, {5, 3}}, {70, 3, 80, {0, 2}, {9, 0}}};
@@ -310,7 +311,8 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
     auto kc = randn(c.seqs * stride, 50 + T), vc = randn(c.seqs * stride, 51 + T), q = randn(B * T * H * hd, 52 + T);
     auto kc_d = dev(ops, kc), vc_d = dev(ops, vc), q_d = dev(ops, q);
     DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), y_nolse(ops, q.size());
-    const KeyValues kv{kc_d.data(), vc_d.data(), stride, c.slot.data(), c.pos.data()};
+    const auto slot_d = dev(ops, c.slot), pos_d = dev(ops, c.pos);
+    const KeyValues kv{kc_d.data(), vc_d.data(), stride, slot_d.data(), pos_d.data()};
     ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
     ops.attention_forward(y_nolse.data(), nullptr, q_d.data(), kv, B, T, H, KV, hd);
     const auto y_h = y.host(), lse_h = lse.host();
@@ -336,14 +338,24 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
   }
 }
 
+// A block's keys into a KV cache land at each sequence's slot and positions,
+// and nothing else of the cache changes.
+TEST_P(AttentionCache, StoreWritesEachRowAtItsSlotAndPosition) {
+  const int64_t B = 2, T = 3, P = 7, seqs = 3, w = 5;
+  const std::vector<int64_t> slot = {2, 0}, pos = {4, 1};  // 4 + 3 = P: the last positions
+  auto cache = randn(seqs * P * w, 60), x = randn(B * T * w, 61);
+  auto cache_d = dev(ops, cache), x_d = dev(ops, x);
+  const auto slot_d = dev(ops, slot), pos_d = dev(ops, pos);
+  ops.kv_cache_store(cache_d.data(), x_d.data(), slot_d.data(), pos_d.data(), B, T, P, w);
+  std::vector<float> want = cache;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < w; ++c) want[((slot[b] * P + pos[b] + t) * w) + c] = x[(b * T + t) * w + c];
+  EXPECT_TRUE(same_bits(cache_d.host(), want));
+}
+
 ATTNRES_ON_BACKENDS(AttentionCache);
 
-// The defect this guards against: a model built with one thread count and
-// run under another.  Kernels once sized per-thread scratch from OpenMP's
-// global thread count, so a model built (scratch reserved) under few threads
-// and run after omp_set_num_threads(more) wrote past its scratch.  Now every
-// kernel runs the Context's threads: the workspace reserved for them is all
-// it takes, whatever OpenMP's setting.
 // The guarded backend keeps its promise: its memory is reachable through
 // upload, download and the ops, and a host access beside them faults.
 TEST(GuardedBackend, HostAccessOutsideTheInterfaceFaults) {
@@ -358,10 +370,53 @@ TEST(GuardedBackend, HostAccessOutsideTheInterfaceFaults) {
   EXPECT_DEATH({ volatile float x = p[1]; (void)x; }, "");
   EXPECT_DEATH({ p[1] = 5.0f; }, "");
   EXPECT_EQ(v.host(), (std::vector<float>{2, 4, 6}));
-  // Not a device a user chooses.
-  EXPECT_THROW(check_device("cpu-guarded"), Error);
+  EXPECT_NO_THROW(check_device("cpu-guarded"));  // --device cpu-guarded runs any command on it
 }
 
+// And an op given host memory where backend memory belongs — the data, an
+// array inside an argument record, an entry of a routing source list — is an
+// internal error naming the op, not a silent success a GPU would not repeat.
+TEST(GuardedBackend, AnOpGivenHostMemoryIsAnError) {
+  Context ctx(1, "cpu-guarded");
+  Backend& ops = ctx.ops();
+  std::vector<float> host_rows(4 * 6, 1.0f);
+  EXPECT_THROW(ops.scale(host_rows.data(), 2.0f, 4), InternalError);
+  DeviceVec<float> x(ops, host_rows), cos_t(ops, 4 * 3), sin_t(ops, 4 * 3);
+  ops.rope_tables(cos_t.data(), sin_t.data(), 4, 6, 1e4);
+  const std::vector<int64_t> pos = {0};
+  try {
+    ops.rope_forward(x.data(), cos_t.data(), sin_t.data(), 1, 4, 1, 6, pos.data());  // host positions
+    ADD_FAILURE() << "host positions accepted";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("rope_forward"), std::string::npos) << e.what();
+  }
+  const auto pos_d = dev(ops, pos);
+  ops.rope_forward(x.data(), cos_t.data(), sin_t.data(), 1, 4, 1, 6, pos_d.data());  // backend positions: fine
+  DeviceVec<float> k(ops, 4 * 6), y(ops, 4 * 6);
+  ctx.reserve(ops.attention_workspace(4));
+  EXPECT_THROW(ops.attention_forward(y.data(), nullptr, x.data(), KeyValues{k.data(), k.data(), 24, nullptr, pos.data()},
+                                     1, 4, 1, 1, 6),
+               InternalError);
+  // A routing source list: in host memory, or in backend memory naming a host row.
+  DeviceVec<float> rstd(ops, 4), w(ops, 6), gamma(ops, 6), out(ops, 4 * 6), logits(ops, 4);
+  ctx.reserve(ops.route_workspace(4, 6, 1));
+  const std::vector<RouteSource> list = {{x.data(), rstd.data(), false}};
+  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list.data(), 1, w.data(), gamma.data(), nullptr, nullptr,
+                                 Combine::kReplace, 4, 6),
+               InternalError);
+  const auto list_d = dev(ops, std::vector<RouteSource>{{host_rows.data(), rstd.data(), false}});
+  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list_d.data(), 1, w.data(), gamma.data(), nullptr,
+                                 nullptr, Combine::kReplace, 4, 6),
+               InternalError);
+}
+
+
+// The defect this guards against: a model built with one thread count and
+// run under another.  Kernels once sized per-thread scratch from OpenMP's
+// global thread count, so a model built (scratch reserved) under few threads
+// and run after omp_set_num_threads(more) wrote past its scratch.  Now every
+// kernel runs the Context's threads: the workspace reserved for them is all
+// it takes, whatever OpenMP's setting.
 TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
   const int64_t B = 2, T = 70, H = 4, KV = 2, hd = 6;  // T = 70: two query tiles
   const int saved = omp_get_max_threads();

@@ -10,6 +10,9 @@ namespace attnres {
 
 // A routing source: (N, d) rows, or one (d) row broadcast to every token
 // (the learned null source of the delta modes, allowed as source 0 only).
+// The routing ops read a router's sources as a list of these in backend
+// memory (uploaded once, when a model carves its buffers), as a GPU kernel
+// would: the list is data, not a host argument.
 struct RouteSource {
   const float* v = nullptr;     // (N, d) rows, or one (d) row when broadcast
   const float* rstd = nullptr;  // (N), or (1) when broadcast
@@ -19,17 +22,28 @@ struct RouteSource {
 // How a router's result R makes the sublayer input (see route_forward).
 enum class Combine { kReplace, kAdd };
 
-// Routing statistics of one router, summed over the tokens of every forward
-// while attached (routing statistics of docs/routing.md).
 // Bins of the per-token max weight: [b/kMaxWeightBins, (b+1)/kMaxWeightBins), the last one closed.
 constexpr int kMaxWeightBins = 20;
 
+// The routing statistics of one router (docs/routing.md) as route_forward
+// sums them in backend memory over the tokens of every call given them:
+// route_stats_size(S) doubles,
+//   [0, S)      Σ_tokens α_i                       per source
+//   S           Σ_tokens max_i α_i
+//   S + 1       Σ_tokens −Σ_i α_i ln α_i           (nats)
+//   S + 2       Σ_tokens mean_{i<j} cos(v_i, v_j)  (S ≥ 2; a zero row has cos 0)
+//   S + 3       tokens
+//   S + 4 + b   tokens whose max_i α_i falls in bin b (kMaxWeightBins bins)
+// Counts are whole numbers in double (exact below 2⁵³).
+constexpr int64_t route_stats_size(int64_t S) { return S + 4 + kMaxWeightBins; }
+
+// The same statistics read back on the host (Model::routing_stats).
 struct RouteStats {
   std::vector<double> weight_sum;  // (S)  Σ_tokens α_i
   double token_max_sum = 0;        // Σ_tokens max_i α_i
   std::array<int64_t, kMaxWeightBins> token_max_hist{};  // tokens per bin of max_i α_i
   double entropy_sum = 0;          // Σ_tokens −Σ_i α_i ln α_i          (nats)
-  double cosine_sum = 0;           // Σ_tokens mean_{i<j} cos(v_i, v_j)  (S ≥ 2; a zero row has cos 0)
+  double cosine_sum = 0;           // Σ_tokens mean_{i<j} cos(v_i, v_j)
   int64_t tokens = 0;
 };
 
@@ -38,10 +52,11 @@ struct RouteStats {
 // input of sublayer k−1 (which the backward needs next) is made by a router
 // whose sources are mostly this one's, already in cache.  Same bits as
 // route_mix (stream = false) or route_mix_stream (stream = true).
+// The struct is the op's argument (host); what it points to is backend memory.
 struct RouteRebuild {
   float* out = nullptr;              // (N, d); must not alias anything route_backward reads
   const float* logits = nullptr;     // (N, S) that router's stored logits
-  const RouteSource* src = nullptr;  // (S) its sources; S ≤ the backward's S
+  const RouteSource* src = nullptr;  // (S) its source list (backend memory); S ≤ the backward's S
   int64_t S = 0;
   const float* base = nullptr;       // as route_mix (unused when stream)
   const float* gate = nullptr;

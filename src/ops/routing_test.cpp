@@ -132,8 +132,9 @@ struct Kernel {
   Backend& ops;
   std::vector<DeviceVec<float>> v, rstd, dsrc;
   DeviceVec<float> w, gamma, base, dout, out, logits, dw, dgamma, dbase, g, dg;
-  std::vector<RouteSource> src;  // host arrays of backend pointers
-  std::vector<float*> dsrc_ptr;
+  // The source list and the gradient list, in backend memory as the ops read them.
+  DeviceVec<RouteSource> src;
+  DeviceVec<float*> dsrc_ptr;
 
   Kernel(const Data& D, Backend& ops_)
       : ops(ops_),
@@ -147,7 +148,9 @@ struct Kernel {
         dgamma(ops, std::vector<float>(D.k.d, -0.5f)),
         dbase(ops, std::vector<float>(D.k.N * D.k.d, 0.125f)),
         g(ops, std::vector<float>{static_cast<float>(D.g)}),
-        dg(ops, std::vector<float>{0.375f}) {
+        dg(ops, std::vector<float>{0.375f}),
+        src(ops, static_cast<size_t>(D.k.S)),
+        dsrc_ptr(ops, static_cast<size_t>(D.k.S)) {
     const Case& k = D.k;
     const int64_t N = k.N, d = k.d, S = k.S;
     ops.context().reserve(ops.route_workspace(N, d, S));
@@ -161,13 +164,17 @@ struct Kernel {
       for (size_t j = 0; j < start.size(); ++j) start[j] = 0.25f * static_cast<float>(j % 7) - 0.5f;
       dsrc.push_back(dev(ops, start));
     }
-    for (int64_t i = 0; i < S; ++i) src.push_back({v[i].data(), rstd[i].data(), k.null0 && i == 0});
-    for (auto& x : dsrc) dsrc_ptr.push_back(x.data());
+    std::vector<RouteSource> list;
+    std::vector<float*> dlist;
+    for (int64_t i = 0; i < S; ++i) list.push_back({v[i].data(), rstd[i].data(), k.null0 && i == 0});
+    for (auto& x : dsrc) dlist.push_back(x.data());
+    src.upload(list);
+    dsrc_ptr.upload(dlist);
   }
   const float* base_ptr(const Case& k) const { return k.alias_base ? v[k.S - 1].data() : base.data(); }
   const float* gate(const Case& k) const { return k.gate ? g.data() : nullptr; }
   float* dgate(const Case& k) { return k.gate ? dg.data() : nullptr; }
-  void forward(const Case& k, RouteStats* st = nullptr) {
+  void forward(const Case& k, double* st = nullptr) {
     ops.route_forward(out.data(), logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), gate(k),
                       k.combine, k.N, k.d, st);
   }
@@ -313,10 +320,10 @@ TEST_P(RoutingStats, MatchReference) {
   const Case k{"stats", 70, 37, 4, false, Combine::kReplace, false, false};
   Data D(k, 5);
   Kernel K(D, ops);
-  RouteStats st;
-  st.weight_sum.assign(k.S, 0.0);
-  K.forward(k, &st);
-  K.forward(k, &st);  // accumulates over calls
+  DeviceVec<double> sums(ops, std::vector<double>(route_stats_size(k.S), 0.0));
+  K.forward(k, sums.data());
+  K.forward(k, sums.data());  // accumulates over calls
+  const std::vector<double> st = sums.host();  // the layout of route_types.h
   std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.S);
   double tmax = 0, ent = 0, cosine = 0;
   std::array<int64_t, kMaxWeightBins> hist{};
@@ -341,12 +348,14 @@ TEST_P(RoutingStats, MatchReference) {
     hist[std::min<int64_t>(static_cast<int64_t>(m * kMaxWeightBins), kMaxWeightBins - 1)] += 2;
     cosine += c_sum / (k.S * (k.S - 1) / 2);
   }
-  EXPECT_EQ(st.tokens, 2 * k.N);
-  for (int64_t i = 0; i < k.S; ++i) EXPECT_NEAR(st.weight_sum[i], 2 * wsum[i], 1e-4);
-  EXPECT_NEAR(st.token_max_sum, 2 * tmax, 1e-4);
-  EXPECT_NEAR(st.entropy_sum, 2 * ent, 1e-4);
-  EXPECT_NEAR(st.cosine_sum, 2 * cosine, 1e-4);
-  EXPECT_EQ(st.token_max_hist, hist);  // (a max weight at a bin edge could fall either side: none here)
+  const int64_t S = k.S;
+  EXPECT_EQ(st[S + 3], 2 * k.N);
+  for (int64_t i = 0; i < S; ++i) EXPECT_NEAR(st[i], 2 * wsum[i], 1e-4);
+  EXPECT_NEAR(st[S], 2 * tmax, 1e-4);
+  EXPECT_NEAR(st[S + 1], 2 * ent, 1e-4);
+  EXPECT_NEAR(st[S + 2], 2 * cosine, 1e-4);
+  for (int b = 0; b < kMaxWeightBins; ++b)  // (a max weight at a bin edge could fall either side: none here)
+    EXPECT_EQ(st[S + 4 + b], hist[b]) << "bin " << b;
   int populated = 0;
   for (int64_t h : hist) populated += h > 0;
   EXPECT_GE(populated, 3);  // the histogram is spread, so the check means something

@@ -119,7 +119,9 @@ struct TrainOptions {
           "float32 sums; weights, gradients, AdamW moments, norms, attention and routing stay float32");
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
-    visit(o.device, "device", "cpu", R::kFree, "where the model runs (this build: cpu)");
+    visit(o.device, "device", "cpu", R::kFree,
+          "where the model runs: cpu, or cpu-guarded (the CPU with its memory locked outside the op interface; "
+          "slow, for checking that the code keeps to it)");
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
           "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
           "SGEMM, or oneDNN's bf16 matmul)");

@@ -629,7 +629,6 @@ void Run::step_loop() {
   run_start_ = now_seconds();
   // Routing statistics of every routing_every-th step (all its micro-batches,
   // of every rank), one JSONL line each; the forward does no statistics work on other steps.
-  RoutingStats routing = model.make_routing_stats();
   const bool log_routing = opt_.routing_every > 0 && !model.routers().empty();
   int skipped_in_a_row = 0;
   // The step the learning-rate schedule ends at: --steps, unless the time
@@ -647,10 +646,7 @@ void Run::step_loop() {
                                                   : lr_at(step, opt_.warmup, schedule_, opt_.lr_routing,
                                                           opt_.lr_min_routing < 0 ? opt_.lr_min : opt_.lr_min_routing);
     const bool routing_step = log_routing && (step + 1) % opt_.routing_every == 0;
-    if (routing_step) {
-      routing.clear();
-      model.attach_routing_stats(&routing);
-    }
+    if (routing_step) model.collect_routing_stats(true);
     StepOptions sopt;
     sopt.accum = opt_.accum;
     sopt.t = step + 1;
@@ -664,7 +660,8 @@ void Run::step_loop() {
     sopt.shards = shards_.get();
     const StepStats st = train_step(model, *adamw_, [this](int32_t* in, int32_t* tg) { next_batch(in, tg); }, sopt);
     if (routing_step) {
-      model.attach_routing_stats(nullptr);
+      RoutingStats routing = model.routing_stats();
+      model.collect_routing_stats(false);
       if (ranks_ > 1) {  // the global batch's statistics: every rank's sums, added in rank order
         const std::vector<double> mine = routing.values();
         const std::vector<double> all = comm_.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));

@@ -24,6 +24,15 @@ namespace {
 constexpr int64_t kTile = 64;  // query rows per tile
 }
 
+void CpuBackend::kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
+                                int64_t T, int64_t P, int64_t w) {
+  for (int64_t b = 0; b < B; ++b) {
+    ATTNRES_CHECK(slot[b] >= 0 && pos[b] >= 0 && pos[b] + T <= P, "cache row ", slot[b], " at ", pos[b], "+", T,
+                  " is outside a cache of ", P, " positions");
+    std::memcpy(cache + (slot[b] * P + pos[b]) * w, x + b * T * w, static_cast<size_t>(T * w) * sizeof(float));
+  }
+}
+
 // Per thread: S (or P) and dP, each (kTile, max_keys).
 int64_t CpuBackend::attention_workspace(int64_t max_keys) const { return threads() * 2 * kTile * max_keys; }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "ops/backend.h"
+#include "ops/cpu/op_list.h"
 
 namespace attnres {
 
@@ -41,65 +42,27 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) lo
   void synchronize() override {}
   void* map(void* p, size_t) override { return p; }
   void unmap(void*, size_t) override {}
-  void copy(float* dst, const float* src, int64_t n) override;
-  void fill(float* dst, float value, int64_t n) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
-  void to_bf16(bf16* dst, const float* src, int64_t n) override;
 
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
-  void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) override;
-  void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N,
-                       int64_t I, int64_t O, bool accumulate_dinp) override;
-
-  void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C,
-                       float eps) override;
-  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                        const float* rstd, int64_t N, int64_t C, bool accumulate_dinp) override;
-
-  void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) override;
-  void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads,
-                    int64_t hd, const int64_t* pos) override;
-  void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads,
-                     int64_t hd) override;
-
   int64_t attention_workspace(int64_t max_keys) const override;
-  void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T,
-                         int64_t H, int64_t KV, int64_t hd) override;
-  void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k,
-                          const float* v, const float* y, const float* lse, int64_t B, int64_t T, int64_t H,
-                          int64_t KV, int64_t hd) override;
-
-  void swiglu_forward(float* h, const float* g, const float* u, int64_t n) override;
-  void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) override;
-  void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) override;
-  void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) override;
-  void add_inplace(float* y, const float* x, int64_t n) override;
-  void add(float* out, const float* a, const float* b, int64_t n) override;
-  void sub(float* out, const float* a, const float* b, int64_t n) override;
-  void scale(float* x, float c, int64_t n) override;
-  double sum_squares(const float* x, int64_t n) override;
-
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
-  double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
-                      int64_t V, float scale, float* losses_out, uint8_t* greedy_out) override;
-
-  void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S) const override;
-  void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
-                     const float* gamma, const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                     RouteStats* stats) override;
-  void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
-                 const float* gate, Combine combine, int64_t N, int64_t d) override;
-  void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate,
-                        int64_t N, int64_t d) override;
-  void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
-                      const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                      const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                      const RouteRebuild* rebuild, bool accumulate_src) override;
 
-  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
-                    bf16* p16) override;
+  // Every op of backend.h (op_list.h), one file per family in this directory.
+#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+  ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
+#undef ATTNRES_DECLARE
+
+ protected:
+  // Whether p (not null) is memory of this backend: always, on the plain CPU;
+  // the guarded backend checks its allocations.  The routing ops ask it of
+  // every pointer in the source lists they are given.
+  virtual bool owns(const void* /*p*/) const { return true; }
+  // The routing ops' check of a source list (and of its gradient list, when
+  // given): S ≥ 1, only source 0 broadcast, every pointer in them owned.
+  void check_sources(const RouteSource* src, int64_t S, float* const* dsrc = nullptr) const;
 
  private:
   int threads() const { return ctx_.threads(); }

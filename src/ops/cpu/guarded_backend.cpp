@@ -72,95 +72,84 @@ Buffer GuardedCpuBackend::alloc(size_t bytes, bool /*lazy: every page is backed 
 }
 
 void* GuardedCpuBackend::map(void* p, size_t) {
+  ATTNRES_CHECK(owns(p), "map: not memory of this backend");
   open_all();
   return p;
 }
 void GuardedCpuBackend::unmap(void*, size_t) { close_all(); }
 
+namespace {
+
+// ---- every pointer an op is given is backend memory ----------------------
+
+bool inside(const void* p) {
+  std::lock_guard<std::recursive_mutex> lock(guard().mutex);
+  const auto& a = guard().allocations;
+  auto it = a.upper_bound(const_cast<void*>(p));
+  if (it == a.begin()) return false;
+  --it;
+  return static_cast<const char*>(p) < static_cast<const char*>(it->first) + it->second;
+}
+
+void expect_inside(const char* op, const void* p, const char* what) {
+  ATTNRES_CHECK(!p || inside(p), op, ": ", what, " is not memory of this backend (a host array given to an op?)");
+}
+
+// The arguments of an op, one by one: pointers, and the pointers inside the
+// argument records; numbers and flags pass.
+template <class T>
+void check_arg(const char* op, T* p) {
+  expect_inside(op, p, "a pointer argument");
+}
+template <class T>
+void check_arg(const char*, const T&) {}
+void check_arg(const char* op, const Weight& W) {
+  expect_inside(op, W.f32, "a weight");
+  expect_inside(op, W.b16, "a bf16 weight");
+}
+void check_arg(const char* op, const KeyValues& kv) {
+  expect_inside(op, kv.k, "the keys");
+  expect_inside(op, kv.v, "the values");
+  expect_inside(op, kv.slot, "the KV-cache slots");
+  expect_inside(op, kv.pos, "the KV-cache positions");
+}
+void check_arg(const char* op, const RouteRebuild* r) {  // a host record: its pointers are checked
+  if (!r) return;
+  expect_inside(op, r->out, "rebuild.out");
+  expect_inside(op, r->logits, "rebuild.logits");
+  expect_inside(op, r->src, "rebuild.src");
+  expect_inside(op, r->base, "rebuild.base");
+  expect_inside(op, r->gate, "rebuild.gate");
+}
+template <class... A>
+void check_args(const char* op, const A&... args) {
+  (check_arg(op, args), ...);
+}
+
+}  // namespace
+
+bool GuardedCpuBackend::owns(const void* p) const { return inside(p); }
+
+void GuardedCpuBackend::upload(void* dst, const void* host_src, size_t bytes) {
+  expect_inside("upload", dst, "the destination");
+  Unlocked open;
+  CpuBackend::upload(dst, host_src, bytes);
+}
+void GuardedCpuBackend::download(void* host_dst, const void* src, size_t bytes) {
+  expect_inside("download", src, "the source");
+  Unlocked open;
+  CpuBackend::download(host_dst, src, bytes);
+}
+
 #define ATTNRES_GUARDED(ret, name, params, args) \
   ret GuardedCpuBackend::name params {           \
+    check_args(#name, ATTNRES_UNPAREN args);     \
     Unlocked open;                               \
     return CpuBackend::name args;                \
   }
-
-ATTNRES_GUARDED(void, copy, (float* dst, const float* src, int64_t n), (dst, src, n))
-ATTNRES_GUARDED(void, fill, (float* dst, float value, int64_t n), (dst, value, n))
-ATTNRES_GUARDED(void, upload, (void* dst, const void* host_src, size_t bytes), (dst, host_src, bytes))
-ATTNRES_GUARDED(void, download, (void* host_dst, const void* src, size_t bytes), (host_dst, src, bytes))
-ATTNRES_GUARDED(void, to_bf16, (bf16* dst, const float* src, int64_t n), (dst, src, n))
-ATTNRES_GUARDED(void, matmul_forward, (float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O),
-                (out, inp, W, N, I, O))
-ATTNRES_GUARDED(void, matmul_backward,
-                (float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N, int64_t I,
-                 int64_t O, bool accumulate_dinp),
-                (dinp, dW, dout, inp, W, N, I, O, accumulate_dinp))
-ATTNRES_GUARDED(void, rmsnorm_forward,
-                (float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps),
-                (out, rstd, inp, weight, N, C, eps))
-ATTNRES_GUARDED(void, rmsnorm_backward,
-                (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
-                 const float* rstd, int64_t N, int64_t C, bool accumulate_dinp),
-                (dinp, dweight, dout, inp, weight, rstd, N, C, accumulate_dinp))
-ATTNRES_GUARDED(void, rope_tables, (float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta),
-                (cos_t, sin_t, P, hd, theta))
-ATTNRES_GUARDED(void, rope_forward,
-                (float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads, int64_t hd,
-                 const int64_t* pos),
-                (x, cos_t, sin_t, B, T, heads, hd, pos))
-ATTNRES_GUARDED(void, rope_backward,
-                (float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads, int64_t hd),
-                (dx, cos_t, sin_t, B, T, heads, hd))
-ATTNRES_GUARDED(void, attention_forward,
-                (float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T, int64_t H,
-                 int64_t KV, int64_t hd),
-                (y, lse, q, kv, B, T, H, KV, hd))
-ATTNRES_GUARDED(void, attention_backward,
-                (float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v,
-                 const float* y, const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd),
-                (dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd))
-ATTNRES_GUARDED(void, swiglu_forward, (float* h, const float* g, const float* u, int64_t n), (h, g, u, n))
-ATTNRES_GUARDED(void, swiglu_backward,
-                (float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n),
-                (dg, du, dh, g, u, n))
-ATTNRES_GUARDED(void, embedding_forward, (float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C),
-                (out, tokens, table, N, C))
-ATTNRES_GUARDED(void, embedding_backward,
-                (float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C),
-                (dtable, dout, tokens, N, C))
-ATTNRES_GUARDED(void, add_inplace, (float* y, const float* x, int64_t n), (y, x, n))
-ATTNRES_GUARDED(void, add, (float* out, const float* a, const float* b, int64_t n), (out, a, b, n))
-ATTNRES_GUARDED(void, sub, (float* out, const float* a, const float* b, int64_t n), (out, a, b, n))
-ATTNRES_GUARDED(void, scale, (float* x, float c, int64_t n), (x, c, n))
-ATTNRES_GUARDED(double, sum_squares, (const float* x, int64_t n), (x, n))
-ATTNRES_GUARDED(double, lm_head_loss,
-                (float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
-                 int64_t V, float scale, float* losses_out, uint8_t* greedy_out),
-                (dx, dW, x, W, targets, N, C, V, scale, losses_out, greedy_out))
-ATTNRES_GUARDED(void, source_rstd, (float* rstd, const float* v, int64_t N, int64_t d, float eps),
-                (rstd, v, N, d, eps))
-ATTNRES_GUARDED(void, route_forward,
-                (float* out, float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d, RouteStats* stats),
-                (out, logits, src, S, w, gamma, base, gate, combine, N, d, stats))
-ATTNRES_GUARDED(void, route_mix,
-                (float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
-                 const float* gate, Combine combine, int64_t N, int64_t d),
-                (out, logits, src, S, base, gate, combine, N, d))
-ATTNRES_GUARDED(void, route_mix_stream,
-                (float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate, int64_t N,
-                 int64_t d),
-                (out, logits, src, S, gate, N, d))
-ATTNRES_GUARDED(void, route_backward,
-                (float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
-                 const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,
-                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                 const RouteRebuild* rebuild, bool accumulate_src),
-                (dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, w, gamma, base, gate, combine, N, d, rebuild,
-                 accumulate_src))
-ATTNRES_GUARDED(void, adamw_update,
-                (float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16),
-                (p, g, m, v, n, u, p16))
-
+#define ATTNRES_UNPAREN(...) __VA_ARGS__
+ATTNRES_BACKEND_OPS(ATTNRES_GUARDED)
+#undef ATTNRES_UNPAREN
 #undef ATTNRES_GUARDED
 
 }  // namespace attnres

@@ -57,11 +57,6 @@ Mix mix_coefficients(Combine combine, const float* gate) {
   return {gate ? 1.0f - g : 0.0f, g};
 }
 
-void check_sources(const RouteSource* src, int64_t S) {
-  ATTNRES_CHECK(S >= 1, "a router needs at least one source");
-  for (int64_t i = 1; i < S; ++i) ATTNRES_CHECK(!src[i].broadcast, "only source 0 may be broadcast");
-}
-
 void fold_query(const Scratch& sc, const float* w, const float* gamma) {
   for (int64_t c = 0; c < sc.d; ++c) {
     sc.qd()[c] = static_cast<double>(w[c]) * gamma[c];
@@ -122,6 +117,15 @@ inline double dot_row(const float* a, const float* b, int64_t d) {
 
 }  // namespace
 
+void CpuBackend::check_sources(const RouteSource* src, int64_t S, float* const* dsrc) const {
+  ATTNRES_CHECK(S >= 1, "a router needs at least one source");
+  for (int64_t i = 0; i < S; ++i) {
+    ATTNRES_CHECK(i == 0 || !src[i].broadcast, "only source 0 may be broadcast");
+    ATTNRES_CHECK(owns(src[i].v) && owns(src[i].rstd) && (!dsrc || !dsrc[i] || owns(dsrc[i])),
+                  "routing source ", i, " is not memory of this backend");
+  }
+}
+
 void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
@@ -144,11 +148,10 @@ int64_t CpuBackend::route_workspace(int64_t N, int64_t d, int64_t S) const {
 // (S·d floats) stay in cache between the two passes.
 void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
                                const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                               int64_t d, RouteStats* stats) {
+                               int64_t d, double* stats) {
   check_sources(src, S);
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
-  ATTNRES_CHECK(!stats || static_cast<int64_t>(stats->weight_sum.size()) == S, "stats sized for another router");
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
   fold_query(sc, w, gamma);
   const float* q = sc.qf();
@@ -208,16 +211,13 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
       }
     }
   }
-  if (stats) {
+  if (stats) {  // the chunks' partials in chunk order, into the layout of route_stats_size
     for (int64_t ch = 0; ch < nc; ++ch) {
       const double* st = sc.stats(ch);
-      for (int64_t i = 0; i < S; ++i) stats->weight_sum[i] += st[i];
-      stats->token_max_sum += st[S];
-      stats->entropy_sum += st[S + 1];
-      stats->cosine_sum += st[S + 2];
-      for (int b = 0; b < kMaxWeightBins; ++b) stats->token_max_hist[b] += static_cast<int64_t>(st[S + 3 + b]);
+      for (int64_t i = 0; i < S + 3; ++i) stats[i] += st[i];
+      for (int b = 0; b < kMaxWeightBins; ++b) stats[S + 4 + b] += st[S + 3 + b];
     }
-    stats->tokens += N;
+    stats[S + 3] += static_cast<double>(N);
   }
 }
 
@@ -292,7 +292,7 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
                                 const float* w, const float* gamma, const float* base, const float* gate,
                                 Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
                                 bool accumulate_src) {
-  check_sources(src, S);
+  check_sources(src, S, dsrc);
   Mix m2{0.0f, 1.0f};
   int64_t first2 = 0;
   if (rebuild) {
