@@ -11,7 +11,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -584,6 +586,67 @@ class Generate : public Cli {
   }
   std::string gen_;
 };
+
+// The inference commands on the guarded device (memory locked outside the op
+// interface) print what they print on the CPU: eval, routing statistics,
+// greedy and sampled generation of a batch of prompts through the KV cache,
+// and eval-tasks, of a routed model trained (and resumed) there.
+TEST_F(Generate, TheModelCommandsOnTheGuardedDeviceGiveTheCpusOutput) {
+  write_file_atomic(dir_ + "/delta.json", [&] {
+    nlohmann::json c = cfg_.to_json();
+    c["attnres_mode"] = "delta_block";
+    c["attnres_num_blocks"] = 1;
+    c["num_hidden_layers"] = 2;
+    // The tokenizer's size: a sampled id past it would have no text.
+    const nlohmann::json tok = nlohmann::json::parse(read_file(dir_ + "/tokenizer.json"));
+    int64_t V = 0;
+    for (const auto& [piece, id] : tok["model"]["vocab"].items()) V = std::max<int64_t>(V, id.get<int64_t>() + 1);
+    for (const auto& added : tok["added_tokens"]) V = std::max<int64_t>(V, added["id"].get<int64_t>() + 1);
+    c["vocab_size"] = V;
+    return c.dump();
+  }());
+  fs::create_directories(dir_ + "/tasks");
+  write_file_atomic(dir_ + "/tasks/mc_x.jsonl", "{\"context\": \"the quick\", \"choices\": [\" brown\", \" dog\"], \"gold\": 0}\n"
+                                                "{\"context\": \"the lazy\", \"choices\": [\" fox\", \" dog 3\", \" over\"], \"gold\": 1}\n");
+  write_file_atomic(dir_ + "/prompts.jsonl", "{\"prompt_ids\": [1, 2, 3]}\n{\"prompt_ids\": [4]}\n{\"prompt_ids\": [5, 6]}\n");
+  const std::string data = " --data " + dir_ + "/ok.bin";
+  auto timeless = [](const std::string& out) {
+    nlohmann::json j = nlohmann::json::parse(out);
+    for (const char* k : {"seconds", "peak_rss_bytes", "device", "prefill_tok_per_s", "decode_tok_per_s"}) j.erase(k);
+    if (j.contains("config")) j["config"].erase("seconds");
+    return j;
+  };
+  std::map<std::string, std::vector<nlohmann::json>> outputs;
+  for (const std::string device : {"cpu", "cpu-guarded"}) {
+    const std::string run_dir = dir_ + "/run-" + device, on = " --device " + device + " --threads 2";
+    Result t = run("train --config " + dir_ + "/delta.json" + data + " --out " + run_dir +
+                   " --steps 3 --ckpt-every 2 --batch 2 --seq-len 8 --routing-every 1" + on);
+    ASSERT_EQ(t.status, 0) << t.err;
+    Result r = run("train --resume " + run_dir + "/step_00000002 --out " + run_dir + on);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const std::string model = " --model " + run_dir, tok = " --tokenizer " + dir_ + "/tokenizer.json";
+    for (const std::string& c :
+         {"eval" + model + data + " --seq-len 8 --batch 2 --quiet --json",
+          "routing" + model + data + " --seq-len 8 --batch 2 --quiet --json",
+          "generate" + model + tok + " --prompts " + dir_ + "/prompts.jsonl --batch 2 --max-new-tokens 5 --json",
+          "generate" + model + tok + " --prompts " + dir_ + "/prompts.jsonl --batch 2 --max-new-tokens 5 --temperature 1 "
+                               "--seed 3 --json",
+          "eval-tasks" + model + tok + " --data-dir " + dir_ + "/tasks --tasks mc:mc_x --quiet --json"}) {
+      Result o = run(c + on);
+      ASSERT_EQ(o.status, 0) << c << on << ": " << o.err;
+      std::string out = o.out;
+      for (size_t at; (at = out.find(run_dir)) != std::string::npos;) out.replace(at, run_dir.size(), "RUN");
+      std::istringstream lines(out);  // generate: a JSON line per prompt
+      for (std::string line; std::getline(lines, line);) outputs[device].push_back(timeless(line));
+    }
+    EXPECT_EQ(read_file(run_dir + "/step_00000003/model.safetensors"),
+              read_file(dir_ + "/run-cpu/step_00000003/model.safetensors"))
+        << device;
+  }
+  ASSERT_EQ(outputs["cpu"].size(), 2u + 3 + 3 + 1);
+  for (size_t i = 0; i < outputs["cpu"].size(); ++i)
+    EXPECT_EQ(outputs["cpu-guarded"][i], outputs["cpu"][i]) << "output " << i;
+}
 
 TEST_F(Generate, TextJsonAndBatches) {
   Result r = run("generate --model " + gen_ + " --prompt 'the quick brown' --max-new-tokens 6 --ignore-eos");

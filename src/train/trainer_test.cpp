@@ -20,6 +20,7 @@
 #include "io/safetensors.h"
 #include "io/token_file.h"
 #include "model/model.h"
+#include "model/modes.h"
 #include "model/params.h"
 #include "core/rng.h"
 #include "train/data_loader.h"
@@ -558,6 +559,77 @@ TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
   }
 }
 
+
+// log.jsonl without the fields that time the run (ms, tok/s, MFU, memory).
+std::vector<nlohmann::json> logged_values(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::istringstream log(slurp(path));
+  for (std::string line; std::getline(log, line);) {
+    nlohmann::json j = nlohmann::json::parse(line);
+    for (const char* timing : {"ms", "tok_per_s", "mfu", "peak_rss_bytes_per_rank"}) j.erase(timing);
+    lines.push_back(std::move(j));
+  }
+  return lines;
+}
+
+// The trainer on the guarded device (memory locked outside the op interface):
+// every mode, both precisions, with recomputation, a frozen base, routing
+// statistics, validation, checkpoints and a resume, runs there and writes
+// the bits the plain CPU writes.  A host access to backend memory that goes
+// around upload/download or a host view would fault here.
+TEST(Trainer, TheGuardedDeviceTrainsAndResumesToTheCpusBits) {
+  TempDir tmp("guarded");
+  const std::string dir = tmp.path();
+  std::vector<Precision> precisions = {Precision::kF32};
+  if (testing::test_context().ops().unsupported(Precision::kBF16).empty()) precisions.push_back(Precision::kBF16);
+  struct Variant {
+    Mode mode;
+    bool recompute = false, freeze_base = false;
+  };
+  std::vector<Variant> variants;
+  for (const ModeSpec& m : kModeSpecs) variants.push_back({m.mode});
+  variants.push_back({Mode::kBlock, true});
+  variants.push_back({Mode::kDeltaBlock, true, true});
+  for (Precision p : precisions)
+    for (const Variant& v : variants) {
+      const std::string what = cat(mode_name(v.mode), " ", precision_name(p), v.recompute ? " recompute" : "",
+                                   v.freeze_base ? " frozen base" : "");
+      TrainOptions o = small_run(dir, 2, 13);
+      write_token_file(dir + "/val.bin", std::vector<uint32_t>(200, 7));
+      o.val_data = dir + "/val.bin";
+      o.model.mode = v.mode;
+      o.model.num_blocks = 2;
+      o.recompute = v.recompute;
+      o.freeze_base = v.freeze_base;
+      o.precision = precision_name(p);
+      o.steps = 4;
+      o.accum = 2;
+      o.ckpt_every = 2;
+      o.val_every = 2;
+      o.routing_every = v.mode == Mode::kBaseline ? 0 : 2;
+      o.threads = 2;
+      o.out = dir + "/cpu";
+      fs::remove_all(o.out);
+      const TrainResult plain = train(o);
+      o.device = "cpu-guarded";
+      o.out = dir + "/guarded";
+      fs::remove_all(o.out);
+      const TrainResult guarded = train(o);
+      o.resume = o.out + "/step_00000002";
+      o.out = dir + "/resumed";
+      fs::remove_all(o.out);
+      const TrainResult resumed = train(o);
+      EXPECT_EQ(guarded.final_loss, plain.final_loss) << what;
+      EXPECT_EQ(guarded.val_loss, plain.val_loss) << what;
+      EXPECT_EQ(resumed.final_loss, plain.final_loss) << what;
+      for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+        const std::string want = slurp(dir + "/cpu/step_00000004/" + f);
+        EXPECT_TRUE(slurp(dir + "/guarded/step_00000004/" + f) == want) << what << ": " << f;
+        EXPECT_TRUE(slurp(dir + "/resumed/step_00000004/" + f) == want) << what << ": " << f << " after a resume";
+      }
+      EXPECT_EQ(logged_values(dir + "/guarded/log.jsonl"), logged_values(dir + "/cpu/log.jsonl")) << what;
+    }
+}
 
 // A crash at any point of a checkpoint's final moves leaves `latest` naming a
 // complete checkpoint (here: replacing one of the same step, the case with

@@ -8,6 +8,9 @@ On a tiny model (1 thread per rank, a small corpus written here):
   with 1 rank x batch 4 x accum 2 (printed: how close the reduction order lets it be);
 - a frozen base (routing parameters trained alone, their gradients packed):
   2 ranks x batch 4 equal 1 rank x batch 8 to 1e-5;
+- the guarded device (--device cpu-guarded, memory locked outside the op
+  interface): 2 ranks there, full and with a frozen base, write the losses,
+  routing statistics and checkpoints (ZeRO moments included) of 2 ranks on cpu;
 - `attnres compare --ranks 2` trains each run under mpirun with the same
   global batch: its validation losses equal those of `--ranks 1`;
 - resume across world sizes: a 2-rank run's step-10 checkpoint resumed by 1
@@ -209,6 +212,34 @@ def test_frozen_base(r):
         routing_moved = any(got[k] != bytes(len(got[k])) for k in got if "_res_proj" in k)  # queries start at zero
         check(frozen_same and routing_moved,
               f"frozen base, {name}: every base tensor bit-identical to the checkpoint, the routing queries trained")
+
+
+def test_guarded(r):
+    # On the guarded device (memory locked outside the op interface) the MPI staging, the ZeRO moments streamed
+    # to rank 0 and the packed gradients of a frozen base go through host views and transfers only: 2 ranks
+    # there write every bit 2 ranks on the plain CPU write.
+    init = "gd-init"
+    p = r.run(0, r.args(init, mode="baseline", steps=3, extra=["--batch", "8"]))
+    if not check(p.returncode == 0, "guarded: a baseline checkpoint to convert"):
+        return
+    frozen = ["--init", os.path.join(r.tmp, init), "--freeze-base", "--lr-routing", "1e-2"]
+    for name, extra in (("full", []), ("frozen", frozen)):
+        for device in ("cpu", "cpu-guarded"):
+            out = f"gd-{name}-{device}"
+            p = r.run(2, r.args(out, steps=6, extra=extra + ["--batch", "4", "--ckpt-every", "3", "--routing-every", "3",
+                                                            "--device", device]))
+            if not check(p.returncode == 0, f"guarded: 2 ranks x B4 ({name}) train on {device}"):
+                print(p.stdout[-1500:], p.stderr[-3000:])
+                return
+        a, b = r.losses(f"gd-{name}-cpu"), r.losses(f"gd-{name}-cpu-guarded")
+        check(len(a) == 6 and a == b, f"guarded, {name}: every step's loss is the same bits as on cpu")
+        check(r.routing(f"gd-{name}-cpu") == r.routing(f"gd-{name}-cpu-guarded"),
+              f"guarded, {name}: the same routing statistics")
+        for step in ("step_00000003", "step_00000006"):
+            for f in ("model.safetensors", "optimizer.safetensors"):
+                with open(os.path.join(r.tmp, f"gd-{name}-cpu", step, f), "rb") as x, \
+                        open(os.path.join(r.tmp, f"gd-{name}-cpu-guarded", step, f), "rb") as y:
+                    check(x.read() == y.read(), f"guarded, {name}: {step}/{f} is the same bytes")
 
 
 def test_compare(r):
@@ -495,7 +526,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "guarded": test_guarded, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
