@@ -20,7 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "cli/spawn.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -78,11 +78,26 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"loss", loss}};
 }
 
+// bench's options (cmd_bench binds them to its flags).
+struct BenchFlags {
+  std::string config, mode;
+  int64_t batch = 0, seq_len = 0, steps = 0, warmup_steps = 0, rounds = 0;
+  int threads = 0;
+  std::string device;
+  std::string precision, precision_flag;  // a list; the spelling it was given as (--precision or --dtype)
+  bool precision_given = false, config_given = false;
+  double peak_gflops = 0;
+  bool json = false, generate = false;
+  int64_t prompt_len = 0, decode_prompt_len = 0, new_tokens = 0, decode_batch = 0;
+  bool no_train_forward = false, worker = false;
+  std::string measure;
+};
+
 // Runs `attnres bench ARGS --worker` in a fresh process (posix_spawn: a plain
 // fork would inherit a started OpenMP pool, which hangs), so that its peak RSS
 // is its own, and returns the JSON line it prints.
-nlohmann::json run_worker(const Flags& f, std::vector<std::string> args, const std::string& what) {
-  args.insert(args.begin(), {"bench", "--worker", "--device", f.str("device")});
+nlohmann::json run_worker(const BenchFlags& f, std::vector<std::string> args, const std::string& what) {
+  args.insert(args.begin(), {"bench", "--worker", "--device", f.device});
   const ChildResult r = run_self(args);
   if (r.exit_code != 0 || r.out.empty()) fail("benchmark of ", what, " failed (exit status ", r.exit_code, ")");
   return nlohmann::json::parse(r.out);
@@ -91,16 +106,16 @@ nlohmann::json run_worker(const Flags& f, std::vector<std::string> args, const s
 // A machine rate (SGEMM or bf16 GFLOP/s, copy GB/s) measured in a process of its own:
 // a worker spawned later would inherit this process's peak RSS (Linux keeps
 // the high-water mark across fork and exec), so the parent allocates nothing big.
-double measured(const Flags& f, const std::string& what) {
-  return run_worker(f, {"--measure", what, "--threads", f.str("threads")}, what)["value"].get<double>();
+double measured(const BenchFlags& f, const std::string& what) {
+  return run_worker(f, {"--measure", what, "--threads", cat(f.threads)}, what)["value"].get<double>();
 }
 
 // The training benchmark of one mode, in its own process.
-nlohmann::json bench_in_child(const std::string& mode, Precision p, const Flags& f, double peak_gflops) {
+nlohmann::json bench_in_child(const std::string& mode, Precision p, const BenchFlags& f, double peak_gflops) {
   std::vector<std::string> args = {"--mode", mode, "--precision", precision_name(p), "--peak-gflops",
                                    cat(peak_gflops)};
-  for (const char* name : {"config", "batch", "seq-len", "steps", "warmup-steps", "threads"})
-    args.insert(args.end(), {cat("--", name), f.str(name)});
+  args.insert(args.end(), {"--config", f.config, "--batch", cat(f.batch), "--seq-len", cat(f.seq_len), "--steps",
+                           cat(f.steps), "--warmup-steps", cat(f.warmup_steps), "--threads", cat(f.threads)});
   return run_worker(f, args, cat("mode ", mode));
 }
 
@@ -148,9 +163,9 @@ std::vector<int32_t> random_ids(Rng& rng, int64_t n, int64_t V) {
 
 // One config and precision: prefill, decode at batch 1 and at batch B, and the
 // training forward per token for comparison (after the peak RSS is read).
-nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
-  const int64_t P = f.i64("prompt-len"), Pd = f.i64("decode-prompt-len"), new_tokens = f.i64("new-tokens"),
-                Bd = f.i64("decode-batch");
+nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f) {
+  const int64_t P = f.prompt_len, Pd = f.decode_prompt_len, new_tokens = f.new_tokens,
+                Bd = f.decode_batch;
   if (P < 1 || Pd < 1 || new_tokens < 1 || Bd < 1)
     fail("--prompt-len, --decode-prompt-len, --new-tokens and --decode-batch must be positive");
   c.query_init_normal = true;  // random routing, not uniform
@@ -161,7 +176,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   mo.rows = std::max(Bd, P);
   mo.cache_len = std::max(P, Pd + new_tokens + 1);
   mo.cache_seqs = Bd;
-  mo.precision = parse_precision(f.str("precision"));
+  mo.precision = parse_precision(f.precision);
   if (mo.cache_len > c.max_position_embeddings) fail("the benchmark's lengths exceed max_position_embeddings");
   Model m(ctx, c, mo);
   Rng rng(1);
@@ -192,7 +207,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
   };
   const double b1 = decode(1), bB = decode(Bd);
   const int64_t rss = peak_rss_bytes();
-  nlohmann::json r = {{"config", f.str("config")},
+  nlohmann::json r = {{"config", f.config},
                       {"mode", mode_name(c.mode)},
                       {"precision", precision_name(m.precision())},
                       {"threads", ctx.threads()},
@@ -207,7 +222,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
                       {"decode_tok_per_s_b1", b1},
                       {cat("decode_tok_per_s_b", Bd), bB},
                       {"peak_rss_bytes", rss}};
-  if (!f.on("no-train-forward")) {
+  if (!f.no_train_forward) {
     // The training forward over the same P tokens (a training model keeps
     // every layer's activations), for "prefill at least as fast per token".
     ModelOptions to{1, P};
@@ -226,11 +241,11 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const Flags& f) {
 
 // The precisions of --precision (a list); those this machine cannot run are
 // refused when asked for, and left out with a note when they were a default.
-std::vector<Precision> bench_precisions(const Flags& f, const std::string& fallback, const Backend& ops, bool json) {
-  const bool given = f.given("precision");
+std::vector<Precision> bench_precisions(const BenchFlags& f, const std::string& fallback, const Backend& ops, bool json) {
+  const bool given = f.precision_given;
   std::vector<Precision> out;
-  for (const std::string& s : split_commas(given ? f.str("precision") : fallback)) {
-    const Precision p = parse_precision(s, f.given("dtype") ? "--dtype" : "--precision");
+  for (const std::string& s : split_commas(given ? f.precision : fallback)) {
+    const Precision p = parse_precision(s, f.precision_flag.c_str());
     if (const std::string why = ops.unsupported(p); !why.empty()) {
       if (given) fail("--precision ", precision_name(p), ": ", why);
       if (!json) std::printf("bench: %s left out: %s\n", precision_name(p), why.c_str());
@@ -242,31 +257,33 @@ std::vector<Precision> bench_precisions(const Flags& f, const std::string& fallb
   return out;
 }
 
-int bench_generate(const Flags& f, Context& ctx) {
-  if (f.on("worker")) {
-    Config c = load_config(f.str("config"));
-    if (!f.str("mode").empty()) c.mode = parse_mode(f.str("mode"));
+int bench_generate(const BenchFlags& f, Context& ctx) {
+  if (f.worker) {
+    Config c = load_config(f.config);
+    if (!f.mode.empty()) c.mode = parse_mode(f.mode);
     std::printf("%s\n", bench_generate_worker(ctx, c, f).dump().c_str());
     return 0;
   }
-  const bool json = f.on("json");
+  const bool json = f.json;
   const std::vector<Precision> precisions = bench_precisions(f, "fp32,bf16", ctx.ops(), json);
   const double copy = measured(f, "copy");
   if (!json)
     std::printf("bench --generate: %d threads, STREAM-like copy bandwidth %.1f GB/s; prefill of %lld tokens, "
                 "decode of %lld tokens after %lld-token prompts\n",
-                ctx.threads(), copy, static_cast<long long>(f.i64("prompt-len")),
-                static_cast<long long>(f.i64("new-tokens")), static_cast<long long>(f.i64("decode-prompt-len")));
-  const std::string Bd = f.str("decode-batch");
+                ctx.threads(), copy, static_cast<long long>(f.prompt_len),
+                static_cast<long long>(f.new_tokens), static_cast<long long>(f.decode_prompt_len));
+  const std::string Bd = cat(f.decode_batch);
   // --generate without --config: the three shapes of the targets.
-  const std::string configs = f.given("config") ? f.str("config") : "tiny,bench-small,qwen3-0.6b";
+  const std::string configs = f.config_given ? f.config : "tiny,bench-small,qwen3-0.6b";
   for (const std::string& config : split_commas(configs)) {
     for (const Precision p : precisions) {
       const std::string dtype = precision_name(p);
       std::vector<std::string> args = {"--generate", "--config", config, "--precision", dtype};
-      for (const char* name : {"mode", "threads", "prompt-len", "decode-prompt-len", "new-tokens", "decode-batch"})
-        if (!f.str(name).empty()) args.insert(args.end(), {cat("--", name), f.str(name)});
-      if (f.on("no-train-forward")) args.push_back("--no-train-forward");
+      if (!f.mode.empty()) args.insert(args.end(), {"--mode", f.mode});
+      args.insert(args.end(), {"--threads", cat(f.threads), "--prompt-len", cat(f.prompt_len), "--decode-prompt-len",
+                               cat(f.decode_prompt_len), "--new-tokens", cat(f.new_tokens), "--decode-batch",
+                               cat(f.decode_batch)});
+      if (f.no_train_forward) args.push_back("--no-train-forward");
       nlohmann::json r = run_worker(f, args, cat("generation on ", config, " ", dtype));
       // The memory-bandwidth bound of batch-1 decoding: weights read per token ÷ copy bandwidth.
       const double bound = copy * 1e9 / r["bytes_per_token"].get<double>();
@@ -294,40 +311,48 @@ int bench_generate(const Flags& f, Context& ctx) {
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
-  Flags f("bench",
-          "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
-          "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.",
-          {
-              {"config", "bench-small", "preset name or path to a config.json"},
-              {"mode", "", "attnres_mode to run, or 'all' (default: the config's)"},
-              {"batch", "8", "micro-batch size B"},
-              {"seq-len", "512", "sequence length T"},
-              {"steps", "5", "timed steps"},
-              {"warmup-steps", "1", "untimed steps first"},
-              {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"},
-              threads_flag(),
-              device_flag(),
-              {"precision", "fp32", "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
-                                    "with --generate the default is fp32,bf16"},
-              {"dtype", "", "its older spelling", "precision"},
-              {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure 2048^3 products of each precision now)"},
-              {"json", "false", "one JSON object per line"},
-              {"generate", "false", "benchmark generation instead: --config may list several (default with "
-                                    "--generate: tiny,bench-small,qwen3-0.6b)"},
-              {"prompt-len", "512", "--generate: prefill prompt length"},
-              {"decode-prompt-len", "64", "--generate: prompt length before decoding"},
-              {"new-tokens", "32", "--generate: decoded tokens per sequence"},
-              {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"},
-              {"no-train-forward", "false", "--generate: skip the training-forward comparison"},
-              {"worker", "false", "internal: run one mode in this process and print its JSON"},
-              {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"},
-          });
-  if (!f.parse(argc, argv)) return 0;
+  BenchFlags f;
+  OptionList opts("bench",
+                  "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
+                  "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.");
+  opts.add(f.config, {"config", "bench-small", "preset name or path to a config.json"});
+  opts.add(f.mode, {"mode", "", "attnres_mode to run, or 'all' (default: the config's)"});
+  opts.add(f.batch, {"batch", "8", "micro-batch size B"});
+  opts.add(f.seq_len, {"seq-len", "512", "sequence length T"});
+  opts.add(f.steps, {"steps", "5", "timed steps"});
+  opts.add(f.warmup_steps, {"warmup-steps", "1", "untimed steps first"});
+  opts.add(f.rounds, {"rounds", "1", "runs of each mode and precision, interleaved; the figures are their medians"});
+  add_threads_option(opts, f.threads);
+  opts.add(f.device, device_flag());
+  opts.add_parsed({"precision", "fp32",
+                   "fp32, bf16, or both (fp32,bf16): the products' precision (core/precision.h); "
+                   "with --generate the default is fp32,bf16"},
+                  [&f](const std::string& text, const std::string& flag) {
+                    f.precision = text;
+                    f.precision_flag = flag;
+                  },
+                  [&f] { return f.precision; });
+  opts.add_spelling({"dtype", "", "its older spelling", "precision"});
+  opts.add(f.peak_gflops, {"peak-gflops", "0", "peak GFLOP/s for MFU (0 = measure 2048^3 products of each precision now)"});
+  opts.add(f.json, {"json", "false", "one JSON object per line"});
+  opts.add(f.generate, {"generate", "false",
+                        "benchmark generation instead: --config may list several (default with "
+                        "--generate: tiny,bench-small,qwen3-0.6b)"});
+  opts.add(f.prompt_len, {"prompt-len", "512", "--generate: prefill prompt length"});
+  opts.add(f.decode_prompt_len, {"decode-prompt-len", "64", "--generate: prompt length before decoding"});
+  opts.add(f.new_tokens, {"new-tokens", "32", "--generate: decoded tokens per sequence"});
+  opts.add(f.decode_batch, {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"});
+  opts.add(f.no_train_forward, {"no-train-forward", "false", "--generate: skip the training-forward comparison"});
+  opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
+  opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});
+  if (!opts.parse(argc, argv)) return 0;
+  f.precision_given = opts.given("precision");
+  f.config_given = opts.given("config");
   // --precision may list several: each is checked against the device where it is run.
-  const std::unique_ptr<Context> ctx_ptr = open_context({threads_option(f), f.str("device"), Precision::kF32});
+  const std::unique_ptr<Context> ctx_ptr = open_context({f.threads, f.device, Precision::kF32});
   Context& ctx = *ctx_ptr;
-  if (!f.str("measure").empty()) {
-    const std::string what = f.str("measure");
+  if (!f.measure.empty()) {
+    const std::string what = f.measure;
     if (what != "sgemm" && what != "bf16" && what != "copy") fail("--measure expects sgemm, bf16 or copy");
     const double value = what == "copy" ? measure_copy_gb_per_s(ctx)
                                         : measure_peak_gflops(what == "bf16" ? Precision::kBF16 : Precision::kF32,
@@ -335,44 +360,44 @@ int cmd_bench(int argc, char** argv) {
     std::printf("%s\n", nlohmann::json({{"value", value}}).dump().c_str());
     return 0;
   }
-  if (f.on("generate")) return bench_generate(f, ctx);
+  if (f.generate) return bench_generate(f, ctx);
   const int threads = ctx.threads();
-  Config base = load_config(f.str("config"));
-  batch_tokens(f.i64("batch"), f.i64("seq-len"));
-  if (f.i64("steps") <= 0 || f.i64("warmup-steps") < 0) fail("--steps must be positive and --warmup-steps not negative");
-  if (f.on("worker")) {
-    base.mode = parse_mode(f.str("mode"));
-    const Precision p = parse_precision(f.str("precision"), f.given("dtype") ? "--dtype" : "--precision");
+  Config base = load_config(f.config);
+  batch_tokens(f.batch, f.seq_len);
+  if (f.steps <= 0 || f.warmup_steps < 0) fail("--steps must be positive and --warmup-steps not negative");
+  if (f.worker) {
+    base.mode = parse_mode(f.mode);
+    const Precision p = parse_precision(f.precision, f.precision_flag.c_str());
     if (const std::string why = ctx.ops().unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
-    std::printf("%s\n", bench_mode(ctx, base, f.i64("batch"), f.i64("seq-len"), p,
-                                   f.i64("steps"), f.i64("warmup-steps"), f.f64("peak-gflops") * 1e9)
+    std::printf("%s\n", bench_mode(ctx, base, f.batch, f.seq_len, p,
+                                   f.steps, f.warmup_steps, f.peak_gflops * 1e9)
                             .dump()
                             .c_str());
     return 0;
   }
   std::vector<Mode> modes;
-  const std::string m = f.str("mode");
+  const std::string m = f.mode;
   if (m == "all")
     for (const ModeSpec& s : kModeSpecs) modes.push_back(s.mode);  // every row of the table, in its order
   else
     modes = {m.empty() ? base.mode : parse_mode(m)};
-  const bool json = f.on("json");
+  const bool json = f.json;
   const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
   // Both peaks where the machine has both (the bf16 one beside SGEMM's), each
   // precision's MFU against its own.
   const bool bf16_here = ctx.ops().unsupported(Precision::kBF16).empty();
-  const double sgemm = f.f64("peak-gflops") > 0 ? f.f64("peak-gflops") : measured(f, "sgemm");
-  const double bf16 = !bf16_here ? 0 : f.f64("peak-gflops") > 0 ? f.f64("peak-gflops") : measured(f, "bf16");
+  const double sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
+  const double bf16 = !bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
   if (!json) {
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s", f.str("config").c_str(),
-                static_cast<long long>(f.i64("batch")), static_cast<long long>(f.i64("seq-len")), threads, sgemm);
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s", f.config.c_str(),
+                static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads, sgemm);
     if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, dnnl_bf16::isa().c_str());
     std::printf("\n");
   }
   // --rounds R: every (precision, mode) runs R times, the runs of a round one
   // after the other, so that a drift of this shared machine's speed touches
   // every pair alike; each figure is the median of its runs, min and max beside it.
-  const int64_t rounds = f.i64("rounds");
+  const int64_t rounds = f.rounds;
   if (rounds < 1) fail("--rounds must be at least 1");
   std::vector<std::vector<std::vector<nlohmann::json>>> runs(
       precisions.size(), std::vector<std::vector<nlohmann::json>>(modes.size()));

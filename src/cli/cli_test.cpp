@@ -432,15 +432,16 @@ TEST_F(Cli, ThreadsOutOfRangeIsAnError) {
 TEST_F(Cli, ComparePassesTheTrainOptions) {
   const Result help = run("compare --help");
   ASSERT_EQ(help.status, 0);
-  for (const TrainOptionSpec& t : train_option_specs()) {
-    if (t.key == "out" || t.key == "steps" || t.key == "time_budget") continue;
-    EXPECT_NE(help.out.find("--" + t.flag + " "), std::string::npos) << t.flag;
-  }
+  TrainOptions t;
+  TrainOptions::each(t, [&](auto&, const char* key, const char*, OnResume, const char*) {
+    if (std::string(key) == "out" || std::string(key) == "steps" || std::string(key) == "time_budget") return;
+    EXPECT_NE(help.out.find("--" + option_flag(key) + " "), std::string::npos) << key;
+  });
   EXPECT_NE(help.out.find("--batch VALUE"), std::string::npos);
   EXPECT_NE(help.out.find("(default: 8)"), std::string::npos);
   EXPECT_NE(help.out.find("in compare: 0 = four times per run"), std::string::npos);
   const Result r = run("compare --modes baseline --data " + dir_ + "/ok.bin --val-data " + dir_ +
-                       "/ok.bin --steps 2 --seq-len 8 --weight-decay 0.05 --beta2 0.99 --threads 1 --out " + dir_ +
+                       "/ok.bin --steps 2 --seq-len 8 --weight-decay 0.05 --beta2 0.99 --recompute --threads 1 --out " + dir_ +
                        "/pass");
   ASSERT_EQ(r.status, 0) << r.err;
   const nlohmann::json st = read_trainer_state(resolve_model_dir(dir_ + "/pass/baseline-seed1337")).settings;
@@ -449,6 +450,11 @@ TEST_F(Cli, ComparePassesTheTrainOptions) {
   EXPECT_EQ(st["batch"], 8);          // train's default
   EXPECT_EQ(st["keep_checkpoints"], 1);  // compare's, as its help says
   EXPECT_EQ(st["seq_len"], 8);
+  EXPECT_EQ(st["recompute"], true);  // a switch passes too
+  // The start-up table comes from the same list, with the values read.
+  EXPECT_EQ(r.out.rfind("attnres compare\n", 0), 0u) << r.out;
+  for (const char* row : {"  --weight-decay = 0.05\n", "  --recompute = true\n", "  --keep-checkpoints = 1\n"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << " not in: " << r.out;
   // A rerun with another trajectory option is another comparison: refused.
   expect_clear_error(run("compare --modes baseline --data " + dir_ + "/ok.bin --val-data " + dir_ +
                          "/ok.bin --steps 2 --seq-len 8 --weight-decay 0.2 --out " + dir_ + "/pass"),
@@ -559,6 +565,40 @@ TEST_F(Cli, BadFlags) {
   expect_clear_error(run("eval --modle x"), {"unknown flag --modle"});
   expect_clear_error(run("train --steps many --data a --out b"), {"--steps expects an integer"});
   expect_clear_error(run("eval --model"), {"--model needs a value"});
+}
+
+// Every command reads its flags into typed fields before it does anything,
+// so a value of the wrong type is one line naming the flag — also for flags
+// that were read only on some paths before (tokenize ignored --repeats x
+// without --bench) — and the message does not repeat the command's name.
+TEST_F(Cli, EveryFlagValueIsCheckedBeforeTheCommandRuns) {
+  const std::string model = " --model " + dir_ + "/model", data = " --data " + dir_ + "/ok.bin";
+  const std::string tok = " --tokenizer " + dir_ + "/model/tokenizer.json";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"tokenize" + tok + " --repeats x", "--repeats expects an integer, got 'x'"},
+      {"generate" + model + " --prompt-ids 1 --seed -1", "--seed expects a non-negative integer, got '-1'"},
+      {"generate" + model + " --prompt-ids 1 --temperature warm", "--temperature expects a finite number, got 'warm'"},
+      {"generate" + model + " --prompt-ids 1 --top-k 99999999999999999999",
+       "--top-k 99999999999999999999 is out of the range of a 64-bit integer"},
+      {"eval" + model + data + " --json=maybe", "--json expects true or false, got 'maybe'"},
+      {"eval" + model + data + " --seq-len 1e3", "--seq-len expects an integer, got '1e3'"},
+      {"prepare --input " + dir_ + "/ok.bin --out " + dir_ + "/p --seed -5", "--seed expects a non-negative integer"},
+      {"tokenizer-train --input " + dir_ + "/ok.bin --vocab-size big", "--vocab-size expects an integer"},
+      {"export" + model + " --out " + dir_ + "/e --max-shard-size", "flag --max-shard-size needs a value"},
+      {"bench --rounds two", "--rounds expects an integer, got 'two'"},
+      {"compare --modes baseline" + data + " --val-data " + dir_ + "/ok.bin --out " + dir_ + "/c --lr fast",
+       "--lr expects a finite number, got 'fast'"},
+      {"train" + data + " --out " + dir_ + "/t --num-blocks q", "--num-blocks expects an integer, got 'q'"},
+  };
+  for (const auto& [args, message] : cases) {
+    const Result r = run(args);
+    expect_clear_error(r, {message});
+    const std::string command = args.substr(0, args.find(' '));
+    EXPECT_EQ(r.err.find("attnres " + command + ": error: attnres"), std::string::npos) << r.err;
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/p"));
+  EXPECT_FALSE(fs::exists(dir_ + "/c"));
+  EXPECT_FALSE(fs::exists(dir_ + "/t"));
 }
 
 // `attnres generate`: a model of 320 tokens with a tokenizer trained here.

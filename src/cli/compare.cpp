@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "cli/spawn.h"
 #include "core/context.h"
 #include "core/error.h"
@@ -98,108 +98,123 @@ const CompareDefault* compare_default(const std::string& key) {
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
-  // compare's own flags, then every training option of `attnres train`
+  // compare's own options, then every training option of `attnres train`
   // (train/options.h) with train's default — passed on to each run when given
   // — except those compare sets per run, and with compare's defaults where
   // kCompareDefaults says why.
-  std::vector<FlagSpec> specs = {
-      {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"},
-      {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"},
-      {"init", "", "convert this checkpoint into each mode instead of training from scratch"},
-      {"data", "", "training tokens (required)"},
-      {"val-data", "", "validation tokens (required)"},
-      {"tokens", "0", "training tokens per run (required unless --steps)"},
-      {"steps", "0", "optimizer steps per run (instead of --tokens)"},
-      {"minutes", "0", "time limit of the whole comparison; a run that would pass its share is cut, with its "
-                       "learning-rate decay completed (0 = none)"},
-      {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."},
-      {"seed", "1337", "first seed"},
-      {"precision", "auto", "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
-                            "instructions (AMX / AVX512-BF16), else fp32"},
-      {"ranks", "1", "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
-                     "then the global micro-batch, B / N per rank)"},
-      {"routing-tokens", "65536", "validation tokens the final routing analysis reads"},
-      {"out", "", "output directory (required); rerun with the same flags to resume"},
-      {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed for the report (default: "
-                       "scripts/fetch_vega.sh's)"},
-  };
-  for (const TrainOptionSpec& t : train_option_specs()) {
-    if (kSetPerRun.count(t.key)) continue;
-    std::string help = "train: " + t.help;
-    if (t.key == "batch") help = "micro-batch size B of each step (with --ranks N: the global one, B / N per rank)";
-    if (const CompareDefault* d = compare_default(t.key)) {
-      help += cat("; in compare: ", d->why);
-      specs.push_back({t.flag, d->value, help});
-    } else {
-      specs.push_back({t.flag, t.default_value, help});
+  struct {
+    std::string modes, config, init, data, val_data;
+    int64_t tokens = 0, steps = 0;
+    double minutes = 0;
+    int64_t seeds = 0;
+    uint64_t seed = 0;
+    std::string precision;
+    int64_t ranks = 0, routing_tokens = 0;
+    std::string out, vega_dir;
+  } o;
+  TrainOptions t;  // the runs' training options (those compare sets per run aside)
+  OptionList opts("compare",
+                  "Matched training runs of several routing modes (the same data windows in the same order, the same "
+                  "base\ninitialisation or the same --init checkpoint, the same schedule and tokens), then a table of "
+                  "validation\nloss, speed, memory and routing.  An interrupted comparison resumes: finished runs are "
+                  "not rerun.\nEvery option of attnres train is one of compare too, passed on to each run when given "
+                  "(train's\ndefaults apply otherwise, except where its help says compare's default and why).");
+  opts.add(o.modes, {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"});
+  opts.add(o.config, {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"});
+  opts.add(o.init, {"init", "", "convert this checkpoint into each mode instead of training from scratch"});
+  opts.add(o.data, {"data", "", "training tokens (required)"});
+  opts.add(o.val_data, {"val-data", "", "validation tokens (required)"});
+  opts.add(o.tokens, {"tokens", "0", "training tokens per run (required unless --steps)"});
+  opts.add(o.steps, {"steps", "0", "optimizer steps per run (instead of --tokens)"});
+  opts.add(o.minutes, {"minutes", "0",
+                       "time limit of the whole comparison; a run that would pass its share is cut, with its "
+                       "learning-rate decay completed (0 = none)"});
+  opts.add(o.seeds, {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."});
+  opts.add(o.seed, {"seed", "1337", "first seed"});
+  opts.add(o.precision, {"precision", "auto",
+                         "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
+                         "instructions (AMX / AVX512-BF16), else fp32"});
+  opts.add(o.ranks, {"ranks", "1",
+                     "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
+                     "then the global micro-batch, B / N per rank)"});
+  opts.add(o.routing_tokens, {"routing-tokens", "65536", "validation tokens the final routing analysis reads"});
+  opts.add(o.out, {"out", "", "output directory (required); rerun with the same flags to resume"});
+  opts.add(o.vega_dir, {"vega-dir", "",
+                        "node_modules holding vega, vega-lite, vega-embed for the report (default: "
+                        "scripts/fetch_vega.sh's)"});
+  add_train_options(opts, t, [](const std::string& key, FlagSpec& spec) {
+    if (kSetPerRun.count(key)) return false;
+    spec.help = "train: " + spec.help;
+    if (key == "batch") spec.help = "micro-batch size B of each step (with --ranks N: the global one, B / N per rank)";
+    if (const CompareDefault* d = compare_default(key)) {
+      spec.default_value = d->value;
+      spec.help += cat("; in compare: ", d->why);
     }
-  }
-  Flags f("compare",
-          "Matched training runs of several routing modes (the same data windows in the same order, the same base\n"
-          "initialisation or the same --init checkpoint, the same schedule and tokens), then a table of validation\n"
-          "loss, speed, memory and routing.  An interrupted comparison resumes: finished runs are not rerun.\n"
-          "Every option of attnres train is one of compare too, passed on to each run when given (train's\n"
-          "defaults apply otherwise, except where its help says compare's default and why).",
-          specs);
-  if (!f.parse(argc, argv)) return 0;
-  const std::string out = f.str("out");
-  if (out.empty() || f.str("data").empty() || f.str("val-data").empty())
-    fail("--out, --data and --val-data are required");
-  const std::vector<std::string> modes = split_list(f.str("modes"));
+    return true;
+  });
+  if (!opts.parse(argc, argv)) return 0;
+  const std::string& out = o.out;
+  if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
+  const std::vector<std::string> modes = split_list(o.modes);
   if (modes.empty()) fail("--modes names no mode");
   for (const std::string& m : modes) parse_mode(m);  // an Error names a bad one
-  const int64_t seeds = f.i64("seeds"), B = f.i64("batch"), T = f.i64("seq-len");
+  const int64_t seeds = o.seeds, B = t.batch, T = t.seq_len;
   if (seeds < 1) fail("--seeds must be at least 1");
   if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");
-  const int64_t ranks = f.i64("ranks");
+  const int64_t ranks = o.ranks;
   if (ranks < 1) fail("--ranks must be at least 1");
   if (B % ranks != 0) fail("--batch ", B, " does not split over --ranks ", ranks, " (each rank takes B / ranks windows)");
   // Each run under mpirun: the same global batch, split over the ranks (docs/distributed.md).
   const std::vector<std::string> launcher =
       ranks > 1 ? std::vector<std::string>{"mpirun", "-np", cat(ranks)} : std::vector<std::string>{};
-  int64_t steps = f.i64("steps");
+  int64_t steps = o.steps;
   if (steps <= 0) {
-    if (f.i64("tokens") <= 0) fail("give the work per run: --tokens N (or --steps N)");
-    steps = (f.i64("tokens") + B * T - 1) / (B * T);
+    if (o.tokens <= 0) fail("give the work per run: --tokens N (or --steps N)");
+    steps = (o.tokens + B * T - 1) / (B * T);
   }
   // The precision of every run: auto resolves here, once, and is stored with the settings.
-  std::string precision = f.str("precision");
+  std::string precision = o.precision;
   {
-    const std::unique_ptr<Context> probe = open_context({1, f.str("device"), Precision::kF32});
+    const std::unique_ptr<Context> probe = open_context({1, t.device, Precision::kF32});
     const bool bf16_here = probe->ops().unsupported(Precision::kBF16).empty();
     if (precision == "auto") precision = bf16_here ? "bf16" : "fp32";
     const Precision p = parse_precision(precision);
-    open_context({1, f.str("device"), p});  // an Error where the device cannot run p
+    open_context({1, t.device, p});  // an Error where the device cannot run p
     precision = precision_name(p);
   }
-  const int64_t val_every = f.i64("val-every") > 0 ? f.i64("val-every") : std::max<int64_t>(1, steps / 4);
-  const int64_t routing_every = f.i64("routing-every") > 0 ? f.i64("routing-every") : std::max<int64_t>(1, steps / 20);
-  const int64_t warmup = f.i64("warmup") > 0 ? f.i64("warmup") : std::max<int64_t>(1, steps / 20);
-  const int64_t ckpt_every = f.i64("ckpt-every") > 0 ? f.i64("ckpt-every") : val_every;
+  const int64_t val_every = t.val_every > 0 ? t.val_every : std::max<int64_t>(1, steps / 4);
+  const int64_t routing_every = t.routing_every > 0 ? t.routing_every : std::max<int64_t>(1, steps / 20);
+  const int64_t warmup = t.warmup > 0 ? t.warmup : std::max<int64_t>(1, steps / 20);
+  const int64_t ckpt_every = t.ckpt_every > 0 ? t.ckpt_every : val_every;
   // Each run's flags from compare's: those it sets per run or by its own
   // rules, and every other training option given here, as given.
   std::map<std::string, std::string> computed = {
       {"batch", cat(B / ranks)},          {"warmup", cat(warmup)},
       {"val_every", cat(val_every)},      {"ckpt_every", cat(ckpt_every)},
-      {"routing_every", cat(routing_every)}, {"keep_checkpoints", f.str("keep-checkpoints")},
-      {"val_tokens", f.str("val-tokens")}};
-  std::vector<std::string> passed_fixed, passed_free;  // "--flag value" pairs of given options
+      {"routing_every", cat(routing_every)}, {"keep_checkpoints", cat(t.keep_checkpoints)},
+      {"val_tokens", cat(t.val_tokens)}};
+  std::vector<std::string> passed_fixed, passed_free;  // "--flag=value" of each given option
   nlohmann::json given_options = nlohmann::json::object();  // those that shape a run: a rerun must give the same
-  for (const TrainOptionSpec& t : train_option_specs()) {
-    if (kSetPerRun.count(t.key) || computed.count(t.key) || !f.given(t.flag)) continue;
-    auto& into = t.on_resume == OnResume::kFree ? passed_free : passed_fixed;
-    into.insert(into.end(), {"--" + t.flag, f.str(t.flag)});
-    if (t.on_resume != OnResume::kFree) given_options[t.key] = f.str(t.flag);
-  }
+  TrainOptions::each(t, [&](const auto& field, const char* key, const char*, OnResume rule, const char*) {
+    const std::string flag = option_flag(key);
+    if (kSetPerRun.count(key) || computed.count(key) || !opts.given(flag)) return;
+    auto& into = rule == OnResume::kFree ? passed_free : passed_fixed;
+    into.push_back(cat("--", flag, "=", option_text(field)));  // "=": a switch takes its value inline
+    if (rule != OnResume::kFree) given_options[key] = option_text(field);
+  });
+
+  // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
+  std::printf("attnres compare\n%s", opts.table().c_str());
+  std::fflush(stdout);
 
   // The comparison's settings: a rerun must ask for the same comparison.
   fs::create_directories(out);
-  nlohmann::json settings = {{"modes", modes}, {"config", f.str("config")}, {"init", f.str("init")},
-                             {"data", fs::absolute(f.str("data")).string()},
-                             {"val_data", fs::absolute(f.str("val-data")).string()},
+  nlohmann::json settings = {{"modes", modes}, {"config", o.config}, {"init", o.init},
+                             {"data", fs::absolute(o.data).string()},
+                             {"val_data", fs::absolute(o.val_data).string()},
                              {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
-                             {"seed", f.i64("seed")}, {"lr", f.f64("lr")}, {"lr_min", f.f64("lr-min")},
-                             {"val_every", val_every}, {"val_tokens", f.i64("val-tokens")},
+                             {"seed", o.seed}, {"lr", t.lr}, {"lr_min", t.lr_min},
+                             {"val_every", val_every}, {"val_tokens", t.val_tokens},
                              {"routing_every", routing_every}, {"precision", precision},
                              {"train_options", given_options}};
   const std::string settings_path = out + "/compare.json";
@@ -216,7 +231,7 @@ int cmd_compare(int argc, char** argv) {
   }
 
   const double t_start = now_seconds();
-  const double limit_s = f.f64("minutes") * 60;
+  const double limit_s = o.minutes * 60;
   struct Run {
     std::string mode, dir;
     int64_t seed;
@@ -224,7 +239,7 @@ int cmd_compare(int argc, char** argv) {
   std::vector<Run> runs;
   for (const std::string& m : modes)
     for (int64_t k = 0; k < seeds; ++k)
-      runs.push_back({m, cat(out, "/", m, "-seed", f.i64("seed") + k), f.i64("seed") + k});
+      runs.push_back({m, cat(out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)});
 
   nlohmann::json results = nlohmann::json::array();
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -241,19 +256,21 @@ int cmd_compare(int argc, char** argv) {
     if (resume) {
       args.insert(args.end(), {"--resume", run.dir});
     } else {
-      if (!f.str("init").empty()) args.insert(args.end(), {"--init", f.str("init")});
-      else args.insert(args.end(), {"--config", f.str("config")});
-      args.insert(args.end(), {"--mode", run.mode, "--data", f.str("data"), "--val-data", f.str("val-data"), "--out",
+      if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
+      else args.insert(args.end(), {"--config", o.config});
+      args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
                                run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
-      for (const TrainOptionSpec& t : train_option_specs())
-        if (const auto it = computed.find(t.key); it != computed.end()) args.insert(args.end(), {"--" + t.flag, it->second});
+      TrainOptions::each(t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
+        if (const auto it = computed.find(key); it != computed.end())
+          args.insert(args.end(), {"--" + option_flag(key), it->second});
+      });
       args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
     }
     args.insert(args.end(), passed_free.begin(), passed_free.end());
     if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
       const double left = limit_s - (now_seconds() - t_start);
       const double share = left / static_cast<double>(runs.size() - i) - 10;
-      if (share < 10) fail("--minutes ", f.str("minutes"), ": no time left for ", run.mode, " seed ", run.seed);
+      if (share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
       args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
     }
     std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
@@ -278,9 +295,9 @@ int cmd_compare(int argc, char** argv) {
     const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
     r["params"] = ParamLayout(c).total();
     if (mode_spec(c.mode).routed()) {  // the routing of the final model, on validation tokens
-      const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", f.str("val-data"), "--seq-len",
-                                       cat(T), "--max-tokens", f.str("routing-tokens"), "--threads",
-                                       f.str("threads"), "--device", f.str("device"), "--precision", precision,
+      const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", o.val_data, "--seq-len",
+                                       cat(T), "--max-tokens", cat(o.routing_tokens), "--threads",
+                                       cat(t.threads), "--device", t.device, "--precision", precision,
                                        "--json", "--quiet"});
       if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
       r["routing"] = nlohmann::json::parse(rt.out);
@@ -350,9 +367,9 @@ int cmd_compare(int argc, char** argv) {
               " seed(s) per mode, ",
               precision == "bf16" ? "bf16 products (bfloat16 inputs, float32 sums; the rest float32)"
                                   : "fp32 arithmetic",
-              f.given("precision") ? "" : " (--precision auto)", "; validation loss on ",
-              f.i64("val-tokens") > 0 ? cat("the first ", f.str("val-tokens"), " tokens of ") : std::string("all of "),
-              f.str("val-data"),
+              opts.given("precision") ? "" : " (--precision auto)", "; validation loss on ",
+              t.val_tokens > 0 ? cat("the first ", t.val_tokens, " tokens of ") : std::string("all of "),
+              o.val_data,
               ". deep max weight: the per-token max routing weight, mean over the deepest third of the routers.\n");
   for (const std::string& n : notes) text += cat("- ", n, "\n");
   for (const std::string& m : modes)
@@ -369,7 +386,7 @@ int cmd_compare(int argc, char** argv) {
   const nlohmann::json data = read_report_data({out});
   std::string vega;
   try {
-    vega = find_vega_dir(f.str("vega-dir"));
+    vega = find_vega_dir(o.vega_dir);
   } catch (const Error& e) {  // the table stands without the pictures
     std::printf("report: not written: %s\n", e.what());
     return 0;

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/context.h"
 #include "core/timer.h"
@@ -15,28 +15,31 @@
 namespace attnres {
 
 int cmd_eval(int argc, char** argv) {
-  Flags f("eval", "Loss and perplexity of a checkpoint over a token file, in consecutive windows of T+1 tokens.",
-          join(join(model_flags(false),
-                    window_flags("0", "evaluate only the first N tokens (0 = all)")),
-               join({
-                        {"quiet", "false", "no progress line on stderr"},
-                        {"json", "false", "print one JSON object instead of text"},
-                    },
-                    context_flags())));
-  if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
-  const WindowOptions w = window_options(f);
-  const ContextOptions co = context_options(f);
-  const ModelSource src = open_model(f.str("model"));
+  struct {
+    ModelFlags model;
+    WindowOptions window;
+    bool quiet = false, json = false;
+    ContextOptions context;
+  } o;
+  OptionList opts("eval", "Loss and perplexity of a checkpoint over a token file, in consecutive windows of T+1 tokens.");
+  add_model_options(opts, o.model, false);
+  add_window_options(opts, o.window, "0", "evaluate only the first N tokens (0 = all)");
+  opts.add(o.quiet, {"quiet", "false", "no progress line on stderr"});
+  opts.add(o.json, {"json", "false", "print one JSON object instead of text"});
+  add_context_options(opts, o.context);
+  if (!opts.parse(argc, argv)) return 0;
+  const WindowOptions& w = o.window;
+  const ContextOptions& co = o.context;
+  const ModelSource src = open_model(o.model.model);
   TokenFile data(w.data);
   data.check_vocab(src.config.V);
   const std::unique_ptr<Context> ctx = open_context(co);
   const std::unique_ptr<Model> model = load_model(src, *ctx, {.batch = w.batch, .seq_len = w.seq_len}, co.precision);
   EvalOptions eo;
   eo.max_tokens = w.max_tokens;
-  eo.progress = !f.on("quiet");
+  eo.progress = !o.quiet;
   EvalResult r = evaluate(*model, data, eo);
-  if (f.on("json")) {
+  if (o.json) {
     nlohmann::json j = {{"model", src.dir},       {"data", w.data},      {"mode", mode_name(src.config.mode)},
                         {"seq_len", w.seq_len},   {"loss", r.loss},      {"ppl", r.ppl},
                         {"tokens", r.tokens},     {"seconds", r.seconds}, {"precision", precision_name(co.precision)},

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "core/progress.h"
@@ -40,53 +40,66 @@ nlohmann::json result_json(const TaskResult& r) {
 }  // namespace
 
 int cmd_eval_tasks(int argc, char** argv) {
-  Flags f("eval-tasks",
-          "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard errors of\n"
-          "EleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each task reads\n"
-          "DATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face dataset.",
-          join(join(model_flags(true), {
-              {"tasks", "paper", "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
-                                 "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"},
-              {"data-dir", "", "directory of the task files (required)"},
-              {"limit", "0", "score only the first N records of each task (of each subject, for mmlu; 0 = all)"},
-              {"num-fewshot", "0", "examples in front of each prompt, drawn as the harness draws them (the paper: 0); "
-                                   "they come from DATA_DIR/<task>.train.jsonl (mmlu: mmlu.dev.jsonl)"},
-              {"fewshot-seed", "1234", "seed of the few-shot draws (the harness's fewshot_random_seed)"},
-              {"batch", "8", "requests per forward pass"},
-              {"max-length", "0", "the model's context for a request, longer ones cut from the left "
-                                  "(0 = max_position_embeddings, as the harness)"},
-              {"json", "false", "print one JSON object shaped like the harness's results"},
-              {"out", "", "also write that JSON object to this file"},
-              {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"},
-              {"quiet", "false", "no progress line on stderr"},
-          }),
-              context_flags()));
-  if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty() || f.str("data-dir").empty()) fail("--model and --data-dir are required");
-  const ContextOptions co = context_options(f);
-  const int64_t fewshot = f.i64("num-fewshot");
+  struct {
+    ModelFlags model;
+    std::string tasks, data_dir;
+    int64_t limit = 0, num_fewshot = 0, fewshot_seed = 0, batch = 0, max_length = 0;
+    bool json = false;
+    std::string out, log_samples;
+    bool quiet = false;
+    ContextOptions context;
+  } o;
+  OptionList opts("eval-tasks",
+                  "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard "
+                  "errors of\nEleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each "
+                  "task reads\nDATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face "
+                  "dataset.");
+  add_model_options(opts, o.model, true);
+  opts.add(o.tasks, {"tasks", "paper",
+                     "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
+                     "lambada_openai, paper (all eight), mc:NAME (your own NAME.jsonl)"});
+  opts.add(o.data_dir, {"data-dir", "", "directory of the task files (required)"});
+  opts.add(o.limit, {"limit", "0", "score only the first N records of each task (of each subject, for mmlu; 0 = all)"});
+  opts.add(o.num_fewshot, {"num-fewshot", "0",
+                           "examples in front of each prompt, drawn as the harness draws them (the paper: 0); "
+                           "they come from DATA_DIR/<task>.train.jsonl (mmlu: mmlu.dev.jsonl)"});
+  opts.add(o.fewshot_seed, {"fewshot-seed", "1234", "seed of the few-shot draws (the harness's fewshot_random_seed)"});
+  opts.add(o.batch, {"batch", "8", "requests per forward pass"});
+  opts.add(o.max_length, {"max-length", "0",
+                          "the model's context for a request, longer ones cut from the left "
+                          "(0 = max_position_embeddings, as the harness)"});
+  opts.add(o.json, {"json", "false", "print one JSON object shaped like the harness's results"});
+  opts.add(o.out, {"out", "", "also write that JSON object to this file"});
+  opts.add(o.log_samples,
+           {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"});
+  opts.add(o.quiet, {"quiet", "false", "no progress line on stderr"});
+  add_context_options(opts, o.context);
+  if (!opts.parse(argc, argv)) return 0;
+  if (o.data_dir.empty()) fail("--data-dir is required (the directory of the task files)");
+  const ContextOptions& co = o.context;
+  const int64_t fewshot = o.num_fewshot;
   if (fewshot < 0) fail("--num-fewshot must be 0 or positive");
-  const int64_t limit = f.i64("limit"), batch = f.i64("batch");
+  const int64_t limit = o.limit, batch = o.batch;
   if (limit < 0) fail("--limit must be 0 (all) or positive");
   if (batch <= 0) fail("--batch must be positive");
 
   // Every task file is read and checked before the model is loaded.
-  const std::vector<TaskSpec> tasks = parse_task_list(f.str("tasks"));
+  const std::vector<TaskSpec> tasks = parse_task_list(o.tasks);
   std::vector<std::vector<Doc>> docs;
   for (const TaskSpec& t : tasks) {
-    docs.push_back(read_task_docs(t, f.str("data-dir"), limit));
+    docs.push_back(read_task_docs(t, o.data_dir, limit));
     if (fewshot > 0)
-      add_fewshot(t, docs.back(), read_fewshot_pool(t, f.str("data-dir")), fewshot,
-                  static_cast<uint32_t>(f.i64("fewshot-seed")));
+      add_fewshot(t, docs.back(), read_fewshot_pool(t, o.data_dir), fewshot,
+                  static_cast<uint32_t>(o.fewshot_seed));
   }
 
   const ModelSource src =
-      open_model(f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kYes, .why = "eval-tasks scores text"});
+      open_model(o.model.model, {.tokenizer = o.model.tokenizer, .need = NeedTokenizer::kYes, .why = "eval-tasks scores text"});
   const std::string& dir = src.dir;
   const Config& c = src.config;
   const std::string& tok_path = src.tokenizer_path;
   const Tokenizer& tok = *src.tokenizer;
-  const int64_t max_length = f.i64("max-length") > 0 ? f.i64("max-length") : c.max_position_embeddings;
+  const int64_t max_length = o.max_length > 0 ? o.max_length : c.max_position_embeddings;
   if (max_length > c.max_position_embeddings)
     fail("--max-length ", max_length, " exceeds max_position_embeddings ", c.max_position_embeddings);
 
@@ -111,7 +124,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   Model& model = *model_ptr;
 
   const double t0 = now_seconds();
-  Progress progress(f.on("quiet") ? nullptr : stderr, "eval-tasks", requests.size());
+  Progress progress(o.quiet ? nullptr : stderr, "eval-tasks", requests.size());
   size_t examples = 0;
   for (const auto& d : docs) examples += d.size();
   const std::vector<Loglik> scored = score_requests(model, requests, max_length, batch, &progress,
@@ -123,8 +136,8 @@ int cmd_eval_tasks(int argc, char** argv) {
   // Per task: its documents' log-likelihoods, and the metrics.
   std::vector<TaskResult> results;
   std::FILE* samples = nullptr;
-  if (!f.str("log-samples").empty() && !(samples = std::fopen(f.str("log-samples").c_str(), "w")))
-    fail(f.str("log-samples"), ": cannot open for writing: ", errno_text());
+  if (!o.log_samples.empty() && !(samples = std::fopen(o.log_samples.c_str(), "w")))
+    fail(o.log_samples, ": cannot open for writing: ", errno_text());
   size_t next = 0;
   for (size_t t = 0; t < tasks.size(); ++t) {
     std::vector<std::vector<Loglik>> lls;
@@ -146,7 +159,7 @@ int cmd_eval_tasks(int argc, char** argv) {
     }
     results.push_back(score_task(tasks[t], docs[t], lls));
   }
-  if (samples && std::fclose(samples) != 0) fail(f.str("log-samples"), ": write failed");
+  if (samples && std::fclose(samples) != 0) fail(o.log_samples, ": write failed");
 
   // The average the paper reports: one metric per task, named.
   nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};
@@ -168,10 +181,10 @@ int cmd_eval_tasks(int argc, char** argv) {
   j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", fewshot},
                  {"limit", limit},       {"max_length", max_length},  {"precision", precision_name(co.precision)},
                  {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
-                 {"fewshot_seed", f.i64("fewshot-seed")},
+                 {"fewshot_seed", o.fewshot_seed},
                  {"semantics", "lm-evaluation-harness v0.4.x task definitions (docs/tasks.md)"}};
-  if (!f.str("out").empty()) write_file_atomic(f.str("out"), j.dump(2) + "\n");
-  if (f.on("json")) {
+  if (!o.out.empty()) write_file_atomic(o.out, j.dump(2) + "\n");
+  if (o.json) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }

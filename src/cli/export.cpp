@@ -5,7 +5,7 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
@@ -43,21 +43,22 @@ int64_t parse_size(const std::string& s) {
 }  // namespace
 
 int cmd_export(int argc, char** argv) {
-  Flags f("export",
-          "Write a checkpoint as a plain Hugging Face model directory (config, safetensors, tokenizer, generation "
-          "config) that the reference code loads.",
-          {
-              {"model", "", "model, checkpoint or run directory (required)"},
-              {"out", "", "output directory, new or empty (required)"},
-              {"dtype", "bf16", "weights as bf16 (as published) or f32"},
-              {"max-shard-size", "5GB", "above this the weights are sharded with an index, as the hub does"},
-          });
-  if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty() || f.str("out").empty()) fail("--model and --out are required");
-  const bool bf16 = parse_save_dtype(f.str("dtype"), "--dtype");
-  const int64_t max_shard = parse_size(f.str("max-shard-size"));
-  const std::string src = resolve_model_dir(f.str("model"));
-  const std::string out = f.str("out");
+  struct {
+    std::string model, out, dtype, max_shard_size;
+  } o;
+  OptionList opts("export",
+                  "Write a checkpoint as a plain Hugging Face model directory (config, safetensors, tokenizer, "
+                  "generation config) that the reference code loads.");
+  opts.add(o.model, {"model", "", "model, checkpoint or run directory (required)"});
+  opts.add(o.out, {"out", "", "output directory, new or empty (required)"});
+  opts.add(o.dtype, {"dtype", "bf16", "weights as bf16 (as published) or f32"});
+  opts.add(o.max_shard_size, {"max-shard-size", "5GB", "above this the weights are sharded with an index, as the hub does"});
+  if (!opts.parse(argc, argv)) return 0;
+  if (o.model.empty() || o.out.empty()) fail("--model and --out are required");
+  const bool bf16 = parse_save_dtype(o.dtype, "--dtype");
+  const int64_t max_shard = parse_size(o.max_shard_size);
+  const std::string src = resolve_model_dir(o.model);
+  const std::string& out = o.out;
   std::error_code ec;
   if (fs::exists(out) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
     fail(out, ": exists and is not an empty directory (export writes a fresh model directory)");

@@ -1,10 +1,9 @@
-// flags.h — one flag list per subcommand: name, default, help.
-//
-// The same list parses the command line and prints --help, so a flag's name,
-// default and help live in one place; the groups below are the flags that
-// several commands share, each read once into a typed struct.
-// Flags are `--name value` or `--name=value`; switches (default "false") take
-// no value.  Unknown flags and missing values are Errors naming the flag.
+// flags.h — the command line's words: a list of flags (name, default, help)
+// that parses `--name value` / `--name=value` into texts and prints --help.
+// Switches (default "false") take no value.  Unknown flags and missing
+// values are Errors naming the flag.  Commands do not read these texts
+// themselves: cli/options.h binds each flag to a typed field and reads them
+// all at once.
 #pragma once
 
 #include <cstdint>
@@ -12,8 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "core/precision.h"
-#include "ops/backend.h"
 
 namespace attnres {
 
@@ -34,10 +31,12 @@ class Flags {
   bool parse(int argc, char** argv);
 
   const std::string& str(const std::string& name) const;
-  int64_t i64(const std::string& name) const;
-  double f64(const std::string& name) const;
-  bool on(const std::string& name) const;
   bool given(const std::string& name) const { return given_.count(name) > 0; }
+  // The spelling a flag's value was given with (its own name when not given).
+  const std::string& spelled(const std::string& name) const {
+    auto it = spelled_.find(name);
+    return it == spelled_.end() ? name : it->second;
+  }
   // Every value given for a flag that may repeat (--stop A --stop B), in order.
   const std::vector<std::string>& all(const std::string& name) const;
 
@@ -53,40 +52,14 @@ class Flags {
   const FlagSpec* find(const std::string& name) const;
 };
 
-// a followed by b (a command's own flags and a shared group).
-inline std::vector<FlagSpec> join(std::vector<FlagSpec> a, const std::vector<FlagSpec>& b) {
-  a.insert(a.end(), b.begin(), b.end());
-  return a;
-}
-
-// ---- the groups of flags that commands share (each joins the ones it takes) ----
-
-// --threads of any command ("threads (0 = all cores)", or what they do:
-// "encoding threads"), and its value: 0 (every core) to 1024, anything else
-// an Error naming the flag.
-FlagSpec threads_flag(const std::string& what = "threads");
-int threads_option(const Flags& f);
-
 // --device NAME, its help listing this build's devices.
 FlagSpec device_flag();
 
-// --threads, --device, --precision (and --dtype, the older spelling of the
-// inference commands for --precision): where and how the command's model runs.
-std::vector<FlagSpec> context_flags(const std::string& precision_default = "fp32");
-// Their values, typed and range-checked; open_context (ops/backend.h) builds the Context.
-ContextOptions context_options(const Flags& f);
-
-// --model (and, with_tokenizer, --tokenizer): a model to load for inference
-// (infer/load.h: open_model takes both).
-std::vector<FlagSpec> model_flags(bool with_tokenizer);
-
-// --data, --seq-len, --batch, --max-tokens: a token file read in consecutive
-// windows of T tokens, B windows per forward.
-std::vector<FlagSpec> window_flags(const std::string& max_tokens_default, const std::string& max_tokens_help);
+// A token file read in consecutive windows of T tokens, B windows per
+// forward (cli/options.h: add_window_options).
 struct WindowOptions {
   std::string data;
   int64_t seq_len = 0, batch = 0, max_tokens = 0;
 };
-WindowOptions window_options(const Flags& f);
 
 }  // namespace attnres

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/context.h"
 #include "core/error.h"
 #include "core/json_util.h"
@@ -60,53 +60,60 @@ std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohma
 }  // namespace
 
 int cmd_generate(int argc, char** argv) {
-  Flags f("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).",
-          join(join(model_flags(true), {
-              {"prompt", "", "prompt text (default: read from stdin)"},
-              {"prompt-ids", "", "prompt as comma-separated token ids instead of text"},
-              {"prompts", "", "JSONL file of prompts ({\"prompt\": TEXT} or {\"prompt_ids\": [...]}) -> JSONL out"},
-              {"max-new-tokens", "64", "tokens to generate at most per prompt"},
-              {"temperature", "", "0 = greedy (default: greedy, or generation_config.json's when it samples)"},
-              {"top-k", "", "sample among the k most likely tokens (0 = all)"},
-              {"top-p", "", "sample among the most likely tokens of total probability p, in (0, 1]"},
-              {"seed", "0", "sampling seed"},
-              {"stop", "", "stop when the text contains this string (may be repeated)"},
-              {"ignore-eos", "false", "do not stop at end-of-sequence tokens"},
-              {"batch", "8", "sequences decoded together (--prompts)"},
-              {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"},
-          }),
-              context_flags()));
-  if (!f.parse(argc, argv)) return 0;
-  const ContextOptions co = context_options(f);
-  const ModelSource src = open_model(
-      f.str("model"), {.tokenizer = f.str("tokenizer"), .need = NeedTokenizer::kIfPresent, .why = "", .sampling_defaults = true,
-                         .eos_ids = !f.on("ignore-eos")});
+  struct {
+    ModelFlags model;
+    std::optional<std::string> prompt, prompt_ids;
+    std::string prompts;
+    int64_t max_new_tokens = 0;
+    SamplingFlags sampling;
+    std::vector<std::string> stop;
+    bool ignore_eos = false;
+    int64_t batch = 0;
+    bool json = false;
+    ContextOptions context;
+  } o;
+  OptionList opts("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).");
+  add_model_options(opts, o.model, true);
+  opts.add(o.prompt, {"prompt", "", "prompt text (default: read from stdin)"});
+  opts.add(o.prompt_ids, {"prompt-ids", "", "prompt as comma-separated token ids instead of text"});
+  opts.add(o.prompts,
+           {"prompts", "", "JSONL file of prompts ({\"prompt\": TEXT} or {\"prompt_ids\": [...]}) -> JSONL out"});
+  opts.add(o.max_new_tokens, {"max-new-tokens", "64", "tokens to generate at most per prompt"});
+  add_sampling_options(opts, o.sampling);
+  opts.add(o.stop, {"stop", "", "stop when the text contains this string (may be repeated)"});
+  opts.add(o.ignore_eos, {"ignore-eos", "false", "do not stop at end-of-sequence tokens"});
+  opts.add(o.batch, {"batch", "8", "sequences decoded together (--prompts)"});
+  opts.add(o.json, {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"});
+  add_context_options(opts, o.context);
+  if (!opts.parse(argc, argv)) return 0;
+  const ContextOptions& co = o.context;
+  const ModelSource src = open_model(o.model.model, {.tokenizer = o.model.tokenizer,
+                                                     .need = NeedTokenizer::kIfPresent,
+                                                     .why = "",
+                                                     .sampling_defaults = true,
+                                                     .eos_ids = !o.ignore_eos});
   const std::string& dir = src.dir;
   const Config& c = src.config;
 
   // Sampling and stopping.
   GenerateOptions g;
-  g.max_new_tokens = f.i64("max-new-tokens");
-  g.sampling = src.sampling;
-  if (f.given("temperature")) g.sampling.temperature = f.f64("temperature");
-  if (f.given("top-k")) g.sampling.top_k = f.i64("top-k");
-  if (f.given("top-p")) g.sampling.top_p = f.f64("top-p");
-  g.sampling.validate();
-  g.seed = static_cast<uint64_t>(f.i64("seed"));
-  g.stop = f.all("stop");
+  g.max_new_tokens = o.max_new_tokens;
+  g.sampling = o.sampling.apply(src.sampling);
+  g.seed = o.sampling.seed;
+  g.stop = o.stop;
   if (g.max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", g.max_new_tokens);
 
   // The tokenizer, when there is one.
   const std::optional<Tokenizer>& tok = src.tokenizer;
   if (tok) g.tokenizer = &*tok;
-  const bool json = f.on("json");
+  const bool json = o.json;
   auto need_tokenizer = [&](const char* why) {
     if (!tok)
       fail(why, " needs a tokenizer, and ", dir, " has no tokenizer.json: pass --tokenizer FILE",
            json ? " or give ids with --prompt-ids" : " (or --prompt-ids with --json)");
   };
   if (!g.stop.empty()) need_tokenizer("--stop");
-  if (!f.on("ignore-eos")) {
+  if (!o.ignore_eos) {
     g.eos_ids = src.eos_ids;
     if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
       g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
@@ -118,9 +125,9 @@ int cmd_generate(int argc, char** argv) {
     bool from_ids = false;
   };
   std::vector<Prompt> prompts;
-  const bool batch_file = !f.str("prompts").empty();
+  const bool batch_file = !o.prompts.empty();
   if (batch_file) {
-    const std::string path = f.str("prompts");
+    const std::string& path = o.prompts;
     const std::string text = read_file(path);
     size_t line_no = 0, at = 0;
     while (at < text.size()) {
@@ -146,11 +153,10 @@ int cmd_generate(int argc, char** argv) {
       prompts.push_back(std::move(p));
     }
     if (prompts.empty()) fail(path, ": no prompts");
-  } else if (f.given("prompt-ids")) {
-    prompts.push_back({parse_ids(f.str("prompt-ids"), "--prompt-ids"), true});
+  } else if (o.prompt_ids) {
+    prompts.push_back({parse_ids(*o.prompt_ids, "--prompt-ids"), true});
   } else {
-    std::string text = f.given("prompt") ? f.str("prompt")
-                                         : std::string(std::istreambuf_iterator<char>(std::cin), {});
+    std::string text = o.prompt ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
     need_tokenizer("a text prompt");
     Prompt p;
     for (uint32_t id : tok->encode(text)) p.ids.push_back(static_cast<int32_t>(id));
@@ -158,7 +164,7 @@ int cmd_generate(int argc, char** argv) {
   }
 
   // The model: an inference model with a KV cache sized for these prompts.
-  const int64_t batch = batch_file ? std::min<int64_t>(f.i64("batch"), static_cast<int64_t>(prompts.size())) : 1;
+  const int64_t batch = batch_file ? std::min<int64_t>(o.batch, static_cast<int64_t>(prompts.size())) : 1;
   if (batch < 1) fail("--batch must be positive");
   // Bad prompts are reported before the weights are read.
   int64_t longest = 0;

@@ -7,56 +7,67 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/file_util.h"
 
 namespace attnres {
 
 int cmd_prepare(int argc, char** argv) {
-  Flags flags(
+  struct {
+    std::string input, out, tokenizer;
+    int64_t vocab_size = 0, train_mb = 0, min_frequency = 0;
+    std::string format;
+    int64_t doc_split_kb = 0;
+    double val_fraction = 0;
+    uint64_t seed = 0;
+    int64_t shard_tokens = 0;
+    int threads = 0;
+    int64_t batch_mb = 0;
+  } o;
+  OptionList opts(
       "prepare",
       "Encodes a corpus into token files: OUT/train.bin, OUT/val.bin (llm.c format, uint16 when the\n"
       "vocabulary fits) and OUT/prepare.json.  Each document is preceded by <|endoftext|>; documents\n"
       "go to val by a seeded hash.  With --vocab-size N, first trains an N-token byte-level BPE on the\n"
-      "corpus and writes it to --tokenizer (default OUT/tokenizer.json).",
-      {
-          {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"},
-          {"out", "", "output directory"},
-          {"tokenizer", "", "tokenizer.json to use (to write, with --vocab-size); default OUT/tokenizer.json"},
-          {"vocab-size", "0", "train a BPE tokenizer of this many tokens first (0: use --tokenizer)"},
-          {"train-mb", "0", "train the tokenizer on the first this many MB of text (0: all)"},
-          {"min-frequency", "2", "tokenizer training: fewest occurrences of a pair to merge it"},
-          {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"},
-          {"doc-split-kb", "0",
-           "text files: start a new document at a blank line after this many KB (0: one per file)"},
-          {"val-fraction", "0.005", "share of documents that go to val"},
-          {"seed", "1337", "seed of the train/val split"},
-          {"shard-tokens", "0", "start a new shard (train_000000.bin, ...) after this many tokens (0: one file)"},
-          threads_flag("encoding threads"),
-          {"batch-mb", "4", "text read per batch (memory bound)"},
-      });
-  if (!flags.parse(argc, argv)) return 0;
+      "corpus and writes it to --tokenizer (default OUT/tokenizer.json).");
+  opts.add(o.input, {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"});
+  opts.add(o.out, {"out", "", "output directory"});
+  opts.add(o.tokenizer,
+           {"tokenizer", "", "tokenizer.json to use (to write, with --vocab-size); default OUT/tokenizer.json"});
+  opts.add(o.vocab_size, {"vocab-size", "0", "train a BPE tokenizer of this many tokens first (0: use --tokenizer)"});
+  opts.add(o.train_mb, {"train-mb", "0", "train the tokenizer on the first this many MB of text (0: all)"});
+  opts.add(o.min_frequency, {"min-frequency", "2", "tokenizer training: fewest occurrences of a pair to merge it"});
+  opts.add(o.format, {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"});
+  opts.add(o.doc_split_kb,
+           {"doc-split-kb", "0", "text files: start a new document at a blank line after this many KB (0: one per file)"});
+  opts.add(o.val_fraction, {"val-fraction", "0.005", "share of documents that go to val"});
+  opts.add(o.seed, {"seed", "1337", "seed of the train/val split"});
+  opts.add(o.shard_tokens,
+           {"shard-tokens", "0", "start a new shard (train_000000.bin, ...) after this many tokens (0: one file)"});
+  add_threads_option(opts, o.threads, "encoding threads");
+  opts.add(o.batch_mb, {"batch-mb", "4", "text read per batch (memory bound)"});
+  if (!opts.parse(argc, argv)) return 0;
   PrepareOptions opt;
-  opt.corpus.inputs = split_commas(flags.str("input"));
+  opt.corpus.inputs = split_commas(o.input);
   if (opt.corpus.inputs.empty()) fail("--input is required");
-  opt.out_dir = flags.str("out");
+  opt.out_dir = o.out;
   if (opt.out_dir.empty()) fail("--out is required");
-  opt.corpus.format = parse_corpus_format(flags.str("format"));
-  opt.corpus.split_bytes = size_t(std::max<int64_t>(0, flags.i64("doc-split-kb"))) * 1024;
-  opt.tokenizer = flags.str("tokenizer").empty() ? opt.out_dir + "/tokenizer.json" : flags.str("tokenizer");
-  opt.val_fraction = flags.f64("val-fraction");
-  opt.seed = uint64_t(flags.i64("seed"));
-  opt.threads = threads_option(flags);
-  opt.batch_bytes = size_t(std::max<int64_t>(1, flags.i64("batch-mb"))) << 20;
-  opt.shard_tokens = uint64_t(std::max<int64_t>(0, flags.i64("shard-tokens")));
+  opt.corpus.format = parse_corpus_format(o.format);
+  opt.corpus.split_bytes = size_t(std::clamp<int64_t>(o.doc_split_kb, 0, int64_t(1) << 40)) * 1024;
+  opt.tokenizer = o.tokenizer.empty() ? opt.out_dir + "/tokenizer.json" : o.tokenizer;
+  opt.val_fraction = o.val_fraction;
+  opt.seed = o.seed;
+  opt.threads = o.threads;
+  opt.batch_bytes = size_t(std::clamp<int64_t>(o.batch_mb, 1, int64_t(1) << 20)) << 20;
+  opt.shard_tokens = uint64_t(std::max<int64_t>(0, o.shard_tokens));
 
-  if (flags.i64("vocab-size") > 0) {
+  if (o.vocab_size > 0) {
     BpeTrainerOptions t;
-    t.vocab_size = size_t(flags.i64("vocab-size"));
-    t.min_frequency = uint64_t(std::max<int64_t>(1, flags.i64("min-frequency")));
+    t.vocab_size = size_t(o.vocab_size);
+    t.min_frequency = uint64_t(std::max<int64_t>(1, o.min_frequency));
     const BpeModel m = train_tokenizer_on_corpus(opt.corpus, t, opt.threads,
-                                                 uint64_t(std::max<int64_t>(0, flags.i64("train-mb"))) << 20, stderr);
+                                                 uint64_t(std::clamp<int64_t>(o.train_mb, 0, int64_t(1) << 40)) << 20, stderr);
     const std::filesystem::path parent = std::filesystem::path(opt.tokenizer).parent_path();
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);

@@ -5,20 +5,23 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "report/report.h"
 
 namespace attnres {
 
 int cmd_report(int argc, char** argv) {
-  Flags f("report",
-          "attnres report RUN_DIR... --out report.html: one HTML page (opens offline) with the validation curves,\n"
-          "final perplexities, the table, and the routing pictures of `attnres compare` directories or training runs.",
-          {
-              {"out", "report.html", "the page to write"},
-              {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed (default: scripts/fetch_vega.sh's)"},
-          });
+  struct {
+    std::string out, vega_dir;
+  } o;
+  OptionList opts("report",
+                  "attnres report RUN_DIR... --out report.html: one HTML page (opens offline) with the validation "
+                  "curves,\nfinal perplexities, the table, and the routing pictures of `attnres compare` directories "
+                  "or training runs.");
+  opts.add(o.out, {"out", "report.html", "the page to write"});
+  opts.add(o.vega_dir,
+           {"vega-dir", "", "node_modules holding vega, vega-lite, vega-embed (default: scripts/fetch_vega.sh's)"});
   // Directories are the arguments that are neither flags nor flag values.
   std::vector<std::string> dirs;
   std::vector<char*> rest;
@@ -31,10 +34,10 @@ int cmd_report(int argc, char** argv) {
       dirs.push_back(a);
     }
   }
-  if (!f.parse(static_cast<int>(rest.size()), rest.data())) return 0;
+  if (!opts.parse(static_cast<int>(rest.size()), rest.data())) return 0;
   const nlohmann::json data = read_report_data(dirs);  // the runs are checked before Vega is looked for
-  write_report(data, f.str("out"), find_vega_dir(f.str("vega-dir")));
-  std::printf("report: %s\n", f.str("out").c_str());
+  write_report(data, o.out, find_vega_dir(o.vega_dir));
+  std::printf("report: %s\n", o.out.c_str());
   return 0;
 }
 

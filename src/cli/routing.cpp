@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/context.h"
 #include "core/progress.h"
@@ -27,19 +27,23 @@
 namespace attnres {
 
 int cmd_routing(int argc, char** argv) {
-  Flags f("routing", "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).",
-          join(join(model_flags(false),
-                    window_flags("65536", "use at most the first N tokens (0 = all)")),
-               join({
-                        {"quiet", "false", "no progress line on stderr"},
-                        {"json", "false", "print one JSON object (per-router arrays) instead of a table"},
-                    },
-                    context_flags())));
-  if (!f.parse(argc, argv)) return 0;
-  if (f.str("model").empty() || f.str("data").empty()) fail("--model and --data are required");
-  const WindowOptions w = window_options(f);
-  const ContextOptions co = context_options(f);
-  const ModelSource src = open_model(f.str("model"));
+  struct {
+    ModelFlags model;
+    WindowOptions window;
+    bool quiet = false, json = false;
+    ContextOptions context;
+  } o;
+  OptionList opts("routing",
+                  "Routing statistics of a checkpoint (weights per source, max weight, entropy, source cosine).");
+  add_model_options(opts, o.model, false);
+  add_window_options(opts, o.window, "65536", "use at most the first N tokens (0 = all)");
+  opts.add(o.quiet, {"quiet", "false", "no progress line on stderr"});
+  opts.add(o.json, {"json", "false", "print one JSON object (per-router arrays) instead of a table"});
+  add_context_options(opts, o.context);
+  if (!opts.parse(argc, argv)) return 0;
+  const WindowOptions& w = o.window;
+  const ContextOptions& co = o.context;
+  const ModelSource src = open_model(o.model.model);
   const std::string& dir = src.dir;
   const Config& c = src.config;
   if (!mode_spec(c.mode).routed()) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
@@ -54,12 +58,12 @@ int cmd_routing(int argc, char** argv) {
   const std::unique_ptr<Model> model_ptr = load_model(src, *ctx, {.batch = B, .seq_len = T}, co.precision);
   Model& model = *model_ptr;
   const double t0 = now_seconds();
-  Progress progress(f.on("quiet") ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
+  Progress progress(o.quiet ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
   const RoutingStats stats = measure_routing(model, data, T, B, max_tokens, &progress);
   const double seconds = now_seconds() - t0;
 
   nlohmann::json j = stats.to_json();
-  if (f.on("json")) {
+  if (o.json) {
     j["model"] = dir;
     j["data"] = w.data;
     j["seq_len"] = T;

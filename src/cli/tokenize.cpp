@@ -1,6 +1,7 @@
 // tokenize.cpp — `attnres tokenize`: text on stdin -> token ids as one JSON
 // array on stdout; --decode: a JSON array of ids -> the exact bytes; --bench
 // FILE: encode throughput (MB/s) with one thread and with all threads.
+#include <algorithm>
 #include <omp.h>
 #include <time.h>
 
@@ -11,7 +12,7 @@
 #include <vector>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/file_util.h"
@@ -136,32 +137,36 @@ int run_bench(const Tokenizer& tok, const std::string& path, int threads, int re
 }  // namespace
 
 int cmd_tokenize(int argc, char** argv) {
-  Flags flags("tokenize",
-              "Encodes stdin (any bytes) to token ids, printed as one JSON array; with --decode, reads a JSON\n"
-              "array of ids from stdin and writes the bytes.  --bench FILE measures encode throughput.",
-              {
-                  {"tokenizer", "", "tokenizer.json (Hugging Face format, byte-level BPE)"},
-                  {"decode", "false", "read a JSON array of ids, write the text"},
-                  {"plain", "false", "encode special/added tokens in the text as plain text"},
-                  {"bench", "", "benchmark: encode this file with 1 thread and with --threads threads"},
-                  threads_flag("threads for --bench"),
-                  {"repeats", "3", "runs per --bench measurement (the best counts)"},
-                  {"chunk-kb", "64", "--bench document size in KB"},
-              });
-  if (!flags.parse(argc, argv)) return 0;
-  const int bench_threads = threads_option(flags);  // checked before anything is read
-  if (flags.str("tokenizer").empty()) fail("--tokenizer FILE is required");
-  const Tokenizer tok = Tokenizer::load(flags.str("tokenizer"));
+  struct {
+    std::string tokenizer;
+    bool decode = false, plain = false;
+    std::string bench;
+    int threads = 0;
+    int64_t repeats = 0, chunk_kb = 0;
+  } o;
+  OptionList opts("tokenize",
+                  "Encodes stdin (any bytes) to token ids, printed as one JSON array; with --decode, reads a JSON\n"
+                  "array of ids from stdin and writes the bytes.  --bench FILE measures encode throughput.");
+  opts.add(o.tokenizer, {"tokenizer", "", "tokenizer.json (Hugging Face format, byte-level BPE)"});
+  opts.add(o.decode, {"decode", "false", "read a JSON array of ids, write the text"});
+  opts.add(o.plain, {"plain", "false", "encode special/added tokens in the text as plain text"});
+  opts.add(o.bench, {"bench", "", "benchmark: encode this file with 1 thread and with --threads threads"});
+  add_threads_option(opts, o.threads, "threads for --bench");
+  opts.add(o.repeats, {"repeats", "3", "runs per --bench measurement (the best counts)"});
+  opts.add(o.chunk_kb, {"chunk-kb", "64", "--bench document size in KB"});
+  if (!opts.parse(argc, argv)) return 0;  // --threads checked before anything is read
+  if (o.tokenizer.empty()) fail("--tokenizer FILE is required");
+  const Tokenizer tok = Tokenizer::load(o.tokenizer);
 
-  if (!flags.str("bench").empty()) {
-    int threads = bench_threads;
+  if (!o.bench.empty()) {
+    int threads = o.threads;
     if (threads <= 0) threads = omp_get_num_procs();
-    return run_bench(tok, flags.str("bench"), threads, std::max<int>(1, int(flags.i64("repeats"))),
-                     size_t(std::max<int64_t>(1, flags.i64("chunk-kb"))) * 1024);
+    return run_bench(tok, o.bench, threads, static_cast<int>(std::clamp<int64_t>(o.repeats, 1, 1000)),
+                     size_t(std::clamp<int64_t>(o.chunk_kb, 1, int64_t(1) << 30)) * 1024);
   }
 
   const std::string input = read_stdin();
-  if (flags.on("decode")) {
+  if (o.decode) {
     const nlohmann::json j = parse_json(input, "--decode (a JSON array of token ids on stdin)");
     if (!j.is_array()) fail("--decode expects a JSON array of token ids on stdin");
     std::vector<uint32_t> ids;
@@ -179,7 +184,7 @@ int cmd_tokenize(int argc, char** argv) {
   // not hold all its pre-tokens at once.
   EncodeState st(tok);
   std::vector<uint32_t> ids;
-  for (std::string_view chunk : chunks_of(tok, input, 1 << 20)) tok.encode(chunk, ids, st, !flags.on("plain"));
+  for (std::string_view chunk : chunks_of(tok, input, 1 << 20)) tok.encode(chunk, ids, st, !o.plain);
   std::string out = "[";
   out.reserve(ids.size() * 7 + 2);
   for (size_t i = 0; i < ids.size(); ++i) {

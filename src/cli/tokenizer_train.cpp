@@ -2,10 +2,11 @@
 // given vocabulary size from a corpus and writes it as a Hugging Face
 // tokenizer.json.  See tokenizer/trainer.h; `attnres prepare --vocab-size`
 // does the same before encoding.
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "data/prepare.h"
 #include "core/file_util.h"
@@ -14,32 +15,36 @@
 namespace attnres {
 
 int cmd_tokenizer_train(int argc, char** argv) {
-  Flags flags("tokenizer-train",
-              "Learns a byte-level BPE (Qwen2 split regex, NFC, <|endoftext|>) from a corpus and writes a\n"
-              "Hugging Face tokenizer.json.",
-              {
-                  {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"},
-                  {"output", "tokenizer.json", "where to write the tokenizer"},
-                  {"vocab-size", "8192", "vocabulary size, including the 256 bytes and <|endoftext|>"},
-                  {"min-frequency", "2", "fewest occurrences of a pair to merge it"},
-                  {"train-mb", "0", "use only the first this many MB of text (0: all)"},
-                  {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"},
-                  threads_flag("word-counting threads"),
-              });
-  if (!flags.parse(argc, argv)) return 0;
+  struct {
+    std::string input, output;
+    int64_t vocab_size = 0, min_frequency = 0, train_mb = 0;
+    std::string format;
+    int threads = 0;
+  } o;
+  OptionList opts("tokenizer-train",
+                  "Learns a byte-level BPE (Qwen2 split regex, NFC, <|endoftext|>) from a corpus and writes a\n"
+                  "Hugging Face tokenizer.json.");
+  opts.add(o.input, {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"});
+  opts.add(o.output, {"output", "tokenizer.json", "where to write the tokenizer"});
+  opts.add(o.vocab_size, {"vocab-size", "8192", "vocabulary size, including the 256 bytes and <|endoftext|>"});
+  opts.add(o.min_frequency, {"min-frequency", "2", "fewest occurrences of a pair to merge it"});
+  opts.add(o.train_mb, {"train-mb", "0", "use only the first this many MB of text (0: all)"});
+  opts.add(o.format, {"format", "auto", "auto (by name: .jsonl/.ndjson[.gz] are JSONL), text or jsonl"});
+  add_threads_option(opts, o.threads, "word-counting threads");
+  if (!opts.parse(argc, argv)) return 0;
   CorpusOptions corpus;
-  corpus.inputs = split_commas(flags.str("input"));
+  corpus.inputs = split_commas(o.input);
   if (corpus.inputs.empty()) fail("--input is required");
-  corpus.format = parse_corpus_format(flags.str("format"));
+  corpus.format = parse_corpus_format(o.format);
   BpeTrainerOptions t;
-  t.vocab_size = size_t(std::max<int64_t>(0, flags.i64("vocab-size")));
-  t.min_frequency = uint64_t(std::max<int64_t>(1, flags.i64("min-frequency")));
-  const BpeModel m = train_tokenizer_on_corpus(corpus, t, threads_option(flags),
-                                               uint64_t(std::max<int64_t>(0, flags.i64("train-mb"))) << 20, stderr);
+  t.vocab_size = size_t(std::max<int64_t>(0, o.vocab_size));
+  t.min_frequency = uint64_t(std::max<int64_t>(1, o.min_frequency));
+  const BpeModel m = train_tokenizer_on_corpus(corpus, t, o.threads,
+                                               uint64_t(std::clamp<int64_t>(o.train_mb, 0, int64_t(1) << 40)) << 20, stderr);
   const std::string json = to_tokenizer_json(m);
-  Tokenizer::from_json(json, flags.str("output"));  // what we write, we can load
-  write_file_atomic(flags.str("output"), json);
-  std::printf("%s: %zu tokens (%zu merges)\n", flags.str("output").c_str(), m.vocab_size(), m.merges.size());
+  Tokenizer::from_json(json, o.output);  // what we write, we can load
+  write_file_atomic(o.output, json);
+  std::printf("%s: %zu tokens (%zu merges)\n", o.output.c_str(), m.vocab_size(), m.merges.size());
   return 0;
 }
 

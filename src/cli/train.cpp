@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -11,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
-#include "cli/flags.h"
+#include "cli/options.h"
 #include "core/error.h"
 #include "distributed/comm.h"
 #include "io/checkpoint.h"
@@ -37,16 +38,37 @@ TrainTestHooks test_hooks_from_environment(Comm& comm) {
   return h;
 }
 
+// The flags that build the model's Config: a preset or file, and the
+// attnres_* keys laid over it (converting a plain Qwen3 needs no hand-written config).
+struct ConfigFlags {
+  std::string config;
+  std::optional<std::string> mode, block_delta, gate, query_init;
+  std::optional<int64_t> num_blocks;
+  std::optional<bool> null_source;
+};
+
+void add_config_flags(OptionList& opts, ConfigFlags& m) {
+  opts.add(m.config, {"config", "tiny",
+                      "preset name (tiny, bench-small) or path to a config.json "
+                      "(default with --init/--resume: the checkpoint's)"});
+  opts.add(m.mode, {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"});
+  opts.add(m.num_blocks, {"num-blocks", "", "override attnres_num_blocks (block modes)"});
+  opts.add(m.block_delta,
+           {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"});
+  opts.add(m.null_source, {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"});
+  opts.add(m.gate, {"gate", "",
+                    "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
+                    "in the delta modes)"});
+  opts.add(m.query_init, {"query-init", "", "override attnres_query_init: zero or normal"});
+}
+
 // Everything after the flags and the join: may throw on any rank.
-int run_train(Flags& f, Comm& comm) {
-  TrainOptions o;
+int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Comm& comm) {
   o.world = comm.size();
   std::set<std::string> given;
-  for (const TrainOptionSpec& s : train_option_specs()) {
-    set_option(o, s.key, f.str(s.flag));
-    if (f.given(s.flag)) given.insert(s.key);
-  }
-  o.resume = f.str("resume");
+  TrainOptions::each(o, [&](auto&, const char* key, const char*, OnResume, const char*) {
+    if (opts.given(option_flag(key))) given.insert(key);
+  });
   std::string resume_dir;
   if (!o.resume.empty()) {
     // The run's own settings, for every option not given here; the output
@@ -59,21 +81,20 @@ int run_train(Flags& f, Comm& comm) {
   // The model shape comes from --config, else from the checkpoint being
   // resumed or fine-tuned.
   const std::string from = !resume_dir.empty() ? resume_dir : o.init;
-  const bool preset = f.given("config") || from.empty();
-  o.model = preset ? load_config(f.str("config")) : Config::load(resolve_model_dir(from) + "/config.json");
-  // attnres_* overrides: converting a plain Qwen3 needs no hand-written config.
+  const bool preset = opts.given("config") || from.empty();
+  o.model = preset ? load_config(m.config) : Config::load(resolve_model_dir(from) + "/config.json");
   nlohmann::json j = o.model.to_json();
-  if (!f.str("mode").empty()) j["attnres_mode"] = f.str("mode");
-  if (!f.str("num-blocks").empty()) j["attnres_num_blocks"] = f.i64("num-blocks");
-  if (!f.str("block-delta").empty()) j["attnres_block_delta"] = f.str("block-delta");
-  if (!f.str("null-source").empty()) j["attnres_use_null_source"] = f.on("null-source");
-  if (!f.str("gate").empty()) j["attnres_gate_type"] = f.str("gate");
-  if (!f.str("query-init").empty()) j["attnres_query_init"] = f.str("query-init");
+  if (m.mode) j["attnres_mode"] = *m.mode;
+  if (m.num_blocks) j["attnres_num_blocks"] = *m.num_blocks;
+  if (m.block_delta) j["attnres_block_delta"] = *m.block_delta;
+  if (m.null_source) j["attnres_use_null_source"] = *m.null_source;
+  if (m.gate) j["attnres_gate_type"] = *m.gate;
+  if (m.query_init) j["attnres_query_init"] = *m.query_init;
   o.model = Config::from_json(j, "the train flags");
   o.validate();
 
   if (comm.root())
-    std::printf("attnres train\n  config = %s\n%s%s", preset ? f.str("config").c_str() : (from + " (its config.json)").c_str(),
+    std::printf("attnres train\n  config = %s\n%s%s", preset ? m.config.c_str() : (from + " (its config.json)").c_str(),
                 options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
   std::fflush(stdout);  // before any error line on stderr, also when piped
   const TrainResult r = train(o, &comm, test_hooks_from_environment(comm));
@@ -87,30 +108,20 @@ int run_train(Flags& f, Comm& comm) {
 }  // namespace
 
 int cmd_train(int argc, char** argv) {
-  // The model flags build a Config; every other flag is a training option
-  // (train/options.h: one list gives the flags, --help, the table, the stored
-  // settings and the resume rules).
-  std::vector<FlagSpec> specs = {
-      {"config", "tiny", "preset name (tiny, bench-small) or path to a config.json "
-                         "(default with --init/--resume: the checkpoint's)"},
-      {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"},
-      {"num-blocks", "", "override attnres_num_blocks (block modes)"},
-      {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"},
-      {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"},
-      {"gate", "", "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
-                   "in the delta modes)"},
-      {"query-init", "", "override attnres_query_init: zero or normal"},
-      {"resume", "", "checkpoint or run directory to continue, bit-identically; every option not given is the "
-                     "run's own"},
-  };
-  for (const TrainOptionSpec& s : train_option_specs()) specs.push_back({s.flag, s.default_value, s.help});
-  Flags f("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.", specs);
-  if (!f.parse(argc, argv)) return 0;
+  TrainOptions o;
+  ConfigFlags m;
+  OptionList opts("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.");
+  add_config_flags(opts, m);
+  opts.add(o.resume, {"resume", "",
+                      "checkpoint or run directory to continue, bit-identically; every option not given is the "
+                      "run's own"});
+  add_train_options(opts, o);
+  if (!opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
   std::unique_ptr<Comm> comm = Comm::join();
   try {
-    return run_train(f, *comm);
+    return run_train(o, m, opts, *comm);
   } catch (const std::exception& e) {
     if (comm->size() == 1) throw;
     // One rank's error ends the job: the others may be waiting for this one.

@@ -1,11 +1,8 @@
 // options.cpp — see options.h.
 #include "train/options.h"
 
-#include <cerrno>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
-#include <limits>
 #include <type_traits>
 
 #include "core/error.h"
@@ -22,48 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string flag_of(const std::string& key) {
-  std::string f = key;
-  for (char& ch : f) ch = ch == '_' ? '-' : ch;
-  return f;
-}
-
-// One option's text (a flag's value or a default) into its field.
-template <class T>
-void parse_into(T& field, const std::string& key, const std::string& text) {
-  const std::string flag = "--" + flag_of(key);
-  const char* s = text.c_str();
-  char* end = nullptr;
-  errno = 0;
-  if constexpr (std::is_same_v<T, std::string>) {
-    field = text;
-  } else if constexpr (std::is_same_v<T, bool>) {
-    if (text == "true" || text == "1") field = true;
-    else if (text == "false" || text == "0") field = false;
-    else fail(flag, " expects true or false, got '", text, "'");
-  } else if constexpr (std::is_same_v<T, double>) {
-    if (text.empty()) {  // "not set"
-      field = -1;
-      return;
-    }
-    const double x = std::strtod(s, &end);
-    if (*end || errno == ERANGE || !std::isfinite(x)) fail(flag, " expects a finite number, got '", text, "'");
-    field = x;
-  } else if constexpr (std::is_same_v<T, uint64_t>) {
-    const unsigned long long x = std::strtoull(s, &end, 10);
-    if (text.empty() || *end || errno == ERANGE || text[0] == '-')
-      fail(flag, " expects a non-negative integer, got '", text, "'");
-    field = x;
-  } else {
-    static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, int>);
-    const long long x = std::strtoll(s, &end, 10);
-    if (text.empty() || *end || errno == ERANGE || x < std::numeric_limits<T>::min() ||
-        x > std::numeric_limits<T>::max())
-      fail(flag, " expects an integer, got '", text, "'");
-    field = static_cast<T>(x);
-  }
-}
-
 // A path as stored: absolute, so that a resume from another directory finds it.
 std::string absolute_path(const std::string& p) {
   return p.empty() ? p : fs::absolute(p).lexically_normal().string();
@@ -79,31 +34,14 @@ bool same_place(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+std::string option_flag(const std::string& key) {
+  std::string f = key;
+  for (char& ch : f) ch = ch == '_' ? '-' : ch;
+  return f;
+}
+
 TrainOptions::TrainOptions() {
-  each(*this, [](auto& field, const char* key, const char* def, OnResume, const char*) { parse_into(field, key, def); });
-}
-
-const std::vector<TrainOptionSpec>& train_option_specs() {
-  static const std::vector<TrainOptionSpec> specs = [] {
-    std::vector<TrainOptionSpec> v;
-    TrainOptions o;
-    TrainOptions::each(o, [&](auto&, const char* key, const char* def, OnResume r, const char* help) {
-      v.push_back({key, flag_of(key), def, help, r});
-    });
-    return v;
-  }();
-  return specs;
-}
-
-void set_option(TrainOptions& o, const std::string& key, const std::string& text) {
-  bool found = false;
-  TrainOptions::each(o, [&](auto& field, const char* k, const char*, OnResume, const char*) {
-    if (key == k) {
-      parse_into(field, key, text);
-      found = true;
-    }
-  });
-  ATTNRES_CHECK(found, "no training option '", key, "'");
+  each(*this, [](auto& field, const char* key, const char* def, OnResume, const char*) { parse_option(field, key, def); });
 }
 
 void TrainOptions::validate() const {
@@ -153,11 +91,7 @@ std::string options_table(const TrainOptions& o) {
                         ", head_dim ", c.hd, ", F ", c.F, ", V ", c.V, c.tied ? ", tied" : "", "\n");
   if (!o.resume.empty()) out += cat("  resume = ", o.resume, "\n");
   TrainOptions::each(o, [&](const auto& field, const char* key, const char*, OnResume, const char*) {
-    out += cat("  ", flag_of(key), " = ");
-    if constexpr (std::is_same_v<std::decay_t<decltype(field)>, bool>) out += field ? "true" : "false";
-    else if constexpr (std::is_same_v<std::decay_t<decltype(field)>, double>) out += field < 0 ? "" : cat(field);
-    else out += cat(field);
-    out += "\n";
+    out += cat("  ", option_flag(key), " = ", option_text(field), "\n");
   });
   return out;
 }
@@ -170,7 +104,7 @@ void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std:
       field = stored[key].get<T>();
     } catch (const nlohmann::json::exception&) {
       fail("the run's trainer_state.json: setting '", key, "' is ", brief(stored[key]), ", not a valid --",
-           flag_of(key));
+           option_flag(key));
     }
   });
   // Another number of ranks: the run's global batch G = ranks × batch × accum
@@ -236,7 +170,7 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
     defaults[key] = field;
   });
   TrainOptions::each(o, [&](const auto&, const char* key, const char*, OnResume r, const char*) {
-    const std::string flag = "--" + flag_of(key);
+    const std::string flag = "--" + option_flag(key);
     if (!stored.contains(key) && r != OnResume::kFixed) return;
     const nlohmann::json& was = stored.contains(key) ? stored[key] : defaults[key];
     switch (r) {

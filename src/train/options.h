@@ -12,13 +12,16 @@
 // training loop itself (train/trainer.h).
 #pragma once
 
+#include <charconv>
 #include <cstdint>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/parse_value.h"
 #include "model/config.h"
 #include "train/optimizer.h"
 
@@ -120,8 +123,8 @@ struct TrainOptions {
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
     visit(o.device, "device", "cpu", R::kFree,
-          "where the model runs: cpu, or cpu-guarded (the CPU with its memory locked outside the op interface; "
-          "slow, for checking that the code keeps to it)");
+          "where the model runs (this build: cpu, cpu-guarded; cpu-guarded is the CPU with its memory locked "
+          "outside the op interface: slow, for checking that the code keeps to it)");
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
           "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
           "SGEMM, or oneDNN's bf16 matmul)");
@@ -138,14 +141,32 @@ struct TrainOptions {
   void validate() const;
 };
 
-struct TrainOptionSpec {
-  std::string key, flag, default_value, help;  // flag: "seq-len" for key "seq_len"
-  OnResume on_resume;
-};
-const std::vector<TrainOptionSpec>& train_option_specs();
+// The flag of an option's key: "seq-len" for "seq_len".
+std::string option_flag(const std::string& key);
 
-// Sets option `key` from a flag's text; throws an Error naming --flag on a bad value.
-void set_option(TrainOptions& o, const std::string& key, const std::string& text);
+// One option's text (a flag's value, or its default) into its field, checked
+// (core/parse_value.h); an empty text of a number that may be unset
+// (lr_routing: "default: --lr") is -1.  An Error names --flag.
+template <class T>
+void parse_option(T& field, const std::string& key, const std::string& text) {
+  if constexpr (std::is_same_v<T, double>)
+    if (text.empty()) {
+      field = -1;
+      return;
+    }
+  parse_value(field, "--" + option_flag(key), text);
+}
+// The text of a field that parse_option reads back to the same value.
+template <class T>
+std::string option_text(const T& field) {
+  if constexpr (std::is_same_v<T, bool>) return field ? "true" : "false";
+  else if constexpr (std::is_same_v<T, double>) {
+    if (field < 0) return "";
+    char buf[32];  // the shortest text that reads back to the same double
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, field).ptr);
+  }
+  else return cat(field);
+}
 
 // The run's settings as stored in trainer_state.json: every option by key,
 // paths made absolute, "model" (the Config) and "data_files" (a fingerprint of

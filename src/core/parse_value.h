@@ -1,0 +1,56 @@
+// parse_value.h — an option's text (a flag's value, or its default) into a
+// typed field, with one message per kind of mistake naming the flag.  The
+// option lists of every command (cli/options.h) and of a training run
+// (train/options.h) read their values through it, so `--x 1e3` means the
+// same wherever a number is asked for.
+#pragma once
+
+#include <cerrno>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <type_traits>
+
+#include "core/error.h"
+
+namespace attnres {
+
+// T: std::string, bool ("true"/"1", "false"/"0"), double (finite), int,
+// int64_t (the whole range of the type, else an error saying it),
+// uint64_t (0 … 2⁶⁴−1; seeds).
+template <class T>
+void parse_value(T& field, const std::string& flag, const std::string& text) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  if constexpr (std::is_same_v<T, std::string>) {
+    field = text;
+  } else if constexpr (std::is_same_v<T, bool>) {
+    if (text == "true" || text == "1") field = true;
+    else if (text == "false" || text == "0") field = false;
+    else fail(flag, " expects true or false, got '", text, "'");
+  } else if constexpr (std::is_same_v<T, double>) {
+    const double x = std::strtod(s, &end);
+    if (text.empty() || *end || errno == ERANGE || !std::isfinite(x))
+      fail(flag, " expects a finite number, got '", text, "'");
+    field = x;
+  } else if constexpr (std::is_same_v<T, uint64_t>) {
+    const size_t first = text.find_first_not_of(' ');
+    const unsigned long long x = std::strtoull(s, &end, 10);
+    if (text.empty() || *end || (first != std::string::npos && text[first] == '-'))
+      fail(flag, " expects a non-negative integer, got '", text, "'");
+    if (errno == ERANGE) fail(flag, " ", text, " is out of the range of a 64-bit unsigned integer (0 to 2^64 - 1)");
+    field = x;
+  } else {
+    static_assert(std::is_same_v<T, int64_t> || std::is_same_v<T, int>, "parse_value: no parser for this type");
+    const long long x = std::strtoll(s, &end, 10);
+    if (text.empty() || *end) fail(flag, " expects an integer, got '", text, "'");
+    if (errno == ERANGE || x < std::numeric_limits<T>::min() || x > std::numeric_limits<T>::max())
+      fail(flag, " ", text, " is out of the range of a ", sizeof(T) * 8, "-bit integer");
+    field = static_cast<T>(x);
+  }
+}
+
+}  // namespace attnres
