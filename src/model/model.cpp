@@ -204,7 +204,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len)),
                          ops_.lm_head_workspace(d, c.V, o.precision),
                          ops_.matmul_workspace(N, widest, widest, o.precision)});
-  if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max));
+  if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, heads_));
   ctx_.reserve(ws);
 
   // Resolve the routers' sources to the carved buffers.
@@ -630,13 +630,13 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, base,
+  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, R.w->proj, R.w->norm, base,
                      R.w->alpha, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), base, R.w->alpha, combine_,
+  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, base, R.w->alpha, combine_,
                  rows(), cfg_.d);
 }
 
@@ -654,15 +654,16 @@ void Model::route_backward_(int r, bool first) {
   const int rj = j >= 0 ? router_of_[j] : -1;
   if (!mode_spec(cfg_.mode).stores_inputs && rj >= 0) {
     const Router& P = routers_[rj];
-    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), gate_base_(rj), P.w->alpha, combine_,
-          false};
+    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), heads_, gate_base_(rj), P.w->alpha,
+          combine_, false};
     if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
   }
   ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src_list,
-                      static_cast<int64_t>(R.src.size()), R.w->proj, R.w->norm, gate_base_(r), R.w->alpha, combine_,
+                      static_cast<int64_t>(R.src.size()), heads_, R.w->proj, R.w->norm, gate_base_(r), R.w->alpha,
+                      combine_,
                       rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
   rebuilt_ = rb.out ? j : -1;
 }
@@ -799,7 +800,7 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
         // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
         // after the null one, summed in one pass as the forward's stream was.
         const Router& R = routers_[r];
-        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), R.w->alpha, rows(),
+        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, R.w->alpha, rows(),
                               cfg_.d);
       }
       return u_;

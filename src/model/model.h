@@ -315,6 +315,7 @@ class Model {
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
+  const int64_t heads_ = 1;       // routing heads of every router (the kernels take H; the config has one head)
   Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
   bool collect_stats_ = false;

@@ -246,24 +246,28 @@ class Backend {
   //
   // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
   virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) = 0;
-  virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S) const = 0;
-  // src: the S sources, a list in backend memory (route_types.h).
-  // out (N, d) and logits z (N, S) assigned.  base (N, d) may be null for
+  virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const = 0;
+  // src: the S sources, a list in backend memory (route_types.h).  H routing
+  // heads (H divides d; H = 1 is single-head routing): head h owns the
+  // columns [h·d/H, (h+1)·d/H) of the query, the keys and the values, with
+  //   z[n,h,i] = r_i[n] · (q[slice h] · v_i[n, slice h])   (r_i over the full d)
+  //   α[n,h,·] = softmax_i z[n,h,·],   R[n, slice h] = Σ_i α[n,h,i] v_i[n, slice h].
+  // out (N, d) and logits z (N, H, S) assigned.  base (N, d) may be null for
   // kReplace without gate.  stats, when non-null, is route_stats_size(S)
   // doubles of backend memory to which this call's statistics are added
   // (route_types.h); null costs nothing.  out must not alias base or a source.
-  virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
+  virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
                              const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
                              int64_t d, double* stats = nullptr) = 0;
   // The combination alone from stored logits: exactly route_forward's out
   // (same arithmetic, same bits).  out may alias base.
-  virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
-                         const float* gate, Combine combine, int64_t N, int64_t d) = 0;
+  virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+                         const float* base, const float* gate, Combine combine, int64_t N, int64_t d) = 0;
   // Delta's sublayer input rebuilt in one pass over the sources: out = x + g·R
   // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
   // sources in order — the delta stream, bit-identical to the forward's
   // running `x += out` — and the same bits as route_mix with that base.
-  virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S,
+  virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                                 const float* gate, int64_t N, int64_t d) = 0;
   // Given dout (N, d), the gradient of out (dsrc: a list of S pointers in backend memory):
   //   dsrc[i] (N, d) or (d) if broadcast  += ∂/∂v_i   (with accumulate_src = false the
@@ -272,11 +276,13 @@ class Backend {
   //   dw, dgamma (d)                      += ∂/∂w, ∂/∂γ
   //   dgate   ()                          += ∂/∂g     (only with a gate)
   // base is read only for kReplace with a gate (dg needs R − base).
-  // With z_i = r_i (q·v_i):  dα_i = c·dout·v_i;  dz_i = α_i (dα_i − Σ_j α_j dα_j);
-  //   dv_i += α_i c dout + dz_i r_i (q − (q·v_i) r_i² v_i / d);  dq = Σ_tokens Σ_i dz_i r_i v_i,
+  // Per head h (slice h of every d-vector; H = 1: the whole of it), with
+  // z_hi = r_i (q_h·v_hi):  dα_hi = c·dout_h·v_hi;  dz_hi = α_hi (dα_hi − Σ_j α_hj dα_hj);
+  //   dv_i[slice h] += α_hi c dout_h + dz_hi r_i q_h,  and over the full d (r_i reads all of v_i)
+  //   dv_i −= (Σ_h dz_hi z_hi) r_i² v_i / d;  dq[slice h] = Σ_tokens Σ_i dz_hi r_i v_hi,
   //   dw += dq∘γ,  dγ += dq∘w;  dbase += a·dout;  dg += dout·(R − base) or dout·R.
   virtual void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
-                              const float* dout, const float* logits, const RouteSource* src, int64_t S,
+                              const float* dout, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                               const float* w, const float* gamma, const float* base, const float* gate,
                               Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild = nullptr,
                               bool accumulate_src = true) = 0;

@@ -399,13 +399,13 @@ TEST(GuardedBackend, AnOpGivenHostMemoryIsAnError) {
                InternalError);
   // A routing source list: in host memory, or in backend memory naming a host row.
   DeviceVec<float> rstd(ops, 4), w(ops, 6), gamma(ops, 6), out(ops, 4 * 6), logits(ops, 4);
-  ctx.reserve(ops.route_workspace(4, 6, 1));
+  ctx.reserve(ops.route_workspace(4, 6, 1, 1));
   const std::vector<RouteSource> list = {{x.data(), rstd.data(), false}};
-  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list.data(), 1, w.data(), gamma.data(), nullptr, nullptr,
+  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list.data(), 1, 1, w.data(), gamma.data(), nullptr, nullptr,
                                  Combine::kReplace, 4, 6),
                InternalError);
   const auto list_d = dev(ops, std::vector<RouteSource>{{host_rows.data(), rstd.data(), false}});
-  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list_d.data(), 1, w.data(), gamma.data(), nullptr,
+  EXPECT_THROW(ops.route_forward(out.data(), logits.data(), list_d.data(), 1, 1, w.data(), gamma.data(), nullptr,
                                  nullptr, Combine::kReplace, 4, 6),
                InternalError);
 }

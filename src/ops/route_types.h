@@ -22,6 +22,9 @@ struct RouteSource {
 // How a router's result R makes the sublayer input (see route_forward).
 enum class Combine { kReplace, kAdd };
 
+// Routing heads of one router at most (their per-token sums sit on the stack of the backward).
+constexpr int64_t kMaxRoutingHeads = 64;
+
 // Bins of the per-token max weight: [b/kMaxWeightBins, (b+1)/kMaxWeightBins), the last one closed.
 constexpr int kMaxWeightBins = 20;
 
@@ -34,7 +37,10 @@ constexpr int kMaxWeightBins = 20;
 //   S + 2       Σ_tokens mean_{i<j} cos(v_i, v_j)  (S ≥ 2; a zero row has cos 0)
 //   S + 3       tokens
 //   S + 4 + b   tokens whose max_i α_i falls in bin b (kMaxWeightBins bins)
-// Counts are whole numbers in double (exact below 2⁵³).
+// Counts are whole numbers in double (exact below 2⁵³).  With H routing heads
+// each per-token term is the mean over the heads (α_i: mean_h α_hi; max and
+// entropy: each head's, averaged; a head adds 1/H to its max's bin); the
+// cosine is of the whole vectors.
 constexpr int64_t route_stats_size(int64_t S) { return S + 4 + kMaxWeightBins; }
 
 // The same statistics read back on the host (Model::routing_stats).
@@ -55,9 +61,10 @@ struct RouteStats {
 // The struct is the op's argument (host); what it points to is backend memory.
 struct RouteRebuild {
   float* out = nullptr;              // (N, d); must not alias anything route_backward reads
-  const float* logits = nullptr;     // (N, S) that router's stored logits
+  const float* logits = nullptr;     // (N, H, S) that router's stored logits
   const RouteSource* src = nullptr;  // (S) its source list (backend memory); S ≤ the backward's S
   int64_t S = 0;
+  int64_t H = 1;                     // its routing heads
   const float* base = nullptr;       // as route_mix (unused when stream)
   const float* gate = nullptr;
   Combine combine = Combine::kReplace;

@@ -38,6 +38,7 @@ struct Case {
   Combine combine;
   bool gate;
   bool alias_base;  // dbase is dsrc[S−1] and base is source S−1 (gated full/block)
+  int64_t H = 1;    // routing heads (H divides d)
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -70,35 +71,44 @@ struct Data {
   const std::vector<double>& base_of() const { return k.alias_base ? v[k.S - 1] : base; }
 };
 
-// Double-precision router for token n: out (d), alpha (S), and the logits (S) if asked.
+// Double-precision router for token n: out (d), alpha (H, S), and the
+// logits (H, S) if asked.  Head h: the keys' RMSNorm over the full d, then
+// the slice [h·d/H, (h+1)·d/H) of query, keys and values.
 void ref_token(const Data& D, int64_t n, double* out, double* alpha, double* logits = nullptr) {
   const Case& k = D.k;
-  const int64_t d = k.d, S = k.S;
-  std::vector<double> z(S);
-  double zmax = -INFINITY;
+  const int64_t d = k.d, S = k.S, H = k.H, dh = d / H;
+  std::vector<double> z(H * S);
   for (int64_t i = 0; i < S; ++i) {
     const double* v = D.row(i, n);
-    double ss = 0, qv = 0;
-    for (int64_t c = 0; c < d; ++c) ss += v[c] * v[c], qv += D.w[c] * D.gamma[c] * v[c];
-    z[i] = qv / std::sqrt(ss / static_cast<double>(d) + kEps);
-    zmax = std::max(zmax, z[i]);
+    double ss = 0;
+    for (int64_t c = 0; c < d; ++c) ss += v[c] * v[c];
+    const double r = 1.0 / std::sqrt(ss / static_cast<double>(d) + kEps);
+    for (int64_t h = 0; h < H; ++h) {
+      double qv = 0;
+      for (int64_t c = h * dh; c < (h + 1) * dh; ++c) qv += D.w[c] * D.gamma[c] * v[c];
+      z[h * S + i] = qv * r;
+    }
   }
-  double sum = 0;
   if (logits) std::copy(z.begin(), z.end(), logits);
-  for (int64_t i = 0; i < S; ++i) sum += (alpha[i] = std::exp(z[i] - zmax));
-  for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
+  for (int64_t h = 0; h < H; ++h) {
+    double zmax = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < S; ++i) zmax = std::max(zmax, z[h * S + i]);
+    for (int64_t i = 0; i < S; ++i) sum += (alpha[h * S + i] = std::exp(z[h * S + i] - zmax));
+    for (int64_t i = 0; i < S; ++i) alpha[h * S + i] /= sum;
+  }
   const double g = k.gate ? D.g : 1.0;
   const double a = k.combine == Combine::kAdd ? 1.0 : (k.gate ? 1.0 - g : 0.0);
   const double* base = D.base_of().data() + n * d;
   for (int64_t c = 0; c < d; ++c) {
+    const int64_t h = c / dh;
     double R = 0;
-    for (int64_t i = 0; i < S; ++i) R += alpha[i] * D.row(i, n)[c];
+    for (int64_t i = 0; i < S; ++i) R += alpha[h * S + i] * D.row(i, n)[c];
     out[c] = a * base[c] + g * R;
   }
 }
 
 double ref_loss_token(const Data& D, int64_t n) {
-  std::vector<double> out(D.k.d), alpha(D.k.S);
+  std::vector<double> out(D.k.d), alpha(D.k.H * D.k.S);
   ref_token(D, n, out.data(), alpha.data());
   double l = 0;
   for (int64_t c = 0; c < D.k.d; ++c) l += D.dout[n * D.k.d + c] * out[c];
@@ -143,7 +153,7 @@ struct Kernel {
         base(ops, to_float(D.base)),
         dout(ops, to_float(D.dout)),
         out(ops, D.k.N * D.k.d),
-        logits(ops, D.k.N * D.k.S),
+        logits(ops, D.k.N * D.k.H * D.k.S),
         dw(ops, std::vector<float>(D.k.d, 0.5f)),
         dgamma(ops, std::vector<float>(D.k.d, -0.5f)),
         dbase(ops, std::vector<float>(D.k.N * D.k.d, 0.125f)),
@@ -153,7 +163,7 @@ struct Kernel {
         dsrc_ptr(ops, static_cast<size_t>(D.k.S)) {
     const Case& k = D.k;
     const int64_t N = k.N, d = k.d, S = k.S;
-    ops.context().reserve(ops.route_workspace(N, d, S));
+    ops.context().reserve(ops.route_workspace(N, d, S, k.H));
     for (int64_t i = 0; i < S; ++i) {
       v.push_back(dev(ops, to_float(D.v[i])));
       const bool bc = k.null0 && i == 0;
@@ -175,13 +185,13 @@ struct Kernel {
   const float* gate(const Case& k) const { return k.gate ? g.data() : nullptr; }
   float* dgate(const Case& k) { return k.gate ? dg.data() : nullptr; }
   void forward(const Case& k, double* st = nullptr) {
-    ops.route_forward(out.data(), logits.data(), src.data(), k.S, w.data(), gamma.data(), base_ptr(k), gate(k),
-                      k.combine, k.N, k.d, st);
+    ops.route_forward(out.data(), logits.data(), src.data(), k.S, k.H, w.data(), gamma.data(), base_ptr(k),
+                      gate(k), k.combine, k.N, k.d, st);
   }
   void backward(const Case& k) {
     float* db = k.alias_base ? dsrc[k.S - 1].data() : dbase.data();
     ops.route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), dgate(k), dout.data(), logits.data(), src.data(),
-                       k.S, w.data(), gamma.data(), base_ptr(k), gate(k), k.combine, k.N, k.d);
+                       k.S, k.H, w.data(), gamma.data(), base_ptr(k), gate(k), k.combine, k.N, k.d);
   }
   // Host copies of the results.
   std::vector<std::vector<float>> dsrc_host() const {
@@ -206,6 +216,12 @@ const Case kCases[] = {
     {"two_sources_add", 70, 5, 2, false, Combine::kAdd, false, false},
     {"many_sources_add_null", 70, 37, 9, true, Combine::kAdd, false, false},
     {"many_sources_add_null_gate", 70, 37, 9, true, Combine::kAdd, true, false},
+    // H routing heads (odd head sizes: 19, 5, 1).
+    {"one_source_replace_h2", 70, 38, 1, false, Combine::kReplace, false, false, 2},
+    {"many_sources_replace_gate_base_is_last_h2", 70, 38, 5, false, Combine::kReplace, true, true, 2},
+    {"two_sources_add_h8", 70, 40, 2, false, Combine::kAdd, false, false, 8},
+    {"many_sources_add_null_gate_h8", 70, 40, 9, true, Combine::kAdd, true, false, 8},
+    {"three_sources_replace_head_size_1", 70, 4, 3, false, Combine::kReplace, false, false, 4},
 };
 
 std::string case_name(const Case& c) { return c.name; }
@@ -218,20 +234,23 @@ TEST_P(Routing, ForwardMatchesDoubleReference) {
   Kernel K(D, ops);
   K.forward(k);
   const auto K_out = K.out.host(), K_logits = K.logits.host();
-  std::vector<double> out(k.d), alpha(k.S), z(k.S);
+  std::vector<double> out(k.d), alpha(k.H * k.S), z(k.H * k.S);
   double worst_out = 0, worst_z = 0, worst_alpha = 0;
   for (int64_t n = 0; n < k.N; ++n) {
     ref_token(D, n, out.data(), alpha.data(), z.data());
     for (int64_t c = 0; c < k.d; ++c)
       worst_out = std::max(worst_out, std::fabs(K_out[n * k.d + c] - out[c]) / (1 + std::fabs(out[c])));
-    // α from the stored logits, as the kernel's users compute it.
-    const float* zk = K_logits.data() + n * k.S;
-    double zmax = -INFINITY, sum = 0;
-    for (int64_t i = 0; i < k.S; ++i) zmax = std::max(zmax, static_cast<double>(zk[i]));
-    for (int64_t i = 0; i < k.S; ++i) sum += std::exp(zk[i] - zmax);
-    for (int64_t i = 0; i < k.S; ++i) {
-      worst_z = std::max(worst_z, std::fabs(zk[i] - z[i]) / (1 + std::fabs(z[i])));
-      worst_alpha = std::max(worst_alpha, std::fabs(std::exp(zk[i] - zmax) / sum - alpha[i]));
+    // α from the stored logits (H, S), as the kernel's users compute it.
+    for (int64_t h = 0; h < k.H; ++h) {
+      const float* zk = K_logits.data() + (n * k.H + h) * k.S;
+      const double* zr = z.data() + h * k.S;
+      double zmax = -INFINITY, sum = 0;
+      for (int64_t i = 0; i < k.S; ++i) zmax = std::max(zmax, static_cast<double>(zk[i]));
+      for (int64_t i = 0; i < k.S; ++i) sum += std::exp(zk[i] - zmax);
+      for (int64_t i = 0; i < k.S; ++i) {
+        worst_z = std::max(worst_z, std::fabs(zk[i] - zr[i]) / (1 + std::fabs(zr[i])));
+        worst_alpha = std::max(worst_alpha, std::fabs(std::exp(zk[i] - zmax) / sum - alpha[h * k.S + i]));
+      }
     }
   }
   EXPECT_LT(worst_out, 2e-6);
@@ -240,7 +259,8 @@ TEST_P(Routing, ForwardMatchesDoubleReference) {
 
   // route_mix rebuilds exactly the same bits from the stored logits.
   DeviceVec<float> again(ops, k.N * k.d);
-  ops.route_mix(again.data(), K.logits.data(), K.src.data(), k.S, K.base_ptr(k), K.gate(k), k.combine, k.N, k.d);
+  ops.route_mix(again.data(), K.logits.data(), K.src.data(), k.S, k.H, K.base_ptr(k), K.gate(k), k.combine, k.N,
+                k.d);
   EXPECT_TRUE(same_bits(again.host(), K_out));
 }
 
@@ -316,24 +336,33 @@ TEST(RoutingDeterminism, SameBitsForAnyThreadCount) {
 
 class RoutingStats : public testing::OnBackend {};
 
-TEST_P(RoutingStats, MatchReference) {
-  const Case k{"stats", 70, 37, 4, false, Combine::kReplace, false, false};
+// The statistics of two calls against the reference's; with H heads each
+// token's terms are the heads' mean (route_types.h).
+void expect_stats_match_reference(Backend& ops, const Case& k) {
   Data D(k, 5);
   Kernel K(D, ops);
   DeviceVec<double> sums(ops, std::vector<double>(route_stats_size(k.S), 0.0));
   K.forward(k, sums.data());
   K.forward(k, sums.data());  // accumulates over calls
   const std::vector<double> st = sums.host();  // the layout of route_types.h
-  std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.S);
+  std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.H * k.S);
   double tmax = 0, ent = 0, cosine = 0;
-  std::array<int64_t, kMaxWeightBins> hist{};
+  std::array<double, kMaxWeightBins> hist{};
   for (int64_t n = 0; n < k.N; ++n) {
     ref_token(D, n, out.data(), alpha.data());
-    double m = 0, c_sum = 0;
+    double c_sum = 0;
+    for (int64_t h = 0; h < k.H; ++h) {
+      double m = 0;
+      for (int64_t i = 0; i < k.S; ++i) {
+        const double a = alpha[h * k.S + i];
+        wsum[i] += a / k.H;
+        m = std::max(m, a);
+        ent -= a * std::log(a) / k.H;
+      }
+      tmax += m / k.H;
+      hist[std::min<int64_t>(static_cast<int64_t>(m * kMaxWeightBins), kMaxWeightBins - 1)] += 2.0 / k.H;
+    }
     for (int64_t i = 0; i < k.S; ++i) {
-      wsum[i] += alpha[i];
-      m = std::max(m, alpha[i]);
-      ent -= alpha[i] * std::log(alpha[i]);
       for (int64_t j = i + 1; j < k.S; ++j) {
         double dot = 0, ni = 0, nj = 0;
         for (int64_t c = 0; c < k.d; ++c) {
@@ -344,8 +373,6 @@ TEST_P(RoutingStats, MatchReference) {
         c_sum += dot / std::sqrt(ni * nj);
       }
     }
-    tmax += m;
-    hist[std::min<int64_t>(static_cast<int64_t>(m * kMaxWeightBins), kMaxWeightBins - 1)] += 2;
     cosine += c_sum / (k.S * (k.S - 1) / 2);
   }
   const int64_t S = k.S;
@@ -355,10 +382,15 @@ TEST_P(RoutingStats, MatchReference) {
   EXPECT_NEAR(st[S + 1], 2 * ent, 1e-4);
   EXPECT_NEAR(st[S + 2], 2 * cosine, 1e-4);
   for (int b = 0; b < kMaxWeightBins; ++b)  // (a max weight at a bin edge could fall either side: none here)
-    EXPECT_EQ(st[S + 4 + b], hist[b]) << "bin " << b;
+    EXPECT_EQ(st[S + 4 + b], hist[b]) << k.name << " bin " << b;
   int populated = 0;
-  for (int64_t h : hist) populated += h > 0;
-  EXPECT_GE(populated, 3);  // the histogram is spread, so the check means something
+  for (double h : hist) populated += h > 0;
+  EXPECT_GE(populated, 3) << k.name;  // the histogram is spread, so the check means something
+}
+
+TEST_P(RoutingStats, MatchReference) {
+  expect_stats_match_reference(ops, {"stats", 70, 37, 4, false, Combine::kReplace, false, false});
+  expect_stats_match_reference(ops, {"stats_h4", 70, 40, 4, false, Combine::kReplace, false, false, 4});
 }
 
 ATTNRES_ON_BACKENDS(RoutingStats);
@@ -367,8 +399,9 @@ class RoutingHelpers : public testing::OnBackend {};
 
 // Delta's backward rebuilds u = x + g·R in one pass; it must be the forward's bits.
 TEST_P(RoutingHelpers, MixStreamIsTheForwardsInput) {
+  for (int64_t H : {1, 8})
   for (bool null0 : {false, true}) {
-    const Case k{"stream", 70, 37, 6, null0, Combine::kAdd, true, false};
+    const Case k{"stream", 70, H == 1 ? 37 : 40, 6, null0, Combine::kAdd, true, false, H};
     Data D(k, 21);
     Kernel K(D, ops);
     std::vector<float> x(k.N * k.d);  // the stream as the forward builds it: x = v_first; x += v_i
@@ -377,19 +410,20 @@ TEST_P(RoutingHelpers, MixStreamIsTheForwardsInput) {
       for (int64_t e = 0; e < k.N * k.d; ++e) x[e] = i == (null0 ? 1 : 0) ? vi[e] : x[e] + vi[e];
     }
     auto x_d = dev(ops, x);
-    ops.route_forward(K.out.data(), K.logits.data(), K.src.data(), k.S, K.w.data(), K.gamma.data(), x_d.data(),
+    ops.route_forward(K.out.data(), K.logits.data(), K.src.data(), k.S, H, K.w.data(), K.gamma.data(), x_d.data(),
                       K.g.data(), Combine::kAdd, k.N, k.d);
     DeviceVec<float> again(ops, k.N * k.d);
-    ops.route_mix_stream(again.data(), K.logits.data(), K.src.data(), k.S, K.g.data(), k.N, k.d);
-    EXPECT_TRUE(same_bits(again.host(), K.out.host())) << "null " << null0;
+    ops.route_mix_stream(again.data(), K.logits.data(), K.src.data(), k.S, H, K.g.data(), k.N, k.d);
+    EXPECT_TRUE(same_bits(again.host(), K.out.host())) << "null " << null0 << ", " << H << " heads";
   }
 }
 
 // route_backward's optional rebuild of the next input: the same gradients,
 // and the same bits as route_mix / route_mix_stream.
 TEST_P(RoutingHelpers, BackwardRebuildsTheNextInput) {
+  for (int64_t H : {1, 8})
   for (bool stream : {false, true}) {
-    const Case k{"rebuild", 70, 37, 6, stream, stream ? Combine::kAdd : Combine::kReplace, true, false};
+    const Case k{"rebuild", 70, H == 1 ? 37 : 40, 6, stream, stream ? Combine::kAdd : Combine::kReplace, true, false, H};
     Data D(k, 23);
     Kernel A(D, ops), B(D, ops);
     A.forward(k);
@@ -397,20 +431,21 @@ TEST_P(RoutingHelpers, BackwardRebuildsTheNextInput) {
     // The "previous" router: the first S−1 sources, its own logits.
     const int64_t S2 = k.S - 1;
     Kernel P(D, ops);
-    ops.route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, P.w.data(), P.gamma.data(), P.base.data(),
+    ops.route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, H, P.w.data(), P.gamma.data(), P.base.data(),
                       P.g.data(), k.combine, k.N, k.d);
     DeviceVec<float> want(ops, k.N * k.d), got(ops, k.N * k.d);
     if (stream)
-      ops.route_mix_stream(want.data(), P.logits.data(), P.src.data(), S2, P.g.data(), k.N, k.d);
+      ops.route_mix_stream(want.data(), P.logits.data(), P.src.data(), S2, H, P.g.data(), k.N, k.d);
     else
-      ops.route_mix(want.data(), P.logits.data(), P.src.data(), S2, P.base.data(), P.g.data(), k.combine, k.N, k.d);
-    RouteRebuild rb{got.data(), P.logits.data(), P.src.data(), S2, stream ? nullptr : P.base.data(), P.g.data(),
+      ops.route_mix(want.data(), P.logits.data(), P.src.data(), S2, H, P.base.data(), P.g.data(), k.combine, k.N,
+                    k.d);
+    RouteRebuild rb{got.data(), P.logits.data(), P.src.data(), S2, H, stream ? nullptr : P.base.data(), P.g.data(),
                     k.combine, stream};
     A.backward(k);
     ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
-                       B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
+                       B.logits.data(), B.src.data(), k.S, H, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
                        k.combine, k.N, k.d, &rb);
-    EXPECT_TRUE(same_bits(got.host(), want.host())) << "stream " << stream;
+    EXPECT_TRUE(same_bits(got.host(), want.host())) << "stream " << stream << ", " << H << " heads";
     EXPECT_TRUE(same_bits(A.dw.host(), B.dw.host()));
     EXPECT_EQ(A.dg.host()[0], B.dg.host()[0]);
     const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
@@ -430,7 +465,7 @@ TEST_P(RoutingHelpers, FirstRouterAssigns) {
     ops.fill(A.dsrc[i].data(), 0.0f, static_cast<int64_t>(A.dsrc[i].size()));  // B keeps its garbage
   A.backward(k);
   ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
-                     B.logits.data(), B.src.data(), k.S, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
+                     B.logits.data(), B.src.data(), k.S, k.H, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
                      k.combine, k.N, k.d, nullptr, /*accumulate_src=*/false);
   const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
   for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << i;

@@ -48,7 +48,7 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) lo
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
   int64_t attention_workspace(int64_t max_keys) const override;
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
-  int64_t route_workspace(int64_t N, int64_t d, int64_t S) const override;
+  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
 
   // Every op of backend.h (op_list.h), one file per family in this directory.
 #define ATTNRES_DECLARE(ret, name, params, args) ret name params override;

@@ -63,22 +63,23 @@
     (dx, dW, x, W, targets, N, C, V, scale, losses_out, greedy_out))                                               \
   X(void, source_rstd, (float* rstd, const float* v, int64_t N, int64_t d, float eps), (rstd, v, N, d, eps))       \
   X(void, route_forward,                                                                                           \
-    (float* out, float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,             \
+    (float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w, const float* gamma,  \
      const float* base, const float* gate, Combine combine, int64_t N, int64_t d, double* stats),                  \
-    (out, logits, src, S, w, gamma, base, gate, combine, N, d, stats))                                             \
+    (out, logits, src, S, H, w, gamma, base, gate, combine, N, d, stats))                                             \
   X(void, route_mix,                                                                                               \
-    (float* out, const float* logits, const RouteSource* src, int64_t S, const float* base, const float* gate,     \
-     Combine combine, int64_t N, int64_t d),                                                                       \
-    (out, logits, src, S, base, gate, combine, N, d))                                                              \
+    (float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* base,            \
+     const float* gate, Combine combine, int64_t N, int64_t d),                                                    \
+    (out, logits, src, S, H, base, gate, combine, N, d))                                                              \
   X(void, route_mix_stream,                                                                                        \
-    (float* out, const float* logits, const RouteSource* src, int64_t S, const float* gate, int64_t N, int64_t d), \
-    (out, logits, src, S, gate, N, d))                                                                             \
+    (float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* gate, int64_t N,  \
+     int64_t d),                                                                                                   \
+    (out, logits, src, S, H, gate, N, d))                                                                             \
   X(void, route_backward,                                                                                          \
     (float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,                  \
-     const float* logits, const RouteSource* src, int64_t S, const float* w, const float* gamma,                   \
+     const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w, const float* gamma,         \
      const float* base, const float* gate, Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,     \
      bool accumulate_src),                                                                                         \
-    (dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, w, gamma, base, gate, combine, N, d, rebuild,           \
+    (dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, H, w, gamma, base, gate, combine, N, d, rebuild,        \
      accumulate_src))                                                                                              \
   X(void, adamw_update,                                                                                            \
     (float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16),                    \

@@ -21,15 +21,17 @@ int64_t num_chunks(int64_t N) { return (N + kChunk - 1) / kChunk; }
 int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every region 64-byte aligned
 
 // The scratch, in floats:  q (d doubles) | q (d floats) | per chunk:
-//   dq (d doubles) | dnull (d doubles) | alpha (S doubles) | da (S doubles) |
+//   dq (d doubles) | dnull (d doubles) | alpha (H·S doubles) | da (H·S doubles) |
 //   stats (S + 3 + kMaxWeightBins doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
 // Each region is used with one type only.
 struct Scratch {
   int64_t d, S, chunk_floats;
   float* base;
-  Scratch(float* p, int64_t d_, int64_t S_) : d(d_), S(S_), base(p) {
-    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * S) + pad16(2 * (S + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d);
+  Scratch(float* p, int64_t d_, int64_t S_, int64_t H) : d(d_), S(S_), base(p) {
+    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * H * S) + pad16(2 * (S + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d);
+    hs = H * S;
   }
+  int64_t hs;
   static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
   double* qd() const { return reinterpret_cast<double*>(base); }
   float* qf() const { return base + pad16(2 * d); }
@@ -37,8 +39,8 @@ struct Scratch {
   double* dq(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch)); }
   double* dnull(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + pad16(2 * d)); }
   double* alpha(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + 2 * pad16(2 * d)); }
-  double* da(int64_t ch) const { return alpha(ch) + pad16(2 * S) / 2; }
-  double* stats(int64_t ch) const { return da(ch) + pad16(2 * S) / 2; }
+  double* da(int64_t ch) const { return alpha(ch) + pad16(2 * hs) / 2; }
+  double* stats(int64_t ch) const { return da(ch) + pad16(2 * hs) / 2; }
   double* dg(int64_t ch) const { return stats(ch) + pad16(2 * (S + 3 + kMaxWeightBins)) / 2; }
   float* tmp(int64_t ch) const { return reinterpret_cast<float*>(dg(ch) + 8); }
   float* tq(int64_t ch) const { return tmp(ch) + pad16(d); }
@@ -74,22 +76,28 @@ inline void softmax_row(double* alpha, const float* z, int64_t S) {
   for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
 }
 
-// One token's combination: tmp = Σ_i α_i v_i, out = a·base + c·tmp.  The sum
-// over sources is a float axpy per source (S terms per element, SIMD over d).
+// One token's combination: tmp[slice h] = Σ_i α_hi v_i[slice h] for each of
+// the H heads (alpha: (H, S)), out = a·base + c·tmp.  The sum over sources is
+// a float axpy per source (S terms per element, SIMD over the slice).
 // Shared by route_forward and route_mix so both give the same bits.
-inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSource* src, int64_t S, int64_t n,
-                    const float* base_row, Mix m, int64_t d) {
-  {
-    const float* v = row(src[0], n, d);
-    const float al = static_cast<float>(alpha[0]);
+inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSource* src, int64_t S, int64_t H,
+                    int64_t n, const float* base_row, Mix m, int64_t d) {
+  const int64_t dh = d / H;
+  for (int64_t h = 0; h < H; ++h) {
+    const double* ah = alpha + h * S;
+    float* t = tmp + h * dh;
+    {
+      const float* v = row(src[0], n, d) + h * dh;
+      const float al = static_cast<float>(ah[0]);
 #pragma omp simd
-    for (int64_t c = 0; c < d; ++c) tmp[c] = al * v[c];
-  }
-  for (int64_t i = 1; i < S; ++i) {
-    const float* v = row(src[i], n, d);
-    const float al = static_cast<float>(alpha[i]);
+      for (int64_t c = 0; c < dh; ++c) t[c] = al * v[c];
+    }
+    for (int64_t i = 1; i < S; ++i) {
+      const float* v = row(src[i], n, d) + h * dh;
+      const float al = static_cast<float>(ah[i]);
 #pragma omp simd
-    for (int64_t c = 0; c < d; ++c) tmp[c] += al * v[c];
+      for (int64_t c = 0; c < dh; ++c) t[c] += al * v[c];
+    }
   }
   if (m.a == 0.0f) {
 #pragma omp simd
@@ -137,22 +145,33 @@ void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, 
   }
 }
 
-int64_t CpuBackend::route_workspace(int64_t N, int64_t d, int64_t S) const {
-  return Scratch::head_floats(d) + num_chunks(N) * Scratch(nullptr, d, S).chunk_floats;
+int64_t CpuBackend::route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const {
+  return Scratch::head_floats(d) + num_chunks(N) * Scratch(nullptr, d, S, H).chunk_floats;
 }
+
+namespace {
+void check_heads(int64_t H, int64_t d) {
+  ATTNRES_CHECK(H >= 1 && H <= kMaxRoutingHeads && d % H == 0, "routing heads ", H, " for d = ", d,
+                " (1 to ", kMaxRoutingHeads, ", dividing d)");
+}
+}  // namespace
 
 // ---- forward ------------------------------------------------------------------
 //
-// Per token:  z_i = r_i·(q·v_i)  (dot_row, stored as float),
-// α = softmax(z),  out = a·base + c·Σ α_i v_i.  The source rows of one token
-// (S·d floats) stay in cache between the two passes.
-void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, const float* w,
-                               const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                               int64_t d, double* stats) {
+// Per token and head h:  z_hi = r_i·(q_h·v_hi)  (dot_row over the head's
+// slice, stored as float), α_h = softmax(z_h),  out = a·base + c·R with
+// R[slice h] = Σ α_hi v_hi.  The source rows of one token (S·d floats) stay
+// in cache between the two passes.
+void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H,
+                               const float* w, const float* gamma, const float* base, const float* gate,
+                               Combine combine, int64_t N, int64_t d, double* stats) {
   check_sources(src, S);
+  check_heads(H, d);
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
-  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
+  const int64_t dh = d / H;
+  const double inv_h = 1.0 / static_cast<double>(H);
   fold_query(sc, w, gamma);
   const float* q = sc.qf();
   const int64_t nc = num_chunks(N);
@@ -166,25 +185,32 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
       for (int64_t i = 0; i < S + 3 + kMaxWeightBins; ++i) st[i] = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
-      float* z = logits + n * S;
-      for (int64_t i = 0; i < S; ++i) {
-        const float* v = row(src[i], n, d);
-        z[i] = static_cast<float>(rstd_at(src[i], n) * dot_row(q, v, d));
-      }
-      softmax_row(alpha, z, S);
-      mix_row(out + n * d, tmp, alpha, src, S, n, base ? base + n * d : nullptr, m, d);
-
-      if (stats) {
-        double amax = 0.0, ent = 0.0;
+      float* z = logits + n * H * S;
+      for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < S; ++i) {
-          const double a = alpha[i];
-          st[i] += a;
-          amax = a > amax ? a : amax;
-          if (a > 0) ent -= a * std::log(a);
+          const float* v = row(src[i], n, d) + h * dh;
+          z[h * S + i] = static_cast<float>(rstd_at(src[i], n) * dot_row(q + h * dh, v, dh));
         }
-        st[S] += amax;
-        st[S + 1] += ent;
-        st[S + 3 + std::min<int64_t>(static_cast<int64_t>(amax * kMaxWeightBins), kMaxWeightBins - 1)] += 1.0;
+      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
+      mix_row(out + n * d, tmp, alpha, src, S, H, n, base ? base + n * d : nullptr, m, d);
+
+      if (stats) {  // each head's terms, averaged over the heads (route_types.h)
+        double amax_sum = 0.0, ent_sum = 0.0;
+        for (int64_t h = 0; h < H; ++h) {
+          const double* ah = alpha + h * S;
+          double amax = 0.0, ent = 0.0;
+          for (int64_t i = 0; i < S; ++i) {
+            const double a = ah[i];
+            st[i] += a * inv_h;
+            amax = a > amax ? a : amax;
+            if (a > 0) ent -= a * std::log(a);
+          }
+          amax_sum += amax;
+          ent_sum += ent;
+          st[S + 3 + std::min<int64_t>(static_cast<int64_t>(amax * kMaxWeightBins), kMaxWeightBins - 1)] += inv_h;
+        }
+        st[S] += amax_sum * inv_h;
+        st[S + 1] += ent_sum * inv_h;
         if (S >= 2) {
           double* nrm = sc.da(ch);  // |v_i|, the Gram matrix's diagonal
           for (int64_t i = 0; i < S; ++i) {
@@ -221,12 +247,13 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
   }
 }
 
-void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, const float* base,
-                           const float* gate, Combine combine, int64_t N, int64_t d) {
+void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+                           const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
+  check_heads(H, d);
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
-  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
   const int64_t nc = num_chunks(N);
 #pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
@@ -235,19 +262,20 @@ void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* s
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     // mix_row reads base[c] after the whole tmp is built, so out may alias base.
     for (int64_t n = ch * kChunk; n < n1; ++n) {
-      softmax_row(alpha, logits + n * S, S);
-      mix_row(out + n * d, tmp, alpha, src, S, n, base ? base + n * d : nullptr, m, d);
+      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, logits + (n * H + h) * S, S);
+      mix_row(out + n * d, tmp, alpha, src, S, H, n, base ? base + n * d : nullptr, m, d);
     }
   }
 }
 
-void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S,
+void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                                   const float* gate, int64_t N, int64_t d) {
   check_sources(src, S);
+  check_heads(H, d);
   const int64_t first = src[0].broadcast ? 1 : 0;
   ATTNRES_CHECK(first < S, "route_mix_stream: no stream sources");
   const Mix m = mix_coefficients(Combine::kAdd, gate);
-  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
   const int64_t nc = num_chunks(N);
 #pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
@@ -264,40 +292,43 @@ void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSo
 #pragma omp simd
         for (int64_t c = 0; c < d; ++c) x[c] += v[c];
       }
-      softmax_row(alpha, logits + n * S, S);
-      mix_row(out + n * d, tmp, alpha, src, S, n, x, m, d);
+      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, logits + (n * H + h) * S, S);
+      mix_row(out + n * d, tmp, alpha, src, S, H, n, x, m, d);
     }
   }
 }
 
 // ---- backward -------------------------------------------------------------------
 //
-// out = a·base + c·R, R = Σ_i α_i v_i, α = softmax(z), z_i = r_i (q·v_i),
-// r_i = (|v_i|²/d + eps)^(-1/2), q = w∘γ.   Given dout:
+// out = a·base + c·R, R_h = Σ_i α_hi v_hi, α_h = softmax(z_h), z_hi = r_i (q_h·v_hi)
+// for each head h (x_h: slice h of a d-vector x; one head: the whole of it),
+// r_i = (|v_i|²/d + eps)^(-1/2) over the full d, q = w∘γ.   Given dout:
 //
 //   dbase  = a·dout                       dR = c·dout
 //   dg     = dout·(R − base)  (kReplace)  or  dout·R  (kAdd)        [gate only]
-//   dα_i   = dR·v_i
-//   dz_i   = α_i (dα_i − Σ_j α_j dα_j)                             (softmax Jacobian)
-//   ∂z_i/∂v_i = r_i q + (q·v_i) ∂r_i/∂v_i,  ∂r_i/∂v_i = −r_i³ v_i / d
-//   dv_i  += α_i dR + dz_i r_i (q − (q·v_i) r_i² v_i / d)
-//          = α_i c dout + (dz_i r_i) q − (dz_i z_i r_i² / d) v_i     (q·v_i = z_i / r_i)
-//   dq    += Σ_tokens Σ_i dz_i r_i v_i ;   q = w∘γ ⇒ dw += dq∘γ,  dγ += dq∘w
+//   dα_hi  = dR_h·v_hi
+//   dz_hi  = α_hi (dα_hi − Σ_j α_hj dα_hj)                         (softmax Jacobian, per head)
+//   ∂z_hi/∂v_i = r_i q_h (on slice h) + (q_h·v_hi) ∂r_i/∂v_i,  ∂r_i/∂v_i = −r_i³ v_i / d (all of v_i)
+//   dv_hi += α_hi c dout_h + (dz_hi r_i) q_h                          (on slice h)
+//   dv_i  −= (Σ_h dz_hi z_hi) (r_i² / d) v_i                         (q_h·v_hi = z_hi / r_i; full d)
+//   dq_h  += Σ_tokens Σ_i dz_hi r_i v_hi ;   q = w∘γ ⇒ dw += dq∘γ,  dγ += dq∘w
 //
-// Per token: pass 1 computes dα_i (dot_row; and R when gated), pass 2 the
+// Per token: pass 1 computes dα_hi (dot_row; and R when gated), pass 2 the
 // source gradients (float) and this token's share of dq (float over the
 // sources, then double into the chunk's partial).
 void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
                                 const float* dout, const float* logits, const RouteSource* src, int64_t S,
-                                const float* w, const float* gamma, const float* base, const float* gate,
+                                int64_t H, const float* w, const float* gamma, const float* base, const float* gate,
                                 Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
                                 bool accumulate_src) {
   check_sources(src, S, dsrc);
+  check_heads(H, d);
   Mix m2{0.0f, 1.0f};
   int64_t first2 = 0;
   if (rebuild) {
     check_sources(rebuild->src, rebuild->S);
     ATTNRES_CHECK(rebuild->S <= S, "a rebuilt router may not have more sources than this one");
+    check_heads(rebuild->H, d);
     m2 = mix_coefficients(rebuild->combine, rebuild->gate);
     first2 = rebuild->src[0].broadcast ? 1 : 0;
     ATTNRES_CHECK(rebuild->stream ? first2 < rebuild->S && rebuild->combine == Combine::kAdd
@@ -307,9 +338,11 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
   const Mix m = mix_coefficients(combine, gate);
   const bool replace_gate = gate && combine == Combine::kReplace;
   ATTNRES_CHECK(!replace_gate || base, "a gated replacement needs its base in the backward");
-  const Scratch sc(ctx_.workspace(route_workspace(N, d, S)), d, S);
+  const int64_t H2 = rebuild ? std::max(H, rebuild->H) : H;  // the scratch holds either router's α
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H2)), d, S, H2);
   fold_query(sc, w, gamma);
   const float* qf = sc.qf();
+  const int64_t dh = d / H;
   const int64_t nc = num_chunks(N);
   const bool null0 = src[0].broadcast;
   const double inv_d = 1.0 / static_cast<double>(d);
@@ -327,43 +360,54 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       const float* go = dout + n * d;
-      const float* z = logits + n * S;
-      softmax_row(alpha, z, S);
-      // Pass 1: dα_i = c·(dout·v_i); R for the gate.
-      double s = 0.0;
-      for (int64_t i = 0; i < S; ++i) {
-        const float* v = row(src[i], n, d);
-        da[i] = m.c * dot_row(go, v, d);
-        s += alpha[i] * da[i];
+      const float* z = logits + n * H * S;
+      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
+      // Pass 1: dα_hi = c·(dout_h·v_hi) and s_h = Σ_i α_hi dα_hi; R for the gate.
+      double s[kMaxRoutingHeads];
+      for (int64_t h = 0; h < H; ++h) {
+        s[h] = 0.0;
+        for (int64_t i = 0; i < S; ++i) {
+          const float* v = row(src[i], n, d) + h * dh;
+          da[h * S + i] = m.c * dot_row(go + h * dh, v, dh);
+          s[h] += alpha[h * S + i] * da[h * S + i];
+        }
       }
-      if (gate) mix_row(tmp, tmp, alpha, src, S, n, nullptr, {0.0f, 1.0f}, d);  // tmp = R
+      if (gate) mix_row(tmp, tmp, alpha, src, S, H, n, nullptr, {0.0f, 1.0f}, d);  // tmp = R
       // Pass 2: source gradients and this token's dq.
       for (int64_t c = 0; c < d; ++c) tq[c] = 0.0f;
       for (int64_t i = 0; i < S; ++i) {
         const float* v = row(src[i], n, d);
         const double r = rstd_at(src[i], n);
-        const double dz = alpha[i] * (da[i] - s);
-        const float ka = static_cast<float>(m.c * alpha[i]), kq = static_cast<float>(dz * r),
-                    kv = static_cast<float>(-dz * z[i] * r * r * inv_d);
-        if (i == 0 && null0) {
+        float* dv = i == 0 && null0 ? nullptr : dsrc[i] + n * d;
+        // The full-d term of r_i's gradient, from every head's dz_hi z_hi.
+        double dzz = -(alpha[i] * (da[i] - s[0])) * z[i];  // head 0, then the others
+        for (int64_t h = 1; h < H; ++h) {
+          const double dz = alpha[h * S + i] * (da[h * S + i] - s[h]);
+          dzz += -dz * z[h * S + i];
+        }
+        const float kv = static_cast<float>(dzz * r * r * inv_d);
+        for (int64_t h = 0; h < H; ++h) {
+          const double dz = alpha[h * S + i] * (da[h * S + i] - s[h]);
+          const float ka = static_cast<float>(m.c * alpha[h * S + i]), kq = static_cast<float>(dz * r);
+          const int64_t c0 = h * dh, c1 = c0 + dh;
+          if (!dv) {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) {
-            dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
-            tq[c] += kq * v[c];
-          }
-        } else if (accumulate_src) {
-          float* dv = dsrc[i] + n * d;
+            for (int64_t c = c0; c < c1; ++c) {
+              dnull[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+              tq[c] += kq * v[c];
+            }
+          } else if (accumulate_src) {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) {
-            dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
-            tq[c] += kq * v[c];
-          }
-        } else {
-          float* dv = dsrc[i] + n * d;
+            for (int64_t c = c0; c < c1; ++c) {
+              dv[c] += ka * go[c] + kq * qf[c] + kv * v[c];
+              tq[c] += kq * v[c];
+            }
+          } else {
 #pragma omp simd
-          for (int64_t c = 0; c < d; ++c) {
-            dv[c] = ka * go[c] + kq * qf[c] + kv * v[c];
-            tq[c] += kq * v[c];
+            for (int64_t c = c0; c < c1; ++c) {
+              dv[c] = ka * go[c] + kq * qf[c] + kv * v[c];
+              tq[c] += kq * v[c];
+            }
           }
         }
       }
@@ -400,8 +444,8 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
           }
           base2 = tq;
         }
-        softmax_row(alpha2, rb.logits + n * rb.S, rb.S);
-        mix_row(rb.out + n * d, tmp, alpha2, rb.src, rb.S, n, base2, m2, d);
+        for (int64_t h = 0; h < rb.H; ++h) softmax_row(alpha2 + h * rb.S, rb.logits + (n * rb.H + h) * rb.S, rb.S);
+        mix_row(rb.out + n * d, tmp, alpha2, rb.src, rb.S, rb.H, n, base2, m2, d);
       }
     }
     *sc.dg(ch) = dg;
