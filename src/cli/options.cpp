@@ -14,8 +14,6 @@ bool OptionList::parse(int argc, char** argv) {
   return true;
 }
 
-std::string OptionList::help() const { return Flags(command_, summary_, specs_).help(); }
-
 std::string OptionList::table() const {
   std::string out;
   size_t k = 0;

@@ -66,10 +66,8 @@ class OptionList {
   // (the help already printed).  Errors name the flag.
   bool parse(int argc, char** argv);
   bool given(const std::string& flag) const { return flags_ && flags_->given(flag); }
-  std::string help() const;
   // "  --flag = value" per option (its value as read), for a start-up line.
   std::string table() const;
-  const std::string& command() const { return command_; }
 
  private:
   template <class T>

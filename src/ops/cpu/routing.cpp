@@ -25,13 +25,12 @@ int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every 
 //   stats (S + 3 + kMaxWeightBins doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
 // Each region is used with one type only.
 struct Scratch {
-  int64_t d, S, chunk_floats;
+  int64_t d, S, hs, chunk_floats;
   float* base;
-  Scratch(float* p, int64_t d_, int64_t S_, int64_t H) : d(d_), S(S_), base(p) {
-    chunk_floats = 2 * pad16(2 * d) + 2 * pad16(2 * H * S) + pad16(2 * (S + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d);
-    hs = H * S;
-  }
-  int64_t hs;
+  Scratch(float* p, int64_t d_, int64_t S_, int64_t H)
+      : d(d_), S(S_), hs(H * S_),
+        chunk_floats(2 * pad16(2 * d_) + 2 * pad16(2 * hs) + pad16(2 * (S_ + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d_)),
+        base(p) {}
   static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
   double* qd() const { return reinterpret_cast<double*>(base); }
   float* qf() const { return base + pad16(2 * d); }
@@ -379,16 +378,15 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
         const float* v = row(src[i], n, d);
         const double r = rstd_at(src[i], n);
         float* dv = i == 0 && null0 ? nullptr : dsrc[i] + n * d;
-        // The full-d term of r_i's gradient, from every head's dz_hi z_hi.
-        double dzz = -(alpha[i] * (da[i] - s[0])) * z[i];  // head 0, then the others
-        for (int64_t h = 1; h < H; ++h) {
-          const double dz = alpha[h * S + i] * (da[h * S + i] - s[h]);
-          dzz += -dz * z[h * S + i];
-        }
+        // dz_hi = α_hi (dα_hi − s_h), and the full-d term of r_i's gradient
+        // from every head's dz_hi z_hi.
+        double dz[kMaxRoutingHeads];
+        for (int64_t h = 0; h < H; ++h) dz[h] = alpha[h * S + i] * (da[h * S + i] - s[h]);
+        double dzz = -dz[0] * z[i];  // head 0, then the others
+        for (int64_t h = 1; h < H; ++h) dzz += -dz[h] * z[h * S + i];
         const float kv = static_cast<float>(dzz * r * r * inv_d);
         for (int64_t h = 0; h < H; ++h) {
-          const double dz = alpha[h * S + i] * (da[h * S + i] - s[h]);
-          const float ka = static_cast<float>(m.c * alpha[h * S + i]), kq = static_cast<float>(dz * r);
+          const float ka = static_cast<float>(m.c * alpha[h * S + i]), kq = static_cast<float>(dz[h] * r);
           const int64_t c0 = h * dh, c1 = c0 + dh;
           if (!dv) {
 #pragma omp simd
