@@ -13,6 +13,10 @@
 # Env: WORK (default: a temporary directory, removed at the end), PRECISIONS (default "fp32 bf16" where the
 #      CPU has bf16 products).  OPENBLAS_CORETYPE is unset: it changes SGEMM's kernels, so fp32's bits.
 # Exit status 0 when every file is the same, 1 otherwise (the differing files listed).
+# NEW_KEYS="key=value,…": JSON keys the new build writes and the old one did
+# not (a format that gained a field); dropped where they hold that value, e.g.
+# NEW_KEYS=attnres_num_heads=1.  MODES="…": the modes run (default the five;
+# two devices of one build can also run block_mh full_mh delta_mh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$(realpath "$1") NEW=$(realpath "$2") OLD_DEV="${3:-cpu}" NEW_DEV="${4:-${3:-cpu}}"
@@ -44,7 +48,7 @@ flow() {  # BIN OUT DEVICE
   local bin=$1 out=$2 dev=$3 d=$WORK/data r
   mkdir -p "$out"
   for p in $PRECISIONS; do
-    for m in baseline block full delta delta_block; do
+    for m in ${MODES:-baseline block full delta delta_block}; do
       r=$out/$m-$p
       local on=(--device "$dev" --precision "$p")
       "$bin" train --config "$WORK/config.json" --mode "$m" --data "$d/train.bin" --val-data "$d/val.bin" --out "$r" \
@@ -68,10 +72,12 @@ flow "$NEW" "$WORK/new" "$NEW_DEV"
 python3 - "$WORK/old" "$WORK/new" <<'EOF'
 import hashlib, json, os, sys
 A, B = sys.argv[1], sys.argv[2]
+NEW_KEYS = dict(kv.split("=", 1) for kv in os.environ.get("NEW_KEYS", "").split(",") if kv)
 def timeless(o):
     if isinstance(o, dict):
         return {k: timeless(v) for k, v in o.items()
-                if k not in ("ms", "mfu", "device", "peak_gflops") and "second" not in k and "tok_per_s" not in k
+                if not (k in NEW_KEYS and json.dumps(v) == NEW_KEYS[k])
+                and k not in ("ms", "mfu", "device", "peak_gflops") and "second" not in k and "tok_per_s" not in k
                 and "rss" not in k}
     if isinstance(o, list):
         return [timeless(v) for v in o]

@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -64,7 +65,8 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
     if (s >= warmup) seconds += now_seconds() - t0;
   }
   const double tok_s = static_cast<double>(N * steps) / seconds;
-  return {{"mode", mode_name(c.mode)},
+  return {{"mode", c.mode_label()},
+          {"routing_heads", c.routing_heads},
           {"precision", precision_name(precision)},
           {"tok_per_s", tok_s},
           {"ms_per_step", 1e3 * seconds / static_cast<double>(steps)},
@@ -91,7 +93,20 @@ struct BenchFlags {
   int64_t prompt_len = 0, decode_prompt_len = 0, new_tokens = 0, decode_batch = 0;
   bool no_train_forward = false, worker = false;
   std::string measure;
+  std::optional<int64_t> routing_heads;
 };
+
+// The config a bench run builds: --config, with attnres_mode `mode` (empty:
+// the config's) and --routing-heads laid over it where the mode is routed.
+Config bench_config(const BenchFlags& f, const std::string& mode) {
+  Config c = load_config(f.config);
+  if (!mode.empty()) c = c.with_mode(mode);
+  if (f.routing_heads && mode_spec(c.mode).routed()) {
+    c.routing_heads = *f.routing_heads;
+    c.validate("--routing-heads");
+  }
+  return c;
+}
 
 // Runs `attnres bench ARGS --worker` in a fresh process (posix_spawn: a plain
 // fork would inherit a started OpenMP pool, which hangs), so that its peak RSS
@@ -114,6 +129,7 @@ double measured(const BenchFlags& f, const std::string& what) {
 nlohmann::json bench_in_child(const std::string& mode, Precision p, const BenchFlags& f, double peak_gflops) {
   std::vector<std::string> args = {"--mode", mode, "--precision", precision_name(p), "--peak-gflops",
                                    cat(peak_gflops)};
+  if (f.routing_heads && mode != "baseline") args.insert(args.end(), {"--routing-heads", cat(*f.routing_heads)});
   args.insert(args.end(), {"--config", f.config, "--batch", cat(f.batch), "--seq-len", cat(f.seq_len), "--steps",
                            cat(f.steps), "--warmup-steps", cat(f.warmup_steps), "--threads", cat(f.threads)});
   return run_worker(f, args, cat("mode ", mode));
@@ -208,7 +224,8 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f
   const double b1 = decode(1), bB = decode(Bd);
   const int64_t rss = peak_rss_bytes();
   nlohmann::json r = {{"config", f.config},
-                      {"mode", mode_name(c.mode)},
+                      {"mode", c.mode_label()},
+                      {"routing_heads", c.routing_heads},
                       {"precision", precision_name(m.precision())},
                       {"threads", ctx.threads()},
                       {"params", m.num_params()},
@@ -259,8 +276,7 @@ std::vector<Precision> bench_precisions(const BenchFlags& f, const std::string& 
 
 int bench_generate(const BenchFlags& f, Context& ctx) {
   if (f.worker) {
-    Config c = load_config(f.config);
-    if (!f.mode.empty()) c.mode = parse_mode(f.mode);
+    const Config c = bench_config(f, f.mode);
     std::printf("%s\n", bench_generate_worker(ctx, c, f).dump().c_str());
     return 0;
   }
@@ -280,6 +296,7 @@ int bench_generate(const BenchFlags& f, Context& ctx) {
       const std::string dtype = precision_name(p);
       std::vector<std::string> args = {"--generate", "--config", config, "--precision", dtype};
       if (!f.mode.empty()) args.insert(args.end(), {"--mode", f.mode});
+      if (f.routing_heads) args.insert(args.end(), {"--routing-heads", cat(*f.routing_heads)});
       args.insert(args.end(), {"--threads", cat(f.threads), "--prompt-len", cat(f.prompt_len), "--decode-prompt-len",
                                cat(f.decode_prompt_len), "--new-tokens", cat(f.new_tokens), "--decode-batch",
                                cat(f.decode_batch)});
@@ -316,7 +333,8 @@ int cmd_bench(int argc, char** argv) {
                   "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
                   "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.");
   opts.add(f.config, {"config", "bench-small", "preset name or path to a config.json"});
-  opts.add(f.mode, {"mode", "", "attnres_mode to run, or 'all' (default: the config's)"});
+  opts.add(f.mode, {"mode", "", "attnres_mode to run, or 'all': every mode name, the _mh ones included (default: the config's)"});
+  opts.add(f.routing_heads, {"routing-heads", "", "attnres_num_heads of the routed modes (default: each mode name's: 1, or 8 for the _mh names)"});
   opts.add(f.batch, {"batch", "8", "micro-batch size B"});
   opts.add(f.seq_len, {"seq-len", "512", "sequence length T"});
   opts.add(f.steps, {"steps", "5", "timed steps"});
@@ -362,25 +380,24 @@ int cmd_bench(int argc, char** argv) {
   }
   if (f.generate) return bench_generate(f, ctx);
   const int threads = ctx.threads();
-  Config base = load_config(f.config);
   batch_tokens(f.batch, f.seq_len);
   if (f.steps <= 0 || f.warmup_steps < 0) fail("--steps must be positive and --warmup-steps not negative");
   if (f.worker) {
-    base.mode = parse_mode(f.mode);
+    const Config c = bench_config(f, f.mode);
     const Precision p = parse_precision(f.precision, f.precision_flag.c_str());
     if (const std::string why = ctx.ops().unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
-    std::printf("%s\n", bench_mode(ctx, base, f.batch, f.seq_len, p,
+    std::printf("%s\n", bench_mode(ctx, c, f.batch, f.seq_len, p,
                                    f.steps, f.warmup_steps, f.peak_gflops * 1e9)
                             .dump()
                             .c_str());
     return 0;
   }
-  std::vector<Mode> modes;
-  const std::string m = f.mode;
-  if (m == "all")
-    for (const ModeSpec& s : kModeSpecs) modes.push_back(s.mode);  // every row of the table, in its order
+  // Every name of every mode (model/config.h), in its order: the five, then the reference's _mh ones.
+  std::vector<std::string> modes;
+  if (f.mode == "all")
+    for (const ModeName& n : mode_names()) modes.push_back(n.name);
   else
-    modes = {m.empty() ? base.mode : parse_mode(m)};
+    modes = {bench_config(f, f.mode).mode_label()};
   const bool json = f.json;
   const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
   // Both peaks where the machine has both (the bf16 one beside SGEMM's), each
@@ -405,7 +422,7 @@ int cmd_bench(int argc, char** argv) {
     for (size_t pi = 0; pi < precisions.size(); ++pi)
       for (size_t i = 0; i < modes.size(); ++i)
         runs[pi][i].push_back(
-            bench_in_child(mode_name(modes[i]), precisions[pi], f, precisions[pi] == Precision::kBF16 ? bf16 : sgemm));
+            bench_in_child(modes[i], precisions[pi], f, precisions[pi] == Precision::kBF16 ? bf16 : sgemm));
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -416,7 +433,7 @@ int cmd_bench(int argc, char** argv) {
     const double peak = p == Precision::kBF16 ? bf16 : sgemm;
     double base_tok = 0, base_rss = 0;
     for (size_t i = 0; i < modes.size(); ++i) {
-      const Mode mode = modes[i];
+      const std::string& mode = modes[i];
       std::vector<double> tok, ms, rss;
       for (const auto& r : runs[pi][i]) {
         tok.push_back(r["tok_per_s"].get<double>());
@@ -433,7 +450,7 @@ int cmd_bench(int argc, char** argv) {
       r["peak_gflops"] = peak;
       r["sgemm_peak_gflops"] = sgemm;
       if (bf16_here) r["bf16_peak_gflops"] = bf16;
-      if (mode == Mode::kBaseline) {
+      if (mode == "baseline") {
         base_tok = r["tok_per_s"].get<double>();
         base_rss = r["peak_rss_bytes"].get<double>();
       }
@@ -446,12 +463,13 @@ int cmd_bench(int argc, char** argv) {
       if (json) {
         std::printf("%s\n", r.dump().c_str());
       } else {
-        std::printf("%-12s %-4s %8.0f tok/s", mode_name(mode), precision_name(p), r["tok_per_s"].get<double>());
+        std::printf("%-12s %-4s %8.0f tok/s", r["mode"].get<std::string>().c_str(), precision_name(p), r["tok_per_s"].get<double>());
         if (rounds > 1)
           std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
         std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
                     100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
-        if (r.contains("tok_per_s_vs_baseline") && mode != Mode::kBaseline)
+        if (r["routing_heads"].get<int64_t>() > 1) std::printf(" H=%-2lld", static_cast<long long>(r["routing_heads"].get<int64_t>()));
+        if (r.contains("tok_per_s_vs_baseline") && mode != "baseline")
           std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
                       r["rss_vs_baseline"].get<double>());
         if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());

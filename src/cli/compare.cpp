@@ -157,7 +157,7 @@ int cmd_compare(int argc, char** argv) {
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
   const std::vector<std::string> modes = split_list(o.modes);
   if (modes.empty()) fail("--modes names no mode");
-  for (const std::string& m : modes) parse_mode(m);  // an Error names a bad one
+  for (const std::string& m : modes) parse_mode_name(m);  // an Error names a bad one
   const int64_t seeds = o.seeds, B = t.batch, T = t.seq_len;
   if (seeds < 1) fail("--seeds must be at least 1");
   if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");

@@ -40,7 +40,7 @@ int cmd_eval(int argc, char** argv) {
   eo.progress = !o.quiet;
   EvalResult r = evaluate(*model, data, eo);
   if (o.json) {
-    nlohmann::json j = {{"model", src.dir},       {"data", w.data},      {"mode", mode_name(src.config.mode)},
+    nlohmann::json j = {{"model", src.dir},       {"data", w.data},      {"mode", src.config.mode_label()},
                         {"seq_len", w.seq_len},   {"loss", r.loss},      {"ppl", r.ppl},
                         {"tokens", r.tokens},     {"seconds", r.seconds}, {"precision", precision_name(co.precision)},
                         {"device", co.device},    {"peak_rss_bytes", peak_rss_bytes()}};

@@ -77,7 +77,7 @@ int cmd_export(int argc, char** argv) {
     copied.push_back(name);
   }
   fsync_dir(out);
-  std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), mode_name(c.mode),
+  std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), c.mode_label(),
               static_cast<long long>(layout.total()), out.c_str(), bf16 ? "bf16" : "f32", files, files == 1 ? "" : "s");
   for (size_t i = 0; i < copied.size(); ++i) std::printf("%s%s", i ? ", " : "; with ", copied[i].c_str());
   std::printf("\n");

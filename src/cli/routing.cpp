@@ -73,7 +73,7 @@ int cmd_routing(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), mode_name(c.mode), w.data.c_str(),
+  std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), c.mode_label(), w.data.c_str(),
               static_cast<long long>(j["tokens"].get<int64_t>()), static_cast<long long>(T), seconds);
   std::printf("%-16s %3s %10s %9s %8s %7s  %s\n", "router", "S", "max_weight", "token_max", "entropy", "cosine",
               "mean weight per source");

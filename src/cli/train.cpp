@@ -43,7 +43,7 @@ TrainTestHooks test_hooks_from_environment(Comm& comm) {
 struct ConfigFlags {
   std::string config;
   std::optional<std::string> mode, block_delta, gate, query_init;
-  std::optional<int64_t> num_blocks;
+  std::optional<int64_t> num_blocks, routing_heads;
   std::optional<bool> null_source;
 };
 
@@ -51,7 +51,12 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.config, {"config", "tiny",
                       "preset name (tiny, bench-small) or path to a config.json "
                       "(default with --init/--resume: the checkpoint's)"});
-  opts.add(m.mode, {"mode", "", "override attnres_mode: baseline, block, full, delta, delta_block"});
+  opts.add(m.mode, {"mode", "",
+                    "override attnres_mode: baseline, block, full, delta, delta_block, or the reference's "
+                    "multi-head block_mh, full_mh, delta_mh"});
+  opts.add(m.routing_heads, {"routing-heads", "",
+                             "override attnres_num_heads: routing heads of every router, dividing hidden_size "
+                             "(default 1; the _mh modes 8)"});
   opts.add(m.num_blocks, {"num-blocks", "", "override attnres_num_blocks (block modes)"});
   opts.add(m.block_delta,
            {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"});
@@ -83,14 +88,18 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
   const std::string from = !resume_dir.empty() ? resume_dir : o.init;
   const bool preset = opts.given("config") || from.empty();
   o.model = preset ? load_config(m.config) : Config::load(resolve_model_dir(from) + "/config.json");
+  if (m.mode) o.model = o.model.with_mode(*m.mode);  // with the name's defaults (heads; delta_mh's fixed keys)
   nlohmann::json j = o.model.to_json();
-  if (m.mode) j["attnres_mode"] = *m.mode;
+  if (m.routing_heads) j["attnres_num_heads"] = *m.routing_heads;
   if (m.num_blocks) j["attnres_num_blocks"] = *m.num_blocks;
   if (m.block_delta) j["attnres_block_delta"] = *m.block_delta;
   if (m.null_source) j["attnres_use_null_source"] = *m.null_source;
   if (m.gate) j["attnres_gate_type"] = *m.gate;
   if (m.query_init) j["attnres_query_init"] = *m.query_init;
   o.model = Config::from_json(j, "the train flags");
+  if (o.model.reference_mh && o.model.mode == Mode::kDeltaBlock && m.null_source && !*m.null_source)
+    fail("--null-source false: delta_mh always has the null source (without one: --mode delta_block "
+         "--block-delta reference --routing-heads H)");
   o.validate();
 
   if (comm.root())

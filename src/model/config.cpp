@@ -39,13 +39,48 @@ T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& w
 
 const char* mode_name(Mode m) { return mode_spec(m).name; }
 
-Mode parse_mode(const std::string& s) {
+const std::vector<ModeName>& mode_names() {
+  static const std::vector<ModeName> names = [] {
+    std::vector<ModeName> v;
+    for (const ModeSpec& e : kModeSpecs) v.push_back({e.name, e.mode, false});
+    v.push_back({"block_mh", Mode::kBlock, true});
+    v.push_back({"full_mh", Mode::kFull, true});
+    v.push_back({"delta_mh", Mode::kDeltaBlock, true});
+    return v;
+  }();
+  return names;
+}
+
+const ModeName& parse_mode_name(const std::string& s) {
   std::string names;
-  for (const ModeSpec& e : kModeSpecs) {
-    if (s == e.name) return e.mode;
+  for (const ModeName& e : mode_names()) {
+    if (s == e.name) return e;
     names += cat(names.empty() ? "" : ", ", e.name);
   }
   fail("unknown attnres_mode \"", s, "\" (expected one of: ", names, ")");
+}
+
+const char* Config::mode_label() const {
+  if (reference_mh)
+    for (const ModeName& e : mode_names())
+      if (e.reference_mh && e.mode == mode) return e.name;
+  return mode_name(mode);
+}
+
+bool Config::final_router() const { return mode_spec(mode).final_router && !(reference_mh && mode == Mode::kBlock); }
+
+Config Config::with_mode(const std::string& name) const {
+  const ModeName& to = parse_mode_name(name);
+  nlohmann::json j = to_json();
+  if (name != mode_label()) {  // what the new name fixes takes its defaults
+    j.erase("attnres_num_heads");
+    if (to.reference_mh && to.mode == Mode::kDeltaBlock) {
+      j.erase("attnres_block_delta");
+      j.erase("attnres_use_null_source");
+    }
+  }
+  j["attnres_mode"] = name;
+  return from_json(j, cat("attnres_mode ", name));
 }
 
 // Fields of HF configs that change the math in ways this engine does not
@@ -93,10 +128,14 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   for (auto it = j.begin(); it != j.end(); ++it) has_attnres_key |= it.key().rfind("attnres_", 0) == 0;
   std::string mode = opt<std::string>(j, "attnres_mode", reference_type ? "block" : "baseline", where);
   try {
-    c.mode = parse_mode(mode);
+    const ModeName& name = parse_mode_name(mode);
+    c.mode = name.mode;
+    c.reference_mh = name.reference_mh;
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }
+  // The reference's _mh modes have 8 heads unless the key says otherwise.
+  c.routing_heads = opt<int64_t>(j, "attnres_num_heads", c.reference_mh ? 8 : 1, where);
   c.num_blocks = opt<int64_t>(j, "attnres_num_blocks", 8, where);
   std::string bd = opt<std::string>(j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true",
                                     where);
@@ -108,6 +147,18 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   if (gate == "bias") c.gate = Gate::kBias;
   else if (gate == "learnable_alpha") c.gate = Gate::kLearnableAlpha;
   else fail(where, ": attnres_gate_type must be \"bias\" or \"learnable_alpha\", got \"", gate, "\"");
+  if (c.reference_mh && c.mode == Mode::kDeltaBlock) {
+    // delta_mh: the reference always adds the null source and computes its
+    // block deltas as x − last block source, whatever the other keys say
+    // (its config class writes attnres_use_null_source false by default);
+    // only this project writes attnres_block_delta, so "true" is a contradiction.
+    if (bd == "true")
+      fail(where, ": attnres_mode delta_mh computes its block deltas as the reference code does (\"reference\"); ",
+           "attnres_block_delta \"true\" contradicts it (the paper's block deltas with heads: attnres_mode ",
+           "delta_block with attnres_num_heads)");
+    c.block_delta = BlockDelta::kReference;
+    c.null_source = true;
+  }
   std::string qi = opt<std::string>(j, "attnres_query_init", "zero", where);
   if (qi == "zero") c.query_init_normal = false;
   else if (qi == "normal") c.query_init_normal = true;
@@ -133,6 +184,19 @@ void Config::validate(const std::string& where) const {
   positive(V, "vocab_size", 1 << 24);
   positive(num_blocks, "attnres_num_blocks", 1 << 12);
   positive(max_position_embeddings, "max_position_embeddings", int64_t{1} << 24);
+  // Routing heads: each owns d / heads dimensions of every router.
+  if (routing_heads < 1) fail(where, ": attnres_num_heads must be at least 1, got ", routing_heads);
+  if (routing_heads > kMaxRoutingHeads)
+    fail(where, ": attnres_num_heads ", routing_heads, " is beyond what this engine supports (at most ",
+         kMaxRoutingHeads, ")");
+  if (d % routing_heads != 0)
+    fail(where, ": attnres_num_heads ", routing_heads, " does not divide hidden_size ", d,
+         " (each routing head owns hidden_size / attnres_num_heads dimensions)");
+  if (routing_heads > 1 && !mode_spec(mode).routed())
+    fail(where, ": attnres_num_heads ", routing_heads, " with attnres_mode ", mode_name(mode),
+         ", which has no depth routing (routing heads need a routed mode)");
+  ATTNRES_CHECK(!reference_mh || mode == Mode::kBlock || mode == Mode::kFull || mode == Mode::kDeltaBlock,
+                "reference_mh set on a mode without an _mh name");
   if (H % KV != 0)
     fail(where, ": num_attention_heads (", H, ") must be a multiple of num_key_value_heads (", KV, ")");
   if (hd % 2 != 0) fail(where, ": head_dim must be even for RoPE, got ", hd);
@@ -165,7 +229,8 @@ nlohmann::json Config::to_json(const std::string& torch_dtype) const {
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
   j["torch_dtype"] = torch_dtype;
-  j["attnres_mode"] = mode_name(mode);
+  j["attnres_mode"] = mode_label();
+  j["attnres_num_heads"] = routing_heads;
   j["attnres_num_blocks"] = num_blocks;
   j["attnres_block_delta"] = block_delta == BlockDelta::kTrue ? "true" : "reference";
   j["attnres_use_null_source"] = null_source;

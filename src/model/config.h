@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,8 +24,23 @@ enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock };
 enum class BlockDelta { kTrue, kReference };
 enum class Gate { kBias, kLearnableAlpha };
 
-const char* mode_name(Mode m);
-Mode parse_mode(const std::string& s);  // throws Error listing the valid names
+const char* mode_name(Mode m);  // the mode's own name (modes.h), without the reference's _mh spellings
+
+// The names attnres_mode takes: the five modes, and the reference code's
+// multi-head names, each one of the five with multi-head defaults
+// (docs/DESIGN.md §2, "Multi-head routing"):
+//   block_mh   block with H heads (default 8) and NO final router: the final
+//              norm reads the last partial block sum (the reference's Qwen3 does so);
+//   full_mh    full with H heads (default 8);
+//   delta_mh   delta_block with H heads (default 8), the null source always
+//              on and the reference's block deltas (x − last block source).
+struct ModeName {
+  const char* name;
+  Mode mode;
+  bool reference_mh;  // one of the reference's _mh names
+};
+const std::vector<ModeName>& mode_names();            // every name, the five first, in modes.h's order
+const ModeName& parse_mode_name(const std::string& s);  // throws Error listing the valid names
 
 struct Config {
   // Dimension letters used throughout: d = hidden, L = layers, H = query heads,
@@ -42,6 +58,17 @@ struct Config {
   bool null_source = false;
   Gate gate = Gate::kBias;
   bool query_init_normal = false;  // attnres_query_init: "zero" (default) or "normal" = N(0, 0.02)
+  int64_t routing_heads = 1;       // attnres_num_heads: every router's heads (each owns d / heads dimensions)
+  bool reference_mh = false;       // named as the reference's block_mh / full_mh / delta_mh (see ModeName)
+
+  // The attnres_mode this config is written with: mode_name(mode), or its _mh name.
+  const char* mode_label() const;
+  // Whether the final norm reads a final router (modes.h), or, without one,
+  // the stream or (block_mh) the last partial block sum.
+  bool final_router() const;
+  // This config with attnres_mode `name` (the name's defaults for what it
+  // fixes: heads, and delta_mh's null source and block delta).
+  Config with_mode(const std::string& name) const;
 
   int64_t layers_per_block() const { return (L + num_blocks - 1) / num_blocks; }
   int64_t q_dim() const { return H * hd; }

@@ -175,11 +175,11 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t S_max = 1;
   for (auto& r : routers_) {
     const int64_t S = static_cast<int64_t>(r.index.size());
-    if (train) take("routers." + r.name + ".logits", r.logits, N * S);  // kept for the backward
+    if (train) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);  // kept for the backward
     S_max = std::max(S_max, S);
   }
   float* shared_logits = nullptr;  // inference: one buffer for every router's logits
-  if (!train && mode.routed()) take("shared_logits", shared_logits, N * S_max);
+  if (!train && mode.routed()) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
   acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));
   for (size_t i = 0; i < slots.size(); ++i) *slots[i] = acts_.data() + arena_[i].offset;
   tokens_ = reinterpret_cast<int32_t*>(tokens);
@@ -204,7 +204,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len)),
                          ops_.lm_head_workspace(d, c.V, o.precision),
                          ops_.matmul_workspace(N, widest, widest, o.precision)});
-  if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, heads_));
+  if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, cfg_.routing_heads));
   ctx_.reserve(ws);
 
   // Resolve the routers' sources to the carved buffers.
@@ -213,9 +213,14 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (train) {
     // The backward's first router: the final one, else the last MLP's.  It
     // assigns the gradients of the sources it reads; the rest are zeroed.
-    first_backward_router_ = final_router_ >= 0 ? final_router_ : (mode.routed() ? router_of_[K - 1] : -1);
+    // Block without a final router (block_mh) has none: the last MLP's router
+    // reads the last partial sum, whose gradient dx_ the final norm wrote first.
+    first_backward_router_ = final_router_ >= 0                         ? final_router_
+                             : mode.sources == Sources::kPartialSums ? -1
+                             : mode.routed()                         ? router_of_[K - 1]
+                                                                     : -1;
     for (const Source& s : sources_) {
-      bool covered = false;
+      bool covered = s.dv == dx_ && final_router_ < 0;  // the final norm's backward assigns dx_
       if (first_backward_router_ >= 0)
         for (int j : routers_[first_backward_router_].index) covered |= j >= 0 && sources_[j].dv == s.dv;
       if (!covered && std::find(zeroed_dv_.begin(), zeroed_dv_.end(), s.dv) == zeroed_dv_.end())
@@ -239,7 +244,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t entries = 0, sums = 0;
   for (const Router& R : routers_) {
     entries += static_cast<int64_t>(R.src.size());
-    sums += route_stats_size(static_cast<int64_t>(R.src.size()));
+    sums += route_stats_size(static_cast<int64_t>(R.src.size()), c.routing_heads);
   }
   if (entries > 0) {
     const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
@@ -257,7 +262,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       R.stats = stats_at;
       src_at += S;
       dsrc_at += S;
-      stats_at += route_stats_size(static_cast<int64_t>(S));
+      stats_at += route_stats_size(static_cast<int64_t>(S), c.routing_heads);
     }
   }
   if (o.cache_len > 0) {
@@ -350,7 +355,7 @@ void Model::build_routers_() {
         break;
       case Mode::kBaseline: break;
     }
-    if (k < K || mode.final_router) add_router(k, std::move(index));
+    if (k < K || c.final_router()) add_router(k, std::move(index));
   }
 }
 
@@ -364,12 +369,18 @@ void Model::collect_routing_stats(bool on) {
 
 RoutingStats Model::routing_stats() const {
   RoutingStats s;
-  s.mode = mode_name(cfg_.mode);
+  s.mode = cfg_.mode_label();
+  s.heads = cfg_.routing_heads;
   for (const auto& r : routers_) {
     s.routers.push_back(r.name);
     s.sources.push_back(r.source_names);
     RouteStats a;
     a.weight_sum.assign(r.index.size(), 0.0);
+    if (s.heads > 1) {
+      a.head_weight_sum.assign(r.index.size() * static_cast<size_t>(s.heads), 0.0);
+      a.head_max_sum.assign(static_cast<size_t>(s.heads), 0.0);
+      a.head_entropy_sum.assign(static_cast<size_t>(s.heads), 0.0);
+    }
     s.acc.push_back(std::move(a));
   }
   // The sums are laid out as RoutingStats::values (route_stats_size per router, in order).
@@ -385,6 +396,11 @@ std::vector<double> RoutingStats::values() const {
     v.insert(v.end(), a.weight_sum.begin(), a.weight_sum.end());
     v.insert(v.end(), {a.token_max_sum, a.entropy_sum, a.cosine_sum, static_cast<double>(a.tokens)});
     for (int64_t h : a.token_max_hist) v.push_back(static_cast<double>(h));
+    if (heads > 1) {
+      for (const auto* part : {&a.head_weight_sum, &a.head_max_sum, &a.head_entropy_sum})
+        v.insert(v.end(), part->begin(), part->end());
+      v.push_back(a.disagreement_sum);
+    }
   }
   return v;
 }
@@ -399,6 +415,13 @@ void RoutingStats::set_values(const std::vector<double>& v) {
     a.cosine_sum = v[i++];
     a.tokens = static_cast<int64_t>(v[i++]);
     for (int64_t& h : a.token_max_hist) h = static_cast<int64_t>(v[i++]);
+    if (heads > 1) {
+      const size_t n = a.head_weight_sum.size() + a.head_max_sum.size() + a.head_entropy_sum.size() + 1;
+      ATTNRES_CHECK(i + n <= v.size(), "routing values of another model");
+      for (auto* part : {&a.head_weight_sum, &a.head_max_sum, &a.head_entropy_sum})
+        for (double& x : *part) x = v[i++];
+      a.disagreement_sum = v[i++];
+    }
   }
   ATTNRES_CHECK(i == v.size(), "routing values of another model");
 }
@@ -425,10 +448,36 @@ nlohmann::json RoutingStats::to_json() const {
     if (a.weight_sum.size() >= 2) cosine.push_back(a.cosine_sum / n);
     else cosine.push_back(nullptr);  // one source: no pair
   }
-  return {{"mode", mode},           {"tokens", tokens},         {"routers", routers},
-          {"sources", sources},     {"mean_weight", mean_weight}, {"max_weight", max_weight},
-          {"token_max", token_max}, {"entropy", entropy},       {"cosine", cosine},
-          {"token_max_hist", hist}};
+  nlohmann::json out = {{"mode", mode},           {"tokens", tokens},         {"routers", routers},
+                        {"sources", sources},     {"mean_weight", mean_weight}, {"max_weight", max_weight},
+                        {"token_max", token_max}, {"entropy", entropy},       {"cosine", cosine},
+                        {"token_max_hist", hist}};
+  if (heads > 1) {  // per router: (H, S) mean weights, (H) token max and entropy, the disagreement
+    nlohmann::json hw = nlohmann::json::array(), hm = nlohmann::json::array(), he = nlohmann::json::array(),
+                   dis = nlohmann::json::array();
+    for (const auto& a : acc) {
+      const double n = a.tokens > 0 ? static_cast<double>(a.tokens) : 1.0;
+      const size_t S = a.weight_sum.size();
+      nlohmann::json rows = nlohmann::json::array(), mx = nlohmann::json::array(), en = nlohmann::json::array();
+      for (size_t h = 0; h < static_cast<size_t>(heads); ++h) {
+        std::vector<double> row;
+        for (size_t i = 0; i < S; ++i) row.push_back(a.head_weight_sum[h * S + i] / n);
+        rows.push_back(row);
+        mx.push_back(a.head_max_sum[h] / n);
+        en.push_back(a.head_entropy_sum[h] / n);
+      }
+      hw.push_back(rows);
+      hm.push_back(mx);
+      he.push_back(en);
+      dis.push_back(a.disagreement_sum / n);
+    }
+    out["heads"] = heads;
+    out["head_mean_weight"] = hw;
+    out["head_token_max"] = hm;
+    out["head_entropy"] = he;
+    out["head_disagreement"] = dis;
+  }
+  return out;
 }
 
 int64_t Model::num_params() const {
@@ -630,13 +679,13 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, R.w->proj, R.w->norm, base,
+  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, base,
                      R.w->alpha, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, base, R.w->alpha, combine_,
+  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base, R.w->alpha, combine_,
                  rows(), cfg_.d);
 }
 
@@ -654,7 +703,7 @@ void Model::route_backward_(int r, bool first) {
   const int rj = j >= 0 ? router_of_[j] : -1;
   if (!mode_spec(cfg_.mode).stores_inputs && rj >= 0) {
     const Router& P = routers_[rj];
-    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), heads_, gate_base_(rj), P.w->alpha,
+    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads, gate_base_(rj), P.w->alpha,
           combine_, false};
     if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
@@ -662,7 +711,7 @@ void Model::route_backward_(int r, bool first) {
     }
   }
   ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src_list,
-                      static_cast<int64_t>(R.src.size()), heads_, R.w->proj, R.w->norm, gate_base_(r), R.w->alpha,
+                      static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.w->alpha,
                       combine_,
                       rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
   rebuilt_ = rb.out ? j : -1;
@@ -758,9 +807,13 @@ void Model::sublayer_output_(int64_t k) {
   }
 }
 
-// The input of the final norm: the stream already, or the final router.
+// The input of the final norm, in stream_: the stream already, or the final
+// router; block without a final router (block_mh) reads the last partial sum
+// P_2L (so the final norm's backward writes its gradient, dx_).
 void Model::final_input_() {
   if (final_router_ >= 0) route_(final_router_, stream_, nullptr);
+  else if (mode_spec(cfg_.mode).sources == Sources::kPartialSums)
+    ops_.copy(stream_, sources_[2 * cfg_.L].v, rows() * cfg_.d);
 }
 
 // ---- the same, backward -----------------------------------------------------------
@@ -800,7 +853,7 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
         // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
         // after the null one, summed in one pass as the forward's stream was.
         const Router& R = routers_[r];
-        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), heads_, R.w->alpha, rows(),
+        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->alpha, rows(),
                               cfg_.d);
       }
       return u_;

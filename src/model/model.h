@@ -137,7 +137,7 @@ struct Router {
   // The same two lists in backend memory, uploaded once: what the routing ops read.
   const RouteSource* src_list = nullptr;  // (S)
   float* const* dsrc_list = nullptr;      // (S) training
-  float* logits = nullptr;                // (N, S) routing logits z of the last forward (α = softmax(z))
+  float* logits = nullptr;                // (N, H, S) routing logits z of the last forward (α = softmax(z), per head)
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
 };
 
@@ -145,6 +145,7 @@ struct Router {
 // reads them; to_json gives one object of per-router arrays.
 struct RoutingStats {
   std::string mode;
+  int64_t heads = 1;                              // routing heads of every router (> 1: the head_* fields)
   std::vector<std::string> routers;               // router names
   std::vector<std::vector<std::string>> sources;  // per router, its source names
   std::vector<RouteStats> acc;                    // per router
@@ -315,7 +316,6 @@ class Model {
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
-  const int64_t heads_ = 1;       // routing heads of every router (the kernels take H; the config has one head)
   Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
   bool collect_stats_ = false;

@@ -145,6 +145,9 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
       {{"attnres_mode", "delta_block"}, {"attnres_block_delta", "true"}},
       {{"attnres_mode", "delta_block"}, {"attnres_block_delta", "reference"}},
       {{"attnres_mode", "delta_block"}, {"attnres_block_delta", "reference"}, {"attnres_use_null_source", true}},
+      {{"attnres_mode", "delta_block"}, {"attnres_block_delta", "true"}, {"attnres_num_heads", 8}},
+      {{"attnres_mode", "delta"}, {"attnres_num_heads", 4}},
+      {{"attnres_mode", "delta_mh"}},
   };
   for (nlohmann::json v : variants) {
     v["attnres_gate_type"] = "learnable_alpha";
@@ -165,7 +168,7 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
 // sublayer the previous partial sum / output alone.
 TEST(LearnableAlpha, OneIsBiasInEveryMode) {
   const auto in = tokens(kB * kT, 97, 6);
-  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
     Model bias(testing::test_context(), tiny(mode), kB, kT);
     randomise(bias, 7);
     Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
@@ -188,7 +191,7 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // Two forward+backward passes give the same bits: no state leaks between
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
-  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
     Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}}), kB, kT);
     randomise(m, 10);
     set_gates(m, 0.6f);
@@ -272,6 +275,14 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
   variants.push_back({"delta", {{"attnres_use_null_source", true}}, false, false});
   variants.push_back({"delta_block", {{"attnres_use_null_source", true}, {"attnres_block_delta", "reference"}}, false, false});
   variants.push_back({"delta_block", {{"attnres_use_null_source", false}, {"attnres_block_delta", "true"}}, true, false});
+  // Routing heads, and the reference's _mh names (block_mh: no final router,
+  // so no router assigns the block gradients and the final norm writes dx_ first).
+  for (const char* mode : {"block_mh", "full_mh", "delta_mh"})
+    for (bool recompute : {false, true}) variants.push_back({mode, alpha, recompute, false});
+  for (const char* mode : {"block_mh", "full_mh", "delta_mh"}) variants.push_back({mode, bias, false, true});
+  variants.push_back({"block_mh", {{"attnres_num_blocks", 6}, {"attnres_num_heads", 2}}, false, false});
+  variants.push_back({"delta", {{"attnres_num_heads", 4}, {"attnres_use_null_source", true}}, false, false});
+  variants.push_back({"delta_block", {{"attnres_num_heads", 4}, {"attnres_block_delta", "true"}}, true, false});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};
@@ -323,7 +334,7 @@ TEST(Routing, FrozenBaseGivesTheSameRoutingGradientsAndNoOthers) {
 // --recompute: one shared set of activations refilled in the backward gives
 // the same loss and the same gradient bits in every mode.
 TEST(Routing, RecomputeGivesTheSameGradientBits) {
-  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"}) {
+  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
     const Config c = tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}});
     Model full(testing::test_context(), c, kB, kT);
     ModelOptions ro{kB, kT};
@@ -365,6 +376,48 @@ TEST(Routing, StatisticsOnlyWhileCollecting) {
   }
   EXPECT_TRUE(j["cosine"][0].is_null());  // one source
   EXPECT_DOUBLE_EQ(j["max_weight"][0].get<double>(), 1.0);
+  EXPECT_FALSE(j.contains("heads"));  // single-head routers: no per-head fields
+}
+
+// With routing heads, each head's statistics: its mean weights sum to 1 and
+// average to the router's, its token max and entropy average to the
+// router's, and the disagreement is 0 exactly where the heads agree (one
+// source) and positive where routing is random.
+TEST(Routing, StatisticsPerHead) {
+  const int64_t H = 4;
+  Model m(testing::test_context(), tiny("full_mh", {{"attnres_num_heads", H}}), kB, kT);
+  randomise(m, 13);
+  const auto in = tokens(kB * kT, 97, 14);
+  m.collect_routing_stats(true);
+  logits(m, in);
+  const nlohmann::json j = m.routing_stats().to_json();
+  EXPECT_EQ(j["mode"], "full_mh");
+  EXPECT_EQ(j["heads"], H);
+  const size_t R = j["routers"].size();
+  ASSERT_EQ(j["head_mean_weight"].size(), R);
+  for (size_t r = 0; r < R; ++r) {
+    const size_t S = j["mean_weight"][r].size();
+    ASSERT_EQ(j["head_mean_weight"][r].size(), static_cast<size_t>(H));
+    double tmax = 0, ent = 0;
+    std::vector<double> mean(S, 0.0);
+    for (int64_t h = 0; h < H; ++h) {
+      double sum = 0;
+      for (size_t i = 0; i < S; ++i) {
+        const double w = j["head_mean_weight"][r][h][i].get<double>();
+        sum += w;
+        mean[i] += w / H;
+      }
+      EXPECT_NEAR(sum, 1.0, 1e-9) << r << " head " << h;
+      tmax += j["head_token_max"][r][h].get<double>() / H;
+      ent += j["head_entropy"][r][h].get<double>() / H;
+    }
+    for (size_t i = 0; i < S; ++i) EXPECT_NEAR(mean[i], j["mean_weight"][r][i].get<double>(), 1e-9) << r;
+    EXPECT_NEAR(tmax, j["token_max"][r].get<double>(), 1e-9) << r;
+    EXPECT_NEAR(ent, j["entropy"][r].get<double>(), 1e-9) << r;
+    const double dis = j["head_disagreement"][r].get<double>();
+    if (S == 1) EXPECT_EQ(dis, 0.0) << r;
+    else EXPECT_GT(dis, 1e-3) << r;
+  }
 }
 
 // A few dozen AdamW steps per mode on the bytes of the GPL: the loss falls, nothing is NaN.
@@ -373,7 +426,7 @@ TEST(Routing, EveryModeTrainsOnText) {
   if (!f) GTEST_SKIP() << "/usr/share/common-licenses/GPL-3 not found";
   const std::vector<unsigned char> text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   const int64_t B = 4, T = 64, steps = 40;
-  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"}) {
+  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
     const Config c = Config::from_json({{"hidden_size", 64}, {"num_hidden_layers", 4}, {"num_attention_heads", 4},
                                         {"num_key_value_heads", 2}, {"head_dim", 16}, {"intermediate_size", 128},
                                         {"vocab_size", 256}, {"attnres_mode", mode}, {"attnres_num_blocks", 2}},

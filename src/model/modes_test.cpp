@@ -9,6 +9,7 @@
 #include <string>
 
 #include "model/model.h"
+#include "core/error.h"
 #include "model/params.h"
 #include "testing/context.h"
 
@@ -35,7 +36,8 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
   EXPECT_EQ(kNumModes, 5u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
-    EXPECT_EQ(parse_mode(m.name), m.mode);
+    EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);
+    EXPECT_FALSE(parse_mode_name(m.name).reference_mh);
     EXPECT_STREQ(mode_name(m.mode), m.name);
     EXPECT_EQ(&mode_spec(m.mode), &m);
     // A mode routes iff it has sources; a replacement has no stream; a final
@@ -78,6 +80,104 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       EXPECT_TRUE(std::isfinite(model.forward_backward(in, tg, true)));
     }
   }
+}
+
+// The reference's multi-head names: each is one of the five modes with H
+// heads (8 unless the key says otherwise); block_mh has no final router (the
+// final norm reads the last partial sum), delta_mh always has the null source
+// and the reference's block deltas; each is written back under its own name.
+TEST(Modes, TheReferenceMultiHeadNames) {
+  const nlohmann::json shape = {{"hidden_size", 16}, {"num_hidden_layers", 4}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 8},  {"intermediate_size", 12},
+                                {"vocab_size", 11},  {"attnres_num_blocks", 2}, {"model_type", "qwen3_attnres"}};
+  struct Want {
+    const char* name;
+    Mode mode;
+    bool final_router;
+  };
+  for (const Want& w : {Want{"block_mh", Mode::kBlock, false}, Want{"full_mh", Mode::kFull, true},
+                        Want{"delta_mh", Mode::kDeltaBlock, false}}) {
+    SCOPED_TRACE(w.name);
+    nlohmann::json j = shape;
+    j["attnres_mode"] = w.name;
+    j["attnres_use_null_source"] = false;  // as the reference's config class writes it: delta_mh ignores it
+    const Config c = Config::from_json(j, "test");
+    EXPECT_EQ(c.mode, w.mode);
+    EXPECT_TRUE(c.reference_mh);
+    EXPECT_EQ(c.routing_heads, 8);
+    EXPECT_STREQ(c.mode_label(), w.name);
+    EXPECT_EQ(c.final_router(), w.final_router);
+    const ParamLayout layout(c);
+    EXPECT_EQ(count_params(layout, "final_res_"), w.final_router ? 2 : 0);
+    if (w.mode == Mode::kDeltaBlock) {
+      EXPECT_TRUE(c.null_source);
+      EXPECT_EQ(c.block_delta, BlockDelta::kReference);
+      EXPECT_EQ(count_params(layout, "_null_source"), 2 * c.L);
+    }
+    // Written and read back: the same name, heads and fixed keys.
+    const nlohmann::json out = c.to_json();
+    EXPECT_EQ(out["attnres_mode"], w.name);
+    EXPECT_EQ(out["attnres_num_heads"], 8);
+    EXPECT_EQ(Config::from_json(out, "test").to_json(), out);
+    // attnres_num_heads 1 written explicitly: accepted, single-head.
+    j["attnres_num_heads"] = 1;
+    EXPECT_EQ(Config::from_json(j, "test").routing_heads, 1);
+    // A model of it runs forward and backward.
+    Model model(testing::test_context(), c, 1, 3);
+    EXPECT_EQ(!model.routers().empty() && model.routers().back().name == "final", w.final_router);
+    Rng rng(1);
+    model.init(rng);
+    const int32_t in[3] = {1, 5, 7}, tg[3] = {5, 7, 2};
+    EXPECT_TRUE(std::isfinite(model.forward_backward(in, tg, true)));
+  }
+  // The other names take one head unless told; with_mode gives a name's defaults.
+  nlohmann::json j = shape;
+  j["attnres_mode"] = "delta_block";
+  const Config single = Config::from_json(j, "test");
+  EXPECT_EQ(single.routing_heads, 1);
+  EXPECT_FALSE(single.reference_mh);
+  const Config mh = single.with_mode("delta_mh");
+  EXPECT_EQ(mh.routing_heads, 8);
+  EXPECT_TRUE(mh.null_source);
+  EXPECT_EQ(mh.with_mode("delta_block").routing_heads, 1);
+  EXPECT_STREQ(mh.with_mode("delta_mh").mode_label(), "delta_mh");
+}
+
+// Bad routing heads: one line naming the key and what is wrong.
+TEST(Modes, BadRoutingHeadsAreClearErrors) {
+  const nlohmann::json shape = {{"hidden_size", 48}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                {"num_key_value_heads", 1}, {"head_dim", 8},  {"intermediate_size", 12},
+                                {"vocab_size", 11}};
+  auto error_of = [&](const nlohmann::json& extra) -> std::string {
+    nlohmann::json j = shape;
+    for (auto it = extra.begin(); it != extra.end(); ++it) j[it.key()] = it.value();
+    try {
+      Config::from_json(j, "c.json");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  EXPECT_EQ(error_of({{"attnres_mode", "delta"}, {"attnres_num_heads", 5}}),
+            "c.json: attnres_num_heads 5 does not divide hidden_size 48 (each routing head owns hidden_size / "
+            "attnres_num_heads dimensions)");
+  EXPECT_EQ(error_of({{"attnres_mode", "delta"}, {"attnres_num_heads", 0}}),
+            "c.json: attnres_num_heads must be at least 1, got 0");
+  EXPECT_EQ(error_of({{"attnres_mode", "full_mh"}, {"attnres_num_heads", -8}}),
+            "c.json: attnres_num_heads must be at least 1, got -8");
+  EXPECT_EQ(error_of({{"attnres_mode", "delta"}, {"attnres_num_heads", 96}}),
+            "c.json: attnres_num_heads 96 is beyond what this engine supports (at most 64)");
+  EXPECT_EQ(error_of({{"attnres_mode", "baseline"}, {"attnres_num_heads", 8}}),
+            "c.json: attnres_num_heads 8 with attnres_mode baseline, which has no depth routing (routing heads "
+            "need a routed mode)");
+  EXPECT_EQ(error_of({{"attnres_mode", "delta"}, {"attnres_num_heads", "8"}}),
+            "c.json: field \"attnres_num_heads\" has the wrong type: \"8\"");
+  EXPECT_EQ(error_of({{"attnres_mode", "delta_mh"}, {"attnres_block_delta", "true"}}),
+            "c.json: attnres_mode delta_mh computes its block deltas as the reference code does (\"reference\"); "
+            "attnres_block_delta \"true\" contradicts it (the paper's block deltas with heads: attnres_mode "
+            "delta_block with attnres_num_heads)");
+  EXPECT_EQ(error_of({{"attnres_mode", "block_mh"}, {"attnres_num_heads", 1}}), "(no error)");
+  EXPECT_EQ(error_of({{"attnres_mode", "delta_mh"}}), "(no error)");  // 8 heads divide 48
 }
 
 }  // namespace

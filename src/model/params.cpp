@@ -54,7 +54,7 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
     }
   }
   t("model.norm.weight", {d}, false, Init::kOnes, w.final_norm);
-  if (mode.final_router) router("model.", "final", w.final_router, false);
+  if (c.final_router()) router("model.", "final", w.final_router, false);
   if (!c.tied) t("lm_head.weight", {c.V, d}, true, Init::kNormal, w.lm_head);
 }
 

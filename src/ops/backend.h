@@ -253,7 +253,7 @@ class Backend {
   //   z[n,h,i] = r_i[n] · (q[slice h] · v_i[n, slice h])   (r_i over the full d)
   //   α[n,h,·] = softmax_i z[n,h,·],   R[n, slice h] = Σ_i α[n,h,i] v_i[n, slice h].
   // out (N, d) and logits z (N, H, S) assigned.  base (N, d) may be null for
-  // kReplace without gate.  stats, when non-null, is route_stats_size(S)
+  // kReplace without gate.  stats, when non-null, is route_stats_size(S, H)
   // doubles of backend memory to which this call's statistics are added
   // (route_types.h); null costs nothing.  out must not alias base or a source.
   virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,

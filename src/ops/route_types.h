@@ -30,7 +30,7 @@ constexpr int kMaxWeightBins = 20;
 
 // The routing statistics of one router (docs/routing.md) as route_forward
 // sums them in backend memory over the tokens of every call given them:
-// route_stats_size(S) doubles,
+// route_stats_size(S, H) doubles,
 //   [0, S)      Σ_tokens α_i                       per source
 //   S           Σ_tokens max_i α_i
 //   S + 1       Σ_tokens −Σ_i α_i ln α_i           (nats)
@@ -38,10 +38,19 @@ constexpr int kMaxWeightBins = 20;
 //   S + 3       tokens
 //   S + 4 + b   tokens whose max_i α_i falls in bin b (kMaxWeightBins bins)
 // Counts are whole numbers in double (exact below 2⁵³).  With H routing heads
-// each per-token term is the mean over the heads (α_i: mean_h α_hi; max and
-// entropy: each head's, averaged; a head adds 1/H to its max's bin); the
-// cosine is of the whole vectors.
-constexpr int64_t route_stats_size(int64_t S) { return S + 4 + kMaxWeightBins; }
+// each per-token term is the mean over the heads (α_i: ᾱ_i = mean_h α_hi; max
+// and entropy: each head's, averaged; a head adds 1/H to its max's bin); the
+// cosine is of the whole vectors.  With H > 1 each head's own terms follow,
+// from P = S + 4 + kMaxWeightBins:
+//   P + h·S + i   Σ_tokens α_hi                    per head and source
+//   P + H·S + h   Σ_tokens max_i α_hi              per head
+//   P + H·S+H+h   Σ_tokens −Σ_i α_hi ln α_hi       per head
+//   P + H·S + 2H  Σ_tokens mean_{h,i} |α_hi − ᾱ_i| the heads' disagreement
+//                 (mean absolute deviation from the heads' consensus; 0 when they agree)
+constexpr int64_t route_head_stats_size(int64_t S, int64_t H) { return H > 1 ? H * S + 2 * H + 1 : 0; }
+constexpr int64_t route_stats_size(int64_t S, int64_t H) {
+  return S + 4 + kMaxWeightBins + route_head_stats_size(S, H);
+}
 
 // The same statistics read back on the host (Model::routing_stats).
 struct RouteStats {
@@ -51,6 +60,11 @@ struct RouteStats {
   double entropy_sum = 0;          // Σ_tokens −Σ_i α_i ln α_i          (nats)
   double cosine_sum = 0;           // Σ_tokens mean_{i<j} cos(v_i, v_j)
   int64_t tokens = 0;
+  // With H > 1 routing heads (else empty / 0):
+  std::vector<double> head_weight_sum;     // (H, S)  Σ_tokens α_hi
+  std::vector<double> head_max_sum;        // (H)     Σ_tokens max_i α_hi
+  std::vector<double> head_entropy_sum;    // (H)     Σ_tokens −Σ_i α_hi ln α_hi
+  double disagreement_sum = 0;             // Σ_tokens mean_{h,i} |α_hi − ᾱ_i|
 };
 
 // route_backward may also rebuild another router's output in the same pass

@@ -341,13 +341,15 @@ class RoutingStats : public testing::OnBackend {};
 void expect_stats_match_reference(Backend& ops, const Case& k) {
   Data D(k, 5);
   Kernel K(D, ops);
-  DeviceVec<double> sums(ops, std::vector<double>(route_stats_size(k.S), 0.0));
+  DeviceVec<double> sums(ops, std::vector<double>(route_stats_size(k.S, k.H), 0.0));
   K.forward(k, sums.data());
   K.forward(k, sums.data());  // accumulates over calls
   const std::vector<double> st = sums.host();  // the layout of route_types.h
   std::vector<double> wsum(k.S, 0.0), out(k.d), alpha(k.H * k.S);
-  double tmax = 0, ent = 0, cosine = 0;
+  double tmax = 0, ent = 0, cosine = 0, dis = 0;
   std::array<double, kMaxWeightBins> hist{};
+  // With heads, each head's own: weights (H, S), max and entropy (H), the disagreement.
+  std::vector<double> hw(k.H * k.S, 0.0), hmax(k.H, 0.0), hent(k.H, 0.0);
   for (int64_t n = 0; n < k.N; ++n) {
     ref_token(D, n, out.data(), alpha.data());
     double c_sum = 0;
@@ -358,8 +360,11 @@ void expect_stats_match_reference(Backend& ops, const Case& k) {
         wsum[i] += a / k.H;
         m = std::max(m, a);
         ent -= a * std::log(a) / k.H;
+        hw[h * k.S + i] += a;
+        hent[h] -= a * std::log(a);
       }
       tmax += m / k.H;
+      hmax[h] += m;
       hist[std::min<int64_t>(static_cast<int64_t>(m * kMaxWeightBins), kMaxWeightBins - 1)] += 2.0 / k.H;
     }
     for (int64_t i = 0; i < k.S; ++i) {
@@ -374,6 +379,13 @@ void expect_stats_match_reference(Backend& ops, const Case& k) {
       }
     }
     cosine += c_sum / (k.S * (k.S - 1) / 2);
+    double dev = 0;  // Σ_{h,i} |α_hi − mean_h α_hi|
+    for (int64_t i = 0; i < k.S; ++i) {
+      double mean = 0;
+      for (int64_t h = 0; h < k.H; ++h) mean += alpha[h * k.S + i] / k.H;
+      for (int64_t h = 0; h < k.H; ++h) dev += std::fabs(alpha[h * k.S + i] - mean);
+    }
+    dis += dev / (k.H * k.S);
   }
   const int64_t S = k.S;
   EXPECT_EQ(st[S + 3], 2 * k.N);
@@ -386,6 +398,16 @@ void expect_stats_match_reference(Backend& ops, const Case& k) {
   int populated = 0;
   for (double h : hist) populated += h > 0;
   EXPECT_GE(populated, 3) << k.name;  // the histogram is spread, so the check means something
+  ASSERT_EQ(static_cast<int64_t>(st.size()), S + 4 + kMaxWeightBins + (k.H > 1 ? k.H * S + 2 * k.H + 1 : 0));
+  if (k.H == 1) return;
+  const double* h0 = st.data() + S + 4 + kMaxWeightBins;
+  for (int64_t e = 0; e < k.H * S; ++e) EXPECT_NEAR(h0[e], 2 * hw[e], 1e-4) << k.name << " head weight " << e;
+  for (int64_t h = 0; h < k.H; ++h) {
+    EXPECT_NEAR(h0[k.H * S + h], 2 * hmax[h], 1e-4) << k.name << " head " << h;
+    EXPECT_NEAR(h0[k.H * S + k.H + h], 2 * hent[h], 1e-4) << k.name << " head " << h;
+  }
+  EXPECT_NEAR(h0[k.H * S + 2 * k.H], 2 * dis, 1e-5);
+  EXPECT_GT(dis / k.N, 0.01) << k.name;  // the heads disagree here, so the check means something
 }
 
 TEST_P(RoutingStats, MatchReference) {

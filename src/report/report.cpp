@@ -36,7 +36,7 @@ const char* kScripts[3] = {"vega/build/vega.min.js", "vega-lite/build/vega-lite.
 json single_run(const std::string& dir) {
   const std::string ckpt = resolve_model_dir(dir);
   const Config c = Config::load(ckpt + "/config.json");
-  json run = {{"mode", mode_name(c.mode)}, {"dir", dir}, {"params", ParamLayout(c).total()}};
+  json run = {{"mode", c.mode_label()}, {"dir", dir}, {"params", ParamLayout(c).total()}};
   const TrainerState st = read_trainer_state(ckpt);
   run["seed"] = st.settings.value("seed", 0);
   run["steps"] = st.step;
@@ -201,6 +201,35 @@ heatRuns.forEach((r, k) => {
                color: {field: 'weight', type: 'quantitative', scale: {scheme: 'viridis', domain: [0, 1]}},
                tooltip: [{field: 'router'}, {field: 'source'}, {field: 'weight', format: '.3f'}]}};
 });
+// Routing heads (attnres_num_heads > 1): how far the heads' weights are from
+// their consensus by depth, and per mode a heads × sources heatmap of its
+// deepest router (the final router, or the last MLP's).
+const multi = routed.filter(r => r.routing.heads > 1);
+specs['chart-disagree'] = {
+  title: "Routing heads' disagreement by depth (mean over heads and sources of |α_hi − mean_h α_hi|)", width: W, height: H,
+  data: {values: multi.flatMap(r => r.routing.head_disagreement.map((v, i) => ({mode: r.mode, run: label(r), depth: i, router: r.routing.routers[i], value: v})))},
+  mark: {type: 'line', point: true},
+  encoding: {x: {field: 'depth', type: 'quantitative', title: 'router (depth)'}, y: {field: 'value', type: 'quantitative', title: 'disagreement'},
+             color: modeColor, detail: {field: 'run'}, tooltip: [{field: 'router'}, {field: 'value', format: '.4f'}]}};
+heatRuns.filter(r => r.routing.heads > 1).forEach((r, k) => {
+  const div = document.createElement('div');
+  div.id = 'chart-heads-' + k;
+  div.className = 'chart';
+  heats.appendChild(div);
+  const i = r.routing.routers.length - 1;
+  const values = r.routing.head_mean_weight[i].flatMap((row, h) => row.map((w, j) => ({head: 'head ' + h, source: j + ' ' + r.routing.sources[i][j], weight: w})));
+  specs[div.id] = {
+    title: r.mode + ': mean routing weight of each head, router ' + r.routing.routers[i] + ' (' + label(r) + ')', width: W, height: {step: 14},
+    data: {values}, mark: 'rect',
+    encoding: {x: {field: 'source', type: 'ordinal', sort: null}, y: {field: 'head', type: 'ordinal', sort: null},
+               color: {field: 'weight', type: 'quantitative', scale: {scheme: 'viridis', domain: [0, 1]}},
+               tooltip: [{field: 'head'}, {field: 'source'}, {field: 'weight', format: '.3f'}]}};
+});
+if (!multi.length) {
+  delete specs['chart-disagree'];
+  document.getElementById('chart-disagree').textContent = 'No run with routing heads (attnres_num_heads > 1): no disagreement to draw.';
+  document.getElementById('chart-disagree').className = 'chart empty';
+}
 if (!routed.length) ['chart-depth', 'chart-entropy', 'chart-evolution', 'chart-maxdist'].forEach(id => {
   delete specs[id];
   document.getElementById(id).textContent = 'No routed run: nothing to draw.';
@@ -270,9 +299,9 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
     table += "<h3>" + html_escape(t["dir"].get<std::string>()) + "</h3><pre>" + html_escape(t["md"].get<std::string>()) + "</pre>";
   data.erase("tables");
   // One colour per mode on the whole page, the same in every report: the
-  // modes in the table's order (model/modes.h), each with its colour.
+  // mode names in their order (model/config.h: the five, then the _mh ones), each with its colour.
   data["modes"] = json::array();
-  for (const ModeSpec& m : kModeSpecs) data["modes"].push_back(m.name);
+  for (const ModeName& m : mode_names()) data["modes"].push_back(m.name);
   // The table of every run.
   table += "<table><tr><th>run</th><th>mode</th><th>seed</th><th>steps</th><th>val loss</th><th>val ppl</th>"
            "<th>tok/s</th><th>peak RSS MiB</th><th>parameters</th></tr>";
@@ -308,7 +337,8 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
           "tokens (attnres compare) or from the last training batches logged with --routing-every.</p>"
           "<div id=\"chart-depth\" class=\"chart\"></div><div id=\"chart-maxdist\" class=\"chart\"></div>"
           "<div id=\"chart-entropy\" class=\"chart\"></div>"
-          "<div id=\"chart-evolution\" class=\"chart\"></div><div id=\"heatmaps\"></div>\n";
+          "<div id=\"chart-evolution\" class=\"chart\"></div><div id=\"chart-disagree\" class=\"chart\"></div>"
+          "<div id=\"heatmaps\"></div>\n";
   page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2)) + "</pre>\n";
   page += "<script>\nconst DATA = " + json_safe(data.dump()) + ";\n" + kPageScript + "</script>\n</body></html>\n";
   write_file_atomic(out_html, page);

@@ -33,7 +33,7 @@ TEST(Report, EveryModeHasOneColourOnEveryPage) {
   write_report(data, tmp.path() + "/r.html", vega);
   const std::string page = read_file(tmp.path() + "/r.html");
   std::string modes;
-  for (const ModeSpec& m : kModeSpecs) modes += cat(modes.empty() ? "" : ",", "\"", m.name, "\"");
+  for (const ModeName& m : mode_names()) modes += cat(modes.empty() ? "" : ",", "\"", m.name, "\"");
   EXPECT_NE(page.find("\"modes\":[" + modes + "]"), std::string::npos);
   EXPECT_NE(page.find("color: modeColor"), std::string::npos);
   EXPECT_EQ(page.find("color: {field: 'mode'"), std::string::npos) << "a chart colours modes by its own scale";

@@ -87,7 +87,7 @@ nlohmann::json run_settings(const TrainOptions& o) {
 
 std::string options_table(const TrainOptions& o) {
   const Config& c = o.model;
-  std::string out = cat("  model = ", mode_name(c.mode), ", d ", c.d, ", L ", c.L, ", H ", c.H, ", KV ", c.KV,
+  std::string out = cat("  model = ", c.mode_label(), ", d ", c.d, ", L ", c.L, ", H ", c.H, ", KV ", c.KV,
                         ", head_dim ", c.hd, ", F ", c.F, ", V ", c.V, c.tied ? ", tied" : "", "\n");
   if (!o.resume.empty()) out += cat("  resume = ", o.resume, "\n");
   TrainOptions::each(o, [&](const auto& field, const char* key, const char*, OnResume, const char*) {

@@ -129,7 +129,7 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
                                     "with the partial sum / latest output), no exact conversion exists there")
                          : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
                            "from the start)";
-  std::printf("conversion %s -> %s: %s\n", mode_name(saved.mode), mode_name(c.mode), kind);
+  std::printf("conversion %s -> %s: %s\n", saved.mode_label(), c.mode_label(), kind);
   std::printf("  first %lld tokens of the first batch: loss %.6f -> %.6f (%+.3e), max |logit change| %.3e%s\n",
               static_cast<long long>(P), loss_base, loss_conv, loss_conv - loss_base, max_diff,
               max_diff == 0 ? " (bit-identical logits)" : "");
@@ -485,7 +485,7 @@ void Run::log_line(const nlohmann::json& j) {
 
 void Run::print_start() {
   if (quiet_) return;
-  std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", mode_name(c_.mode),
+  std::printf("model: %s%s, %lld parameters; %lld tokens/step; %lld training tokens\n", c_.mode_label(),
               !mode_spec(c_.mode).block_deltas() ? ""
               : c_.block_delta == BlockDelta::kTrue
                   ? " (attnres_block_delta true: the paper's block delta)"

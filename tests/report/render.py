@@ -2,12 +2,13 @@
 
 Usage: /usr/bin/python3 tests/report/render.py --attnres build/attnres
 
-A tiny comparison (baseline, block, delta_block, a few steps each) on random
-tokens, then:
+A tiny comparison (baseline, block, delta_block, and delta_mh: 8 routing
+heads, a few steps each) on random tokens, then:
 - every run finished, and a rerun with the same flags trains nothing again;
 - results.md names every mode and says that one seed measures no noise;
 - report.html, loaded in `chromium --headless` with no network, renders every
-  chart (an <svg> inside every .chart element, one heatmap per routed mode)
+  chart (an <svg> inside every .chart element, one heatmap per routed mode,
+  the heads' disagreement and a heads × sources heatmap of delta_mh)
   and reports no script error (the page's #errors element stays empty and the
   body is marked rendered);
 - `compare --init` of a checkpoint as published models come (a plain Qwen3
@@ -95,7 +96,7 @@ def main():
             with open(os.path.join(tmp, name), "wb") as f:
                 f.write(struct.pack("<256i", 20240520, 2, n, *([0] * 253)) + struct.pack("<%dI" % n, *ids))
         out = os.path.join(tmp, "cmp")
-        cmd = [a.attnres, "compare", "--modes", "baseline,block,delta_block", "--config", "tiny",
+        cmd = [a.attnres, "compare", "--modes", "baseline,block,delta_block,delta_mh", "--config", "tiny",
                "--data", os.path.join(tmp, "train.bin"), "--val-data", os.path.join(tmp, "val.bin"),
                "--steps", "6", "--batch", "2", "--seq-len", "32", "--val-tokens", "2000", "--routing-tokens", "1024",
                "--threads", "2", "--out", out, "--vega-dir", VEGA]
@@ -103,7 +104,7 @@ def main():
         if p.returncode != 0:
             print("FAIL compare:", p.stdout[-2000:], p.stderr[-2000:])
             return 1
-        for m in ("baseline", "block", "delta_block"):
+        for m in ("baseline", "block", "delta_block", "delta_mh"):
             if f"| {m} |" not in p.stdout:
                 print(f"FAIL: the table has no row for {m}")
                 failures += 1
@@ -111,7 +112,7 @@ def main():
             print("FAIL: one seed, but the table does not say that noise is not measured")
             failures += 1
         again = subprocess.run(cmd, capture_output=True, text=True)
-        if again.returncode != 0 or again.stdout.count("finished before; not rerun") != 3:
+        if again.returncode != 0 or again.stdout.count("finished before; not rerun") != 4:
             print("FAIL: the rerun trained again:", again.stdout[-1000:])
             failures += 1
         # The comparison's page, and a page of one training run (routing from its log).
@@ -147,7 +148,8 @@ def main():
         for page, want in ((os.path.join(conv, "report.html"), {"chart-val", "chart-first", "chart-depth"}),
                            (os.path.join(out, "report.html"),
                             {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-maxdist",
-                             "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1"}),
+                             "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1", "chart-heat-2",
+                             "chart-disagree", "chart-heads-0"}),
                            (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
             dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                   "--virtual-time-budget=20000", "--dump-dom", "file://" + page],

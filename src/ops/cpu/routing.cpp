@@ -22,14 +22,14 @@ int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every 
 
 // The scratch, in floats:  q (d doubles) | q (d floats) | per chunk:
 //   dq (d doubles) | dnull (d doubles) | alpha (H·S doubles) | da (H·S doubles) |
-//   stats (S + 3 + kMaxWeightBins doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
+//   stats (S + 3 + kMaxWeightBins + route_head_stats_size doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
 // Each region is used with one type only.
 struct Scratch {
-  int64_t d, S, hs, chunk_floats;
+  int64_t d, S, hs, stats_doubles, chunk_floats;
   float* base;
   Scratch(float* p, int64_t d_, int64_t S_, int64_t H)
-      : d(d_), S(S_), hs(H * S_),
-        chunk_floats(2 * pad16(2 * d_) + 2 * pad16(2 * hs) + pad16(2 * (S_ + 3 + kMaxWeightBins)) + 16 + 2 * pad16(d_)),
+      : d(d_), S(S_), hs(H * S_), stats_doubles(S_ + 3 + kMaxWeightBins + route_head_stats_size(S_, H)),
+        chunk_floats(2 * pad16(2 * d_) + 2 * pad16(2 * hs) + pad16(2 * stats_doubles) + 16 + 2 * pad16(d_)),
         base(p) {}
   static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
   double* qd() const { return reinterpret_cast<double*>(base); }
@@ -40,7 +40,7 @@ struct Scratch {
   double* alpha(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + 2 * pad16(2 * d)); }
   double* da(int64_t ch) const { return alpha(ch) + pad16(2 * hs) / 2; }
   double* stats(int64_t ch) const { return da(ch) + pad16(2 * hs) / 2; }
-  double* dg(int64_t ch) const { return stats(ch) + pad16(2 * (S + 3 + kMaxWeightBins)) / 2; }
+  double* dg(int64_t ch) const { return stats(ch) + pad16(2 * stats_doubles) / 2; }
   float* tmp(int64_t ch) const { return reinterpret_cast<float*>(dg(ch) + 8); }
   float* tq(int64_t ch) const { return tmp(ch) + pad16(d); }
 };
@@ -179,9 +179,11 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
   for (int64_t ch = 0; ch < nc; ++ch) {
     float* tmp = sc.tmp(ch);
     double* alpha = sc.alpha(ch);
-    double* st = sc.stats(ch);  // weight_sum (S) | token_max | entropy | cosine | token_max bins
+    // weight_sum (S) | token_max | entropy | cosine | token_max bins | the heads' own (H > 1)
+    double* st = sc.stats(ch);
+    double* sth = st + S + 3 + kMaxWeightBins;
     if (stats)
-      for (int64_t i = 0; i < S + 3 + kMaxWeightBins; ++i) st[i] = 0.0;
+      for (int64_t i = 0; i < sc.stats_doubles; ++i) st[i] = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       float* z = logits + n * H * S;
@@ -207,9 +209,24 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
           amax_sum += amax;
           ent_sum += ent;
           st[S + 3 + std::min<int64_t>(static_cast<int64_t>(amax * kMaxWeightBins), kMaxWeightBins - 1)] += inv_h;
+          if (H > 1) {
+            for (int64_t i = 0; i < S; ++i) sth[h * S + i] += ah[i];
+            sth[H * S + h] += amax;
+            sth[H * S + H + h] += ent;
+          }
         }
         st[S] += amax_sum * inv_h;
         st[S + 1] += ent_sum * inv_h;
+        if (H > 1) {  // mean_{h,i} |α_hi − ᾱ_i|
+          double dev = 0.0;
+          for (int64_t i = 0; i < S; ++i) {
+            double mean = 0.0;
+            for (int64_t h = 0; h < H; ++h) mean += alpha[h * S + i];
+            mean *= inv_h;
+            for (int64_t h = 0; h < H; ++h) dev += std::fabs(alpha[h * S + i] - mean);
+          }
+          sth[H * S + 2 * H] += dev / static_cast<double>(H * S);
+        }
         if (S >= 2) {
           double* nrm = sc.da(ch);  // |v_i|, the Gram matrix's diagonal
           for (int64_t i = 0; i < S; ++i) {
@@ -237,10 +254,12 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
     }
   }
   if (stats) {  // the chunks' partials in chunk order, into the layout of route_stats_size
+    const int64_t heads = route_head_stats_size(S, H);
     for (int64_t ch = 0; ch < nc; ++ch) {
       const double* st = sc.stats(ch);
       for (int64_t i = 0; i < S + 3; ++i) stats[i] += st[i];
       for (int b = 0; b < kMaxWeightBins; ++b) stats[S + 4 + b] += st[S + 3 + b];
+      for (int64_t i = 0; i < heads; ++i) stats[S + 4 + kMaxWeightBins + i] += st[S + 3 + kMaxWeightBins + i];
     }
     stats[S + 3] += static_cast<double>(N);
   }
