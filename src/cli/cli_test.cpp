@@ -121,6 +121,74 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
   expect_clear_error(run(common + "--mode baseline --freeze-base --out " + dir_ + "/x"), {"--freeze-base"});
 }
 
+// Routing heads from the command line: the reference's conversion recipe
+// (delta_block with 8 heads, learnable_alpha at 0) and delta_mh are exact at
+// step 0; the heads reach the checkpoint, routing --json shows each head's
+// statistics, export says when the reference cannot load a model, and every
+// bad value is one clear line.
+TEST_F(Cli, RoutingHeadsFromTheCommandLine) {
+  const std::string common = "train --init " + dir_ + "/model --data " + dir_ +
+                             "/ok.bin --steps 1 --batch 1 --seq-len 16 --threads 1 --num-blocks 1 ";
+  Result h8 = run(common + "--mode delta_block --routing-heads 8 --gate learnable_alpha --out " + dir_ + "/h8");
+  ASSERT_EQ(h8.status, 0) << h8.err;
+  EXPECT_NE(h8.out.find("conversion baseline -> delta_block (8 routing heads): exact conversion"), std::string::npos)
+      << h8.out;
+  EXPECT_NE(h8.out.find("max |logit change| 0.000e+00 (bit-identical logits)"), std::string::npos) << h8.out;
+  nlohmann::json cfg = nlohmann::json::parse(read_file(dir_ + "/h8/step_00000001/config.json"));
+  EXPECT_EQ(cfg["attnres_mode"], "delta_block");
+  EXPECT_EQ(cfg["attnres_num_heads"], 8);
+  Result mh = run(common + "--mode delta_mh --gate learnable_alpha --out " + dir_ + "/mh");
+  ASSERT_EQ(mh.status, 0) << mh.err;
+  EXPECT_NE(mh.out.find("conversion baseline -> delta_mh (8 routing heads): exact conversion"), std::string::npos)
+      << mh.out;
+  EXPECT_NE(mh.out.find("(bit-identical logits)"), std::string::npos) << mh.out;
+  cfg = nlohmann::json::parse(read_file(dir_ + "/mh/step_00000001/config.json"));
+  EXPECT_EQ(cfg["attnres_mode"], "delta_mh");
+  EXPECT_EQ(cfg["attnres_num_heads"], 8);
+  EXPECT_EQ(cfg["attnres_use_null_source"], true);
+  EXPECT_EQ(cfg["attnres_block_delta"], "reference");
+
+  // routing --json: each head's statistics beside the router's.
+  Result rj = run("routing --model " + dir_ + "/h8 --data " + dir_ + "/ok.bin --seq-len 16 --batch 1 --json --quiet");
+  ASSERT_EQ(rj.status, 0) << rj.err;
+  const nlohmann::json j = nlohmann::json::parse(rj.out);
+  EXPECT_EQ(j["heads"], 8);
+  ASSERT_EQ(j["head_mean_weight"].size(), j["routers"].size());
+  EXPECT_EQ(j["head_mean_weight"][0].size(), 8u);
+  EXPECT_EQ(j["head_disagreement"].size(), j["routers"].size());
+
+  // export: a note where the reference has no such multi-head mode, none for delta_mh.
+  Result e8 = run("export --model " + dir_ + "/h8 --out " + dir_ + "/h8_hf");
+  ASSERT_EQ(e8.status, 0) << e8.err;
+  EXPECT_NE(e8.err.find("note: attnres_num_heads is 8 in attnres_mode delta_block, which the reference code has no "
+                        "multi-head form of"),
+            std::string::npos)
+      << e8.err;
+  Result emh = run("export --model " + dir_ + "/mh --out " + dir_ + "/mh_hf");
+  ASSERT_EQ(emh.status, 0) << emh.err;
+  EXPECT_EQ(emh.err.find("attnres_num_heads"), std::string::npos) << emh.err;
+
+  // A resume with other heads is refused, naming both.
+  expect_clear_error(run("train --resume " + dir_ + "/h8 --steps 2 --routing-heads 4"),
+                     {"cannot resume", "attnres_num_heads is 4, the run's was 8"});
+  // Bad values: one line each.
+  expect_clear_error(run(common + "--mode delta --routing-heads 3 --out " + dir_ + "/x"),
+                     {"attnres_num_heads 3 does not divide hidden_size 16"});
+  expect_clear_error(run(common + "--mode delta --routing-heads 0 --out " + dir_ + "/x"),
+                     {"attnres_num_heads must be at least 1, got 0"});
+  expect_clear_error(run(common + "--mode baseline --routing-heads 2 --out " + dir_ + "/x"),
+                     {"attnres_num_heads 2 with attnres_mode baseline, which has no depth routing"});
+  expect_clear_error(run(common + "--mode delta --routing-heads x --out " + dir_ + "/x"),
+                     {"--routing-heads expects an integer, got 'x'"});
+  expect_clear_error(run(common + "--mode delta_mh --null-source false --out " + dir_ + "/x"),
+                     {"--null-source false: delta_mh always has the null source"});
+  expect_clear_error(run(common + "--mode delta_mh --block-delta true --out " + dir_ + "/x"),
+                     {"attnres_mode delta_mh computes its block deltas as the reference code does"});
+  expect_clear_error(run(common + "--mode block_hm --out " + dir_ + "/x"),
+                     {"unknown attnres_mode \"block_hm\"", "block_mh, full_mh, delta_mh"});
+  EXPECT_FALSE(fs::exists(dir_ + "/x"));
+}
+
 // export: a plain HF directory, sharded above the limit, that loads back to
 // the same loss (f32) or to the rounded weights (bf16).
 TEST_F(Cli, ExportShardsAndLoadsBack) {

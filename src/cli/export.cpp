@@ -90,6 +90,15 @@ int cmd_export(int argc, char** argv) {
                  "note: attnres_block_delta is \"true\" (the paper's block delta); the released reference code "
                  "ignores this key and computes x - last source, which differs from the third block on: it will "
                  "not reproduce this model's outputs (attnres and the project's oracle do)\n");
+  // The reference's multi-head modes are block_mh, full_mh and delta_mh only.
+  if (c.routing_heads > 1 && !c.reference_mh)
+    std::fprintf(stderr,
+                 "note: attnres_num_heads is %lld in attnres_mode %s, which the reference code has no multi-head "
+                 "form of (its multi-head modes are block_mh, full_mh, delta_mh): it cannot load this model "
+                 "(attnres and the project's oracle can)%s\n",
+                 static_cast<long long>(c.routing_heads), c.mode_label(),
+                 c.mode == Mode::kFull ? "; full with heads is the reference's full_mh: train with --mode full_mh"
+                                       : "");
   return 0;
 }
 

@@ -129,7 +129,8 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
                                     "with the partial sum / latest output), no exact conversion exists there")
                          : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
                            "from the start)";
-  std::printf("conversion %s -> %s: %s\n", saved.mode_label(), c.mode_label(), kind);
+  std::printf("conversion %s -> %s%s: %s\n", saved.mode_label(), c.mode_label(),
+              c.routing_heads > 1 ? cat(" (", c.routing_heads, " routing heads)").c_str() : "", kind);
   std::printf("  first %lld tokens of the first batch: loss %.6f -> %.6f (%+.3e), max |logit change| %.3e%s\n",
               static_cast<long long>(P), loss_base, loss_conv, loss_conv - loss_base, max_diff,
               max_diff == 0 ? " (bit-identical logits)" : "");
