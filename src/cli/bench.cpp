@@ -463,12 +463,13 @@ int cmd_bench(int argc, char** argv) {
       if (json) {
         std::printf("%s\n", r.dump().c_str());
       } else {
-        std::printf("%-12s %-4s %8.0f tok/s", r["mode"].get<std::string>().c_str(), precision_name(p), r["tok_per_s"].get<double>());
+        const int64_t heads = r["routing_heads"].get<int64_t>();
+        const std::string label = r["mode"].get<std::string>() + (heads > 1 ? cat(" H", heads) : "");
+        std::printf("%-15s %-4s %8.0f tok/s", label.c_str(), precision_name(p), r["tok_per_s"].get<double>());
         if (rounds > 1)
           std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
         std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
                     100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
-        if (r["routing_heads"].get<int64_t>() > 1) std::printf(" H=%-2lld", static_cast<long long>(r["routing_heads"].get<int64_t>()));
         if (r.contains("tok_per_s_vs_baseline") && mode != "baseline")
           std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
                       r["rss_vs_baseline"].get<double>());
