@@ -75,8 +75,10 @@ int cmd_routing(int argc, char** argv) {
   }
   std::printf("%s (%s) on %s: %lld tokens, T=%lld, %.1f s\n", dir.c_str(), c.mode_label(), w.data.c_str(),
               static_cast<long long>(j["tokens"].get<int64_t>()), static_cast<long long>(T), seconds);
-  std::printf("%-16s %3s %10s %9s %8s %7s  %s\n", "router", "S", "max_weight", "token_max", "entropy", "cosine",
-              "mean weight per source");
+  const bool heads = stats.heads > 1;  // then: the heads' disagreement, and each head's token max
+  if (heads) std::printf("%lld routing heads per router\n", static_cast<long long>(stats.heads));
+  std::printf("%-16s %3s %10s %9s %8s %7s  %s%s\n", "router", "S", "max_weight", "token_max", "entropy", "cosine",
+              heads ? "disagree  token_max of each head  " : "", "mean weight per source");
   auto fixed3 = [](double x) {
     char b[32];
     std::snprintf(b, sizeof b, "%.3f", x);
@@ -87,9 +89,15 @@ int cmd_routing(int argc, char** argv) {
     for (size_t i = 0; i < stats.sources[r].size(); ++i)
       weights += (i ? " " : "") + stats.sources[r][i] + "=" + fixed3(j["mean_weight"][r][i].get<double>());
     const auto& cs = j["cosine"][r];
-    std::printf("%-16s %3zu %10.3f %9.3f %8.3f %7s  %s\n", stats.routers[r].c_str(), stats.sources[r].size(),
+    std::string per_head;
+    if (heads) {
+      per_head = cat("   ", fixed3(j["head_disagreement"][r].get<double>()), "  ");
+      for (const auto& m : j["head_token_max"][r]) per_head += fixed3(m.get<double>()) + " ";
+      per_head += " ";
+    }
+    std::printf("%-16s %3zu %10.3f %9.3f %8.3f %7s  %s%s\n", stats.routers[r].c_str(), stats.sources[r].size(),
                 j["max_weight"][r].get<double>(), j["token_max"][r].get<double>(), j["entropy"][r].get<double>(),
-                cs.is_null() ? "-" : fixed3(cs.get<double>()).c_str(), weights.c_str());
+                cs.is_null() ? "-" : fixed3(cs.get<double>()).c_str(), per_head.c_str(), weights.c_str());
   }
   return 0;
 }
