@@ -73,7 +73,7 @@ constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 
 // per forward here, each a change of 2⁻⁸ in one element, which these random
 // six-layer models amplify to up to ~1e-2 in a logit).  Which values flip
 // depends on the build (the sanitizer build's -O1 rounds its float32 sums
-// differently), so the bounds hold for any: measured worst over the eleven
+// differently), so the bounds hold for any: measured worst over the cases
 // cases and both builds (2026-12-01, printed by this test) logits 1.1e-2,
 // loss 4.9e-4, gradients 6.4e-3, trajectory losses 5.2e-2, final loss
 // 2.5e-2; the bounds are 2–3× those.  Ten steps of routed training on these
@@ -250,13 +250,13 @@ TEST_P(Golden, MatchesOracle) {
 // and gradients of the first micro-batch).  A flip is large in a few cases
 // and absent in the rest; a product left in the wrong precision is large in
 // every case.  Measured (2026-12-01, this build): logits median 0.000 (eight
-// of the eleven cases have no flip in the forward), largest 0.21; gradients
+// of the cases had no flip in the forward), largest 0.21; gradients
 // median 0.19, largest 0.34; in the sanitizer build one case's logits 0.57.
 // In the oracle, leaving the
 // products' activations unrounded moves the logits by 0.57–0.85 of bf16's
 // size in every case, an unrounded embedding lookup by 0.95–1.4, unrounded
 // output gradients the weight gradients by 0.11–0.45; an engine with its
-// embedding lookup in fp32 failed this test in all eleven cases.
+// embedding lookup in fp32 failed this test in all eleven cases of the time.
 TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
   Context& ctx = testing::test_context();
   if (const std::string why = ctx.ops().unsupported(Precision::kBF16); !why.empty()) GTEST_SKIP() << why;

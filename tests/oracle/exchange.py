@@ -11,7 +11,11 @@ Usage: /usr/bin/python3 tests/oracle/exchange.py --attnres build/attnres
    the hub's way (index + two shards).  `attnres eval` must give the oracle's
    loss computed under the reference's semantics (missing attnres_block_delta
    = "reference", missing attnres_mode = "block"); the test also checks that
-   the other reading would have been caught.
+   the other reading would have been caught.  The reference's multi-head
+   names too: block_mh (no final router), full_mh without attnres_num_heads
+   (8 heads), delta_mh (null source always on, whatever its config says) and
+   block_mh with one head; each checks that a wrong head count, a final
+   router, or the config's null-source key would have been caught.
 
 2. attnres -> reference.  `attnres train` writes a checkpoint (F32 and BF16)
    and `attnres export` a sharded BF16 directory; each is loaded here with the
@@ -21,7 +25,9 @@ Usage: /usr/bin/python3 tests/oracle/exchange.py --attnres build/attnres
    oracle's loss equals `attnres eval`'s on the same tokens.  The block delta
    is taken from attnres_block_delta where the file has it: the released code
    ignores that key, so only `reference` checkpoints reproduce there (the
-   docs and `attnres export` say so).
+   docs and `attnres export` say so).  Also delta_mh, block_mh and full_mh
+   checkpoints, and delta_block with 4 routing heads and the paper's block
+   deltas (a form the reference has no class for, read here by our keys).
 
 Exit status 1 on any mismatch.  Takes a few seconds.
 """
@@ -101,24 +107,28 @@ def write_token_file(path, ids):
 # The reference's side
 # ---------------------------------------------------------------------------
 
-def reference_config(mode, num_blocks, gate, null, with_mode_key=True):
+def reference_config(mode, num_blocks, gate, null, with_mode_key=True, heads=None):
+    """heads: attnres_num_heads as written, None = the key absent."""
     c = dict(BASE, **HF_EXTRA)
     c.update({"architectures": ["Qwen3AttnResForCausalLM"], "model_type": "qwen3_attnres",
               "torch_dtype": "bfloat16", "attnres_num_blocks": num_blocks, "attnres_gate_type": gate,
               "attnres_use_null_source": null})
     if with_mode_key:
         c["attnres_mode"] = mode
+    if heads is not None:
+        c["attnres_num_heads"] = heads
     return c
 
 
 def reference_state_dict(cfg, seed):
     """Random weights with the reference's tensor names, rounded to BF16 (what
     its save_pretrained of a bf16 model holds).  Null sources exist whenever
-    the option is on, as the reference creates them, in every mode."""
+    the option is on, as the reference creates them, in every mode (and
+    always in delta_mh, which param_shapes knows)."""
     full = O.full_config({k: v for k, v in cfg.items() if k in BASE or k.startswith("attnres_")})
     g = torch.Generator().manual_seed(seed)
     shapes = list(O.param_shapes(full))
-    if full["attnres_use_null_source"] and full["attnres_mode"] in ("block", "full"):
+    if full["attnres_use_null_source"] and O.base_mode(full) in ("block", "full"):
         for i in range(full["num_hidden_layers"]):
             shapes += [(f"model.layers.{i}.attn_null_source", (full["hidden_size"],)),
                        (f"model.layers.{i}.mlp_null_source", (full["hidden_size"],))]
@@ -141,9 +151,11 @@ def reference_state_dict(cfg, seed):
 
 def read_config_like_reference(cfg):
     """The config as the reference reads it: model_type picks the class; an
-    attnres config takes the reference's defaults for absent keys.  The block
-    delta: the key when present (this project's; the released code ignores
-    it), else what the released code computes ("reference")."""
+    attnres config takes the reference's defaults for absent keys (heads: 8
+    for the _mh names, else 1; delta_mh's null source and block delta are
+    fixed by full_config).  The block delta: the key when present (this
+    project's; the released code ignores it), else what the released code
+    computes ("reference")."""
     if cfg.get("model_type") == "qwen3":
         mode = "baseline"
     elif cfg.get("model_type") == "qwen3_attnres":
@@ -157,6 +169,7 @@ def read_config_like_reference(cfg):
         "attnres_gate_type": cfg.get("attnres_gate_type", "bias"),
         "attnres_use_null_source": cfg.get("attnres_use_null_source", False),
         "attnres_block_delta": cfg.get("attnres_block_delta", "reference"),
+        "attnres_num_heads": cfg.get("attnres_num_heads", 8 if mode in O.MH_MODES else 1),
     })
     return O.full_config(out)
 
@@ -179,7 +192,7 @@ def load_like_reference(model_dir):
     expected = dict(O.param_shapes(cfg))
     missing = sorted(set(expected) - set(tensors))
     unexpected = sorted(n for n in set(tensors) - set(expected)
-                        if not (n.endswith("_null_source") and cfg["attnres_mode"] in ("block", "full")))
+                        if not (n.endswith("_null_source") and O.base_mode(cfg) in ("block", "full")))
     if missing or unexpected:
         raise ValueError(f"{model_dir}: strict load failed: missing {missing[:4]}, unexpected {unexpected[:4]}")
     for name, shape in expected.items():
@@ -223,54 +236,112 @@ class Run:
         print(f"{'ok  ' if cond else 'FAIL'} {what}")
 
 
+def write_reference_dir(d, cfg_json, w, sharded):
+    """config.json and BF16 weights as the reference's save_pretrained writes
+    them: one model.safetensors, or sharded the hub's way (index + two shards)."""
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg_json, f, indent=2)
+    if sharded:
+        names = sorted(w)
+        half = {n: ("model-00001-of-00002.safetensors" if i < len(names) // 2
+                    else "model-00002-of-00002.safetensors") for i, n in enumerate(names)}
+        for shard in sorted(set(half.values())):
+            write_bf16_safetensors(os.path.join(d, shard), {n: w[n] for n in names if half[n] == shard})
+        with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+            json.dump({"metadata": {"total_size": 0}, "weight_map": half}, f)
+    else:
+        write_bf16_safetensors(os.path.join(d, "model.safetensors"), w)
+
+
 def reference_to_attnres(run, data, ids):
     cases = [
-        # name, mode, num_blocks, gate, null, attnres_mode key written, sharded
-        ("delta_block_sharded", "delta_block", 3, "learnable_alpha", True, True, True),
-        ("delta_block", "delta_block", 3, "bias", False, True, False),
-        ("block_default_mode", "block", 3, "bias", True, False, False),
-        ("full", "full", 8, "bias", False, True, False),
+        # name, mode, num_blocks, gate, null, attnres_mode key written, sharded,
+        # attnres_num_heads written (None: the key absent)
+        ("delta_block_sharded", "delta_block", 3, "learnable_alpha", True, True, True, None),
+        ("delta_block", "delta_block", 3, "bias", False, True, False, None),
+        ("block_default_mode", "block", 3, "bias", True, False, False, None),
+        ("full", "full", 8, "bias", False, True, False, None),
+        # The reference's multi-head names.  full_mh without the heads key:
+        # the reference's default, 8 (d 48 divides by 8).  delta_mh's config
+        # says no null source, as the reference's config class writes by
+        # default; the mode has one anyway, and so does its file.
+        ("block_mh_sharded", "block_mh", 3, "bias", False, True, True, 4),
+        ("full_mh_default_heads", "full_mh", 8, "bias", False, True, False, None),
+        ("delta_mh_sharded", "delta_mh", 3, "learnable_alpha", False, True, True, 8),
+        ("block_mh_one_head", "block_mh", 3, "bias", False, True, False, 1),
     ]
-    for k, (name, mode, nb, gate, null, with_mode, sharded) in enumerate(cases):
+    for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
-        os.makedirs(d)
-        cfg_json = reference_config(mode, nb, gate, null, with_mode)
-        with open(os.path.join(d, "config.json"), "w") as f:
-            json.dump(cfg_json, f, indent=2)
+        cfg_json = reference_config(mode, nb, gate, null, with_mode, heads)
         w = reference_state_dict(cfg_json if with_mode else dict(cfg_json, attnres_mode=mode), 100 + k)
-        if sharded:
-            names = sorted(w)
-            half = {n: ("model-00001-of-00002.safetensors" if i < len(names) // 2
-                        else "model-00002-of-00002.safetensors") for i, n in enumerate(names)}
-            for shard in sorted(set(half.values())):
-                write_bf16_safetensors(os.path.join(d, shard), {n: w[n] for n in names if half[n] == shard})
-            with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
-                json.dump({"metadata": {"total_size": 0}, "weight_map": half}, f)
-        else:
-            write_bf16_safetensors(os.path.join(d, "model.safetensors"), w)
+        write_reference_dir(d, cfg_json, w, sharded)
         cfg = read_config_like_reference(cfg_json)
-        want = oracle_loss(cfg, {n: w[n] for n in dict(O.param_shapes(cfg))}, ids)
+        wr = {n: w[n] for n in dict(O.param_shapes(cfg))}
+        want = oracle_loss(cfg, wr, ids)
         run.check(f"reference {name} -> attnres eval", run.eval_loss(d, data), want)
         if mode == "delta_block":  # the other reading of the block delta is caught
-            other = oracle_loss(dict(cfg, attnres_block_delta="true"),
-                                {n: w[n] for n in dict(O.param_shapes(cfg))}, ids)
+            other = oracle_loss(dict(cfg, attnres_block_delta="true"), wr, ids)
             run.check_true(f"  ({name}: reading it as block delta \"true\" would be off by {abs(other - want):.2e})",
                            abs(other - want) > 10 * TOL)
+        if mode in O.MH_MODES:
+            # The head count is read: 1 head where there are more, 8 (the
+            # names' default, as if the key were ignored) where there is one.
+            Hr = cfg["attnres_num_heads"]
+            run.check_true(f"  ({name}: read with {Hr} routing head{'s' if Hr > 1 else ''}, config key "
+                           f"{'absent' if heads is None else heads})", Hr == (8 if heads is None else heads))
+            wrong = 1 if Hr > 1 else 8
+            other = oracle_loss(dict(cfg, attnres_num_heads=wrong), wr, ids)
+            run.check_true(f"  ({name}: reading it with {wrong} routing head{'s' if wrong > 1 else ''} would be off by "
+                           f"{abs(other - want):.2e})", abs(other - want) > 10 * TOL)
+        if mode == "block_mh":
+            # No final router: the file has no final_res tensors, so a
+            # reading as block (which routes the final norm's input) cannot
+            # load it; and a default final router (query 0: the mean of the
+            # blocks and the partial sum, norm weight 1) would change the loss.
+            as_block = dict(cfg, attnres_mode="block")
+            missing = sorted(set(dict(O.param_shapes(as_block))) - set(w))
+            run.check_true(f"  ({name}: no final router in the file; a reading as block misses {missing})",
+                           missing == ["model.final_res_norm.weight", "model.final_res_proj.weight"])
+            d_ = BASE["hidden_size"]
+            with_final = dict(wr, **{"model.final_res_proj.weight": np.zeros((1, d_), np.float32),
+                                     "model.final_res_norm.weight": np.ones(d_, np.float32)})
+            other = oracle_loss(as_block, with_final, ids)
+            run.check_true(f"  ({name}: a default final router would be off by {abs(other - want):.2e})",
+                           abs(other - want) > 10 * TOL)
+        if mode == "delta_mh":
+            # The null source is on and the block deltas are the reference's,
+            # whatever the config's keys say; either other reading is caught.
+            run.check_true(f"  ({name}: read with the null source and block delta "
+                           f"{cfg['attnres_block_delta']!r} though its config says "
+                           f"attnres_use_null_source {cfg_json['attnres_use_null_source']})",
+                           cfg["attnres_use_null_source"] and cfg["attnres_block_delta"] == "reference")
+            same = dict(cfg, attnres_mode="delta_block")   # delta_mh spelled out
+            for label, over in (("without the null source", {"attnres_use_null_source": False}),
+                                ("with block delta \"true\"", {"attnres_block_delta": "true"})):
+                other = oracle_loss(dict(same, **over), wr, ids)
+                run.check_true(f"  ({name}: reading it {label} would be off by {abs(other - want):.2e})",
+                               abs(other - want) > 10 * TOL)
+
+
+def train_checkpoint(run, name, cfg, train_data, dtype="f32"):
+    """attnres train --config <cfg> for 3 steps; returns the checkpoint directory."""
+    cfg_path = os.path.join(run.tmp, f"cfg_{name}.json")
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    out = os.path.join(run.tmp, f"run_{name}_{dtype}")
+    run.attnres("train", "--config", cfg_path, "--data", train_data, "--out", out,
+                "--steps", "3", "--batch", "2", "--seq-len", "16", "--warmup", "1", "--threads", "1",
+                "--save-dtype", dtype)
+    return os.path.join(out, "step_00000003")
 
 
 def attnres_to_reference(run, data, ids, train_data):
     for block_delta in ("reference", "true"):
         cfg = dict(BASE, attnres_mode="delta_block", attnres_num_blocks=3, attnres_block_delta=block_delta,
                    attnres_use_null_source=True, attnres_gate_type="learnable_alpha")
-        cfg_path = os.path.join(run.tmp, f"cfg_{block_delta}.json")
-        with open(cfg_path, "w") as f:
-            json.dump(cfg, f)
-        out = os.path.join(run.tmp, f"run_{block_delta}")
         for dtype in ("f32", "bf16"):
-            run.attnres("train", "--config", cfg_path, "--data", train_data, "--out", out + "_" + dtype,
-                        "--steps", "3", "--batch", "2", "--seq-len", "16", "--warmup", "1", "--threads", "1",
-                        "--save-dtype", dtype)
-            ckpt = os.path.join(out + "_" + dtype, "step_00000003")
+            ckpt = train_checkpoint(run, block_delta, cfg, train_data, dtype)
             c, w, raw = load_like_reference(ckpt)
             run.check_true(f"attnres {block_delta} {dtype} checkpoint: model_type {raw['model_type']}, "
                            f"architectures {raw['architectures']}",
@@ -278,13 +349,55 @@ def attnres_to_reference(run, data, ids, train_data):
                            raw["architectures"] == ["Qwen3AttnResForCausalLM"])
             run.check(f"attnres {block_delta} {dtype} checkpoint -> oracle", run.eval_loss(ckpt, data),
                       oracle_loss(c, w, ids))
-        hf = out + "_export"
-        run.attnres("export", "--model", out + "_f32", "--out", hf, "--dtype", "bf16", "--max-shard-size", "100KB")
+        hf = os.path.join(run.tmp, f"run_{block_delta}_export")
+        run.attnres("export", "--model", os.path.join(run.tmp, f"run_{block_delta}_f32"), "--out", hf,
+                    "--dtype", "bf16", "--max-shard-size", "100KB")
         c, w, _ = load_like_reference(hf)
         run.check_true(f"attnres export ({block_delta}) is sharded with an index",
                        os.path.exists(os.path.join(hf, "model.safetensors.index.json")))
         run.check(f"attnres export ({block_delta}, bf16, sharded) -> oracle", run.eval_loss(hf, data),
                   oracle_loss(c, w, ids))
+
+    # Routing heads.  The _mh names are the reference's own (it loads them
+    # by the same rules, so the strict load checks that block_mh has no final
+    # router and delta_mh has its null sources); delta_block with 4 heads and
+    # the paper's block deltas has no reference form and is read by our keys.
+    heads_runs = [
+        # name, attnres keys of the training config, heads the checkpoint must carry
+        ("delta_mh", {"attnres_mode": "delta_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4,
+                      "attnres_gate_type": "learnable_alpha"}, 4),
+        ("block_mh", {"attnres_mode": "block_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4}, 4),
+        ("full_mh", {"attnres_mode": "full_mh"}, 8),   # no heads key: the name's 8
+        ("delta_block_h4", {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "attnres_num_heads": 4,
+                            "attnres_block_delta": "true", "attnres_use_null_source": True}, 4),
+    ]
+    for name, keys, heads in heads_runs:
+        ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)
+        c, w, raw = load_like_reference(ckpt)
+        run.check_true(f"attnres {name} checkpoint: attnres_mode {raw.get('attnres_mode')}, "
+                       f"attnres_num_heads {raw.get('attnres_num_heads')}",
+                       raw.get("attnres_mode") == keys["attnres_mode"] and
+                       raw.get("attnres_num_heads") == heads and c["attnres_num_heads"] == heads)
+        if name == "delta_mh":
+            run.check_true(f"  (delta_mh checkpoint: attnres_use_null_source {raw.get('attnres_use_null_source')}, "
+                           f"attnres_block_delta {raw.get('attnres_block_delta')!r}, null sources in the file)",
+                           raw.get("attnres_use_null_source") is True and
+                           raw.get("attnres_block_delta") == "reference" and "model.layers.0.attn_null_source" in w)
+        if name == "delta_block_h4":
+            run.check_true(f"  (delta_block_h4 checkpoint: attnres_block_delta {raw.get('attnres_block_delta')!r})",
+                           raw.get("attnres_block_delta") == "true" and c["attnres_block_delta"] == "true")
+        run.check(f"attnres {name} checkpoint -> oracle", run.eval_loss(ckpt, data), oracle_loss(c, w, ids))
+        if name == "delta_mh":
+            hf = os.path.join(run.tmp, "run_delta_mh_export")
+            run.attnres("export", "--model", os.path.dirname(ckpt), "--out", hf, "--dtype", "bf16",
+                        "--max-shard-size", "100KB")
+            c, w, raw = load_like_reference(hf)
+            run.check_true(f"attnres export (delta_mh) is sharded with an index, attnres_num_heads "
+                           f"{raw.get('attnres_num_heads')}",
+                           os.path.exists(os.path.join(hf, "model.safetensors.index.json")) and
+                           raw.get("attnres_num_heads") == 4)
+            run.check("attnres export (delta_mh, bf16, sharded) -> oracle", run.eval_loss(hf, data),
+                      oracle_loss(c, w, ids))
 
 
 def main():

@@ -3,13 +3,17 @@
 Usage: /usr/bin/python3 tests/oracle/make_golden.py [--out DIR] [--fp32-report]
 
 Self-checks run first and any failure aborts before a file is written:
-  1. DESIGN.md's hand-written router backward equals autograd;
+  1. DESIGN.md's hand-written router backward equals autograd, single-head
+     and with 4 routing heads; 1 routing head is the single-head router, and
+     4 heads that agree (equal slices) are one head with query w/4;
   2. learnable_alpha with every alpha = 0 gives baseline's logits exactly in
-     the delta modes (delta, delta + null, delta_block true/reference);
+     the delta modes (delta, delta + null, delta_block true/reference,
+     delta_mh, delta_block with 8 heads);
   3. learnable_alpha with every alpha = 1 gives the "bias" (no gate) logits in
      every routing mode;
   4. autograd gradients equal central finite differences (float64) on a few
-     entries of several parameters in two configurations;
+     entries of several parameters in five configurations, three of them
+     with 4 routing heads (full_mh, block_mh, delta_mh + learnable_alpha);
   5. the hand-written AdamW/clip loop equals torch.optim.AdamW +
      clip_grad_norm_ on one case;
   6. delta_block "true" and "reference" logits differ;
@@ -71,6 +75,11 @@ CASES = {
     "block_alpha": {"attnres_mode": "block", "attnres_num_blocks": 3,
                     "attnres_gate_type": "learnable_alpha"},
     "full_alpha": {"attnres_mode": "full", "attnres_gate_type": "learnable_alpha"},
+    # Routing heads (d 48: head size 12), and the reference's multi-head names.
+    "block_mh": {"attnres_mode": "block_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4},
+    "full_mh": {"attnres_mode": "full_mh", "attnres_num_heads": 4},
+    "delta_mh": {"attnres_mode": "delta_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4},
+    "delta_h4": {"attnres_mode": "delta", "attnres_num_heads": 4},
 }
 
 # Random init of golden weights (not the engine's init; see README.md).
@@ -195,6 +204,51 @@ def check_router_backward():
     print("check: router backward formula == autograd")
 
 
+def check_router_backward_heads():
+    """DESIGN.md section 2's multi-head backward (per head, plus the full-d
+    rstd term from every head) against autograd, H = 4."""
+    g = torch.Generator().manual_seed(8)
+    N, T, d, H, eps = 5, 9, 48, 4, 1e-6
+    dh = d // H
+    v = torch.randn(N, T, d, generator=g, dtype=F64, requires_grad=True)
+    w = (0.3 * torch.randn(d, generator=g, dtype=F64)).requires_grad_()
+    gam = (1 + 0.1 * torch.randn(d, generator=g, dtype=F64)).requires_grad_()
+    dR = torch.randn(T, d, generator=g, dtype=F64)
+    R = O.route(list(v), w.view(1, d), gam, eps, heads=H)
+    R.backward(dR)
+    with torch.no_grad():
+        r = (v.pow(2).mean(-1) + eps).rsqrt()                 # (N,T), over the full d
+        q = (w * gam).view(H, dh)
+        vh = v.view(N, T, H, dh)
+        z = r[..., None] * (vh * q).sum(-1)                   # (N,T,H)
+        a = z.softmax(0)
+        da = (vh * dR.view(T, H, dh)).sum(-1)                 # (N,T,H)
+        dz = a * (da - (a * da).sum(0, keepdim=True))
+        dv = (a[..., None] * dR.view(T, H, dh) + (dz * r[..., None])[..., None] * q).reshape(N, T, d)
+        dv -= ((dz * z).sum(-1) * r * r)[..., None] * v / d   # every head's share of d(r_i)
+        dq = ((dz * r[..., None])[..., None] * vh).sum((0, 1)).reshape(d)
+        assert torch.allclose(dv, v.grad, atol=1e-12, rtol=1e-10), "multi-head router dv"
+        assert torch.allclose(dq * gam, w.grad, atol=1e-12, rtol=1e-10), "multi-head router dw"
+        assert torch.allclose(dq * w, gam.grad, atol=1e-12, rtol=1e-10), "multi-head router dgamma"
+        # One head is the single-head router.
+        assert torch.equal(O.route(list(v), w.view(1, d), gam, eps, heads=1),
+                           O.route(list(v), w.view(1, d), gam, eps))
+        # Heads that agree are one head: sources, gamma and query made of H
+        # equal slices give every head the same logits, which are the
+        # single-head logits over the full d divided by H.  So H heads with
+        # query w equal one head with query w / H, alpha included.
+        u = v.detach()[..., :dh]                              # (N,T,d/H)
+        vt = u.repeat(1, 1, H)                                # (N,T,d), H equal slices
+        gt, wt = gam.detach()[:dh].repeat(H), w.detach()[:dh].repeat(H)
+        pm, p1 = [], []
+        Rm = O.route(list(vt), wt.view(1, d), gt, eps, probe=pm, heads=H)
+        R1 = O.route(list(vt), (wt / H).view(1, d), gt, eps, probe=p1)
+        assert torch.allclose(Rm, R1, atol=1e-13, rtol=1e-12), "agreeing heads != one head"
+        assert torch.allclose(pm[0], p1[0][..., None].expand_as(pm[0]), atol=1e-14, rtol=0)
+    print("check: multi-head router backward formula == autograd (H = 4); "
+          "H = 1 is the single-head router; H agreeing heads == one head with query w/H")
+
+
 def check_alpha_identities():
     ids = make_tokens(make_config({}), 99)[0, 0, :, :-1]
     variants = [
@@ -208,6 +262,10 @@ def check_alpha_identities():
                                         "attnres_use_null_source": True}),
         ("block", {"attnres_mode": "block", "attnres_num_blocks": 3}),
         ("full", {"attnres_mode": "full"}),
+        ("delta_mh", {"attnres_mode": "delta_mh", "attnres_num_blocks": 3}),
+        ("delta_block/true, 8 heads", {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
+                                       "attnres_num_heads": 8}),
+        ("block_mh", {"attnres_mode": "block_mh", "attnres_num_blocks": 3}),
     ]
     for label, over in variants:
         cfg_a = make_config(dict(over, attnres_gate_type="learnable_alpha"))
@@ -254,6 +312,18 @@ def check_finite_differences():
          ["model.final_res_proj.weight", "model.final_res_norm.weight",
           "model.layers.2.attn_res_alpha", "model.layers.1.mlp_res_proj.weight",
           "model.layers.5.mlp.down_proj.weight", "model.norm.weight"]),
+        ("full_mh (4 heads)",
+         {"attnres_mode": "full_mh", "attnres_num_heads": 4},
+         ["model.final_res_proj.weight", "model.final_res_norm.weight", "model.layers.3.attn_res_proj.weight",
+          "model.layers.1.mlp_res_norm.weight", "model.embed_tokens.weight"]),
+        ("block_mh (4 heads)",
+         {"attnres_mode": "block_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4},
+         ["model.layers.5.mlp_res_proj.weight", "model.layers.2.attn_res_norm.weight", "model.norm.weight"]),
+        ("delta_mh (4 heads) + alpha",
+         {"attnres_mode": "delta_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4,
+          "attnres_gate_type": "learnable_alpha"},
+         ["model.layers.0.attn_null_source", "model.layers.3.mlp_null_source",
+          "model.layers.4.attn_res_proj.weight", "model.layers.2.mlp_res_alpha"]),
     ]
     g = torch.Generator().manual_seed(5)
     for label, over, names in probes:
@@ -371,6 +441,8 @@ def run_case(name, dtype=F64):
 
 def hf_config(cfg):
     c = dict(cfg)
+    if c["attnres_num_heads"] == 1 and c["attnres_mode"] not in O.MH_MODES:
+        del c["attnres_num_heads"]  # single-head configs as before heads existed
     routed = cfg["attnres_mode"] != "baseline"
     c.update({
         "architectures": ["Qwen3AttnResForCausalLM" if routed else "Qwen3ForCausalLM"],
@@ -430,6 +502,7 @@ def main():
     args = ap.parse_args()
 
     check_router_backward()
+    check_router_backward_heads()
     check_alpha_identities()
     check_finite_differences()
     check_optimizer()

@@ -11,7 +11,8 @@ reader/writer lives here.
 
 Dimension letters: B batch, T tokens, d hidden_size, H query heads,
 KV key/value heads, D head_dim, F intermediate_size, V vocab_size,
-L num_hidden_layers, N number of routing sources.
+L num_hidden_layers, N number of routing sources; `heads` is the routers'
+attnres_num_heads (each routing head owns d/heads dimensions).
 """
 
 import json
@@ -92,19 +93,42 @@ ATTNRES_DEFAULTS = {
     "attnres_use_null_source": False,
     "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha"
     "attnres_query_init": "zero",       # init only: "zero" (DESIGN) | "normal"
+    "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
 
 MODES = ("baseline", "full", "block", "delta", "delta_block")
+# The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
+# each is one of the modes above with 8 heads by default; block_mh has no
+# final router, delta_mh always has the null source and the reference's block deltas.
+MH_MODES = {"block_mh": "block", "full_mh": "full", "delta_mh": "delta_block"}
+
+
+def base_mode(cfg):
+    """The mode whose order of operations a (full) config follows."""
+    return MH_MODES.get(cfg["attnres_mode"], cfg["attnres_mode"])
 
 
 def full_config(cfg):
     c = dict(ATTNRES_DEFAULTS)
     c.update(cfg)
-    assert c["attnres_mode"] in MODES, c["attnres_mode"]
+    assert c["attnres_mode"] in MODES or c["attnres_mode"] in MH_MODES, c["attnres_mode"]
+    if c["attnres_num_heads"] is None:
+        c["attnres_num_heads"] = 8 if c["attnres_mode"] in MH_MODES else 1
+    if c["attnres_mode"] == "delta_mh":
+        c["attnres_use_null_source"] = True
+        c["attnres_block_delta"] = "reference"
     assert c["attnres_block_delta"] in ("true", "reference")
     assert c["attnres_gate_type"] in ("bias", "learnable_alpha")
     assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
+    Hr = c["attnres_num_heads"]
+    assert Hr >= 1 and c["hidden_size"] % Hr == 0, Hr
+    assert Hr == 1 or c["attnres_mode"] != "baseline"
     return c
+
+
+def has_final_router(cfg):
+    """full and block route the final norm's input; block_mh does not (the reference's quirk)."""
+    return cfg["attnres_mode"] in ("full", "block", "full_mh")
 
 
 def layers_per_block(cfg):
@@ -119,7 +143,7 @@ def param_shapes(cfg):
     d, H, KV, D = (cfg["hidden_size"], cfg["num_attention_heads"],
                    cfg["num_key_value_heads"], cfg["head_dim"])
     F, V, L = cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    mode = cfg["attnres_mode"]
+    mode = base_mode(cfg)
     out = [("model.embed_tokens.weight", (V, d))]
     for i in range(L):
         p = f"model.layers.{i}."
@@ -145,7 +169,7 @@ def param_shapes(cfg):
             if cfg["attnres_gate_type"] == "learnable_alpha":
                 # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
                 out += [(p + "attn_res_alpha", ()), (p + "mlp_res_alpha", ())]
-    if mode in ("full", "block"):
+    if has_final_router(cfg):
         out += [("model.final_res_proj.weight", (1, d)),
                 ("model.final_res_norm.weight", (d,))]
     out.append(("model.norm.weight", (d,)))
@@ -258,24 +282,41 @@ def mlp(P, pre, u, bf16=False):
     return linear(torch.nn.functional.silu(g) * up, P[pre + "down_proj.weight"], bf16)
 
 
-def route(sources, proj_w, norm_w, eps, probe=None):
+def route(sources, proj_w, norm_w, eps, probe=None, heads=1):
     """Softmax over sources of w . RMSNorm_gamma(v_i); returns sum_i alpha_i v_i.
-    sources: list of (B,T,d); proj_w (1,d); norm_w (d,)."""
+    sources: list of (B,T,d); proj_w (1,d); norm_w (d,).
+    heads > 1: the keys are the RMSNorm over the full d, viewed as `heads`
+    slices of d/heads; head h's logit is its query slice . its key slice (no
+    scale), a softmax over the sources per head, and the output's slice h
+    mixes the raw sources' slice h.  probe gets alpha (N,B,T), or
+    (N,B,T,heads) with heads."""
     Vs = torch.stack(sources, dim=0)                          # (N,B,T,d)
-    z = rmsnorm(Vs, norm_w, eps) @ proj_w.reshape(-1)         # (N,B,T)
+    if heads == 1:
+        z = rmsnorm(Vs, norm_w, eps) @ proj_w.reshape(-1)     # (N,B,T)
+        a = z.softmax(dim=0)
+        if probe is not None:
+            probe.append(a.detach())
+        return (a.unsqueeze(-1) * Vs).sum(0)
+    d = Vs.shape[-1]
+    sliced = Vs.shape[:-1] + (heads, d // heads)            # (N,B,T,heads,d/heads)
+    K = rmsnorm(Vs, norm_w, eps).view(sliced)               # the full-d norm, then slices
+    q = proj_w.reshape(heads, d // heads)
+    z = (K * q).sum(-1)                                       # (N,B,T,heads)
     a = z.softmax(dim=0)
     if probe is not None:
         probe.append(a.detach())
-    return (a.unsqueeze(-1) * Vs).sum(0)
+    return (a.unsqueeze(-1) * Vs.view(sliced)).sum(0).reshape(Vs.shape[1:])
 
 
 def forward(P, cfg, ids, probe=None, bf16=False):
     """P: dict name -> float tensor; ids: (B,T) int64. Returns logits (B,T,V).
-    probe: optional list that receives every router's alpha (N,B,T).
+    probe: optional list that receives every router's alpha, (N,B,T) with
+    one routing head, (N,B,T,heads) with more.
     bf16: the products (projections, MLP, LM head) and the embedding lookup
     read bf16-rounded operands, as the engine's --precision bf16."""
     cfg = full_config(cfg)
-    mode = cfg["attnres_mode"]
+    mode = base_mode(cfg)
+    heads = cfg["attnres_num_heads"]
     L, eps = cfg["num_hidden_layers"], cfg["rms_norm_eps"]
     E = P["model.embed_tokens.weight"]
     Bsz, T = ids.shape
@@ -296,7 +337,7 @@ def forward(P, cfg, ids, probe=None, bf16=False):
 
     def routed(i, s, srcs):
         return route(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"],
-                     eps, probe)
+                     eps, probe, heads)
 
     def gate(i, s, x, h):
         """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); bias: h."""
@@ -331,7 +372,7 @@ def forward(P, cfg, ids, probe=None, bf16=False):
             m = mlp_of(i, u)
             srcs, last = srcs + [last], m
         h = route(srcs + [last], P["model.final_res_proj.weight"],
-                  P["model.final_res_norm.weight"], eps, probe)
+                  P["model.final_res_norm.weight"], eps, probe, heads)
 
     elif mode == "block":
         blocks, partial = [], e
@@ -342,8 +383,11 @@ def forward(P, cfg, ids, probe=None, bf16=False):
             partial = partial + attn_of(i, u)
             u = gate(i, "mlp", partial, routed(i, "mlp", blocks + [partial]))
             partial = partial + mlp_of(i, u)
-        h = route(blocks + [partial], P["model.final_res_proj.weight"],
-                  P["model.final_res_norm.weight"], eps, probe)
+        if has_final_router(cfg):
+            h = route(blocks + [partial], P["model.final_res_proj.weight"],
+                      P["model.final_res_norm.weight"], eps, probe, heads)
+        else:  # block_mh: the final norm reads the last partial sum
+            h = partial
 
     elif mode == "delta":
         srcs, x = [], e
