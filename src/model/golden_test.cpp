@@ -256,7 +256,7 @@ TEST_P(Golden, MatchesOracle) {
 // products' activations unrounded moves the logits by 0.57–0.85 of bf16's
 // size in every case, an unrounded embedding lookup by 0.95–1.4, unrounded
 // output gradients the weight gradients by 0.11–0.45; an engine with its
-// embedding lookup in fp32 failed this test in all eleven cases of the time.
+// embedding lookup in fp32 failed this test in all eleven cases it had then.
 TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
   Context& ctx = testing::test_context();
   if (const std::string why = ctx.ops().unsupported(Precision::kBF16); !why.empty()) GTEST_SKIP() << why;
