@@ -1,8 +1,9 @@
 # check_layers.cmake — fails when a file under src/LAYER/ includes a header
 # of a layer that LAYER does not name (CMakeLists.txt, attnres_layer).
 #   cmake -DSRC=src -DLAYERS=build/attnres_layers.txt -P cmake/check_layers.cmake
-# LAYERS holds one line per layer, "name:dep1;dep2".  Tests (*_test.cpp) may
-# include any layer; a directory of src/ that is not a layer is an error too.
+# LAYERS holds one line per layer, "name:dep1;dep2".  Tests (*_test.cpp, and
+# the headers they share, *_test_util.h) may include any layer; a directory of
+# src/ that is not a layer is an error too.
 cmake_minimum_required(VERSION 3.20)
 file(STRINGS "${LAYERS}" lines)
 set(known)
@@ -18,7 +19,7 @@ endforeach()
 set(errors "")
 file(GLOB_RECURSE files RELATIVE "${SRC}" "${SRC}/*.h" "${SRC}/*.cpp")
 foreach(f ${files})
-  if(f MATCHES "_test\\.cpp$")
+  if(f MATCHES "_test\\.cpp$" OR f MATCHES "_test_util\\.h$")
     continue()
   endif()
   string(REGEX MATCH "^[^/]+" layer "${f}")

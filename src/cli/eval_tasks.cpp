@@ -96,6 +96,17 @@ int cmd_eval_tasks(int argc, char** argv) {
   const ModelSource src =
       open_model(o.model.model, {.tokenizer = o.model.tokenizer, .need = NeedTokenizer::kYes, .why = "eval-tasks scores text"});
   const std::string& dir = src.dir;
+  {  // an output may not be one of the files read, nor the other output
+    std::vector<NamedPath> inputs;
+    for (const TaskSpec& t : tasks) {
+      inputs.push_back({"the task file", task_file(t, o.data_dir)});
+      if (fewshot > 0 && !t.fewshot_split.empty()) inputs.push_back({"the few-shot file", task_file(t, o.data_dir, t.fewshot_split)});
+    }
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      if (e.is_regular_file()) inputs.push_back({"the model's file", e.path().string()});
+    inputs.push_back({"the tokenizer", src.tokenizer_path});
+    check_outputs_apart({{"--out", o.out}, {"--log-samples", o.log_samples}}, inputs);
+  }
   const Config& c = src.config;
   const std::string& tok_path = src.tokenizer_path;
   const Tokenizer& tok = *src.tokenizer;
@@ -135,31 +146,35 @@ int cmd_eval_tasks(int argc, char** argv) {
 
   // Per task: its documents' log-likelihoods, and the metrics.
   std::vector<TaskResult> results;
-  std::FILE* samples = nullptr;
-  if (!o.log_samples.empty() && !(samples = std::fopen(o.log_samples.c_str(), "w")))
-    fail(o.log_samples, ": cannot open for writing: ", errno_text());
+  std::vector<size_t> first_request;  // of each task, into requests and scored
   size_t next = 0;
   for (size_t t = 0; t < tasks.size(); ++t) {
+    first_request.push_back(next);
     std::vector<std::vector<Loglik>> lls;
     for (size_t d = 0; d < docs[t].size(); ++d) {
       lls.emplace_back();
-      for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++next) {
-        lls.back().push_back(scored[next]);
-        if (samples) {
-          const Request& r = docs[t][d].requests[i];
-          nlohmann::json j = {{"task", tasks[t].name},     {"doc", d},
-                              {"request", i},              {"gold", docs[t][d].gold},
-                              {"context", r.context},      {"continuation", r.continuation},
-                              {"context_ids", requests[next].context},
-                              {"continuation_ids", requests[next].continuation},
-                              {"ll", scored[next].ll},     {"greedy", scored[next].greedy}};
-          std::fprintf(samples, "%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-        }
-      }
+      for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++next) lls.back().push_back(scored[next]);
     }
     results.push_back(score_task(tasks[t], docs[t], lls));
   }
-  if (samples && std::fclose(samples) != 0) fail(o.log_samples, ": write failed");
+  if (!o.log_samples.empty())  // streamed into place like every output (core/file_util.h)
+    write_file_atomic(o.log_samples, [&](int fd) {
+      for (size_t t = 0; t < tasks.size(); ++t) {
+        size_t k = first_request[t];
+        for (size_t d = 0; d < docs[t].size(); ++d)
+          for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++k) {
+            const Request& r = docs[t][d].requests[i];
+            const nlohmann::json j = {{"task", tasks[t].name},     {"doc", d},
+                                      {"request", i},              {"gold", docs[t][d].gold},
+                                      {"context", r.context},      {"continuation", r.continuation},
+                                      {"context_ids", requests[k].context},
+                                      {"continuation_ids", requests[k].continuation},
+                                      {"ll", scored[k].ll},        {"greedy", scored[k].greedy}};
+            const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+            write_all(fd, line.data(), line.size(), o.log_samples);
+          }
+      }
+    });
 
   // The average the paper reports: one metric per task, named.
   nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};

@@ -202,9 +202,8 @@ int cmd_generate(int argc, char** argv) {
       for (size_t i = 0; i < m; ++i) {
         nlohmann::json j = result_json(prompts[i0 + i], results[i], t);
         j["index"] = i0 + i;
-        std::printf("%s\n", dump(j).c_str());
+        write_stdout(dump(j) + "\n");
       }
-      std::fflush(stdout);
     }
     return 0;
   }
@@ -213,8 +212,7 @@ int cmd_generate(int argc, char** argv) {
   OnText stream;
   if (!json && tok)
     stream = [](size_t, std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      write_stdout(piece);  // a full or closed stdout ends the decoding here
     };
   const auto results = generate(model, {prompts[0].ids}, g, &t, stream);
   if (json) {
@@ -223,7 +221,7 @@ int cmd_generate(int argc, char** argv) {
     if (!tok)  // ids in, no tokenizer: the ids out
       for (size_t i = 0; i < results[0].ids.size(); ++i) std::printf("%s%d", i ? "," : "", results[0].ids[i]);
     std::printf("\n");
-    std::fflush(stdout);  // the text ends before the speed line on stderr
+    flush_stdout();  // the text ends before the speed line on stderr
     std::fprintf(stderr, "generate: %lld prompt tokens at %.1f tok/s, %zu new tokens (%s), decode %.1f tok/s\n",
                  static_cast<long long>(t.prefill_tokens),
                  t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0, results[0].ids.size(),

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "ops/cpu/blas_kernels.h"
 
 namespace {
@@ -49,7 +50,9 @@ int main(int argc, char** argv) {
   for (const auto& c : kCommands) {
     if (std::strcmp(argv[1], c.name) != 0) continue;
     try {
-      return c.run(argc - 2, argv + 2);
+      const int rc = c.run(argc - 2, argv + 2);
+      attnres::flush_stdout();  // a failed write of the output is a failed command
+      return rc;
     } catch (const attnres::Error& e) {
       std::fprintf(stderr, "attnres %s: error: %s\n", c.name, e.what());
       return 1;

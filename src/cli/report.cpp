@@ -1,12 +1,14 @@
 // report.cpp — `attnres report RUN_DIR… --out report.html`: one self-contained
 // HTML page of comparisons and training runs (report/report.h).
 #include <cstdio>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/file_util.h"
 #include "report/report.h"
 
 namespace attnres {
@@ -35,6 +37,19 @@ int cmd_report(int argc, char** argv) {
     }
   }
   if (!opts.parse(static_cast<int>(rest.size()), rest.data())) return 0;
+  {  // the page may not replace a file the report reads
+    std::vector<NamedPath> inputs;
+    for (const std::string& d : dirs) {
+      std::error_code ec;
+      for (auto it = std::filesystem::recursive_directory_iterator(d, ec);
+           !ec && it != std::filesystem::recursive_directory_iterator(); it.increment(ec)) {
+        if (it.depth() >= 2) it.disable_recursion_pending();  // a comparison's runs' files, not their checkpoints
+        const std::string ext = it->path().extension().string();
+        if (it->is_regular_file() && (ext == ".json" || ext == ".jsonl")) inputs.push_back({"the run file", it->path().string()});
+      }
+    }
+    check_outputs_apart({{"--out", o.out}}, inputs);
+  }
   const nlohmann::json data = read_report_data(dirs);  // the runs are checked before Vega is looked for
   write_report(data, o.out, find_vega_dir(o.vega_dir));
   std::printf("report: %s\n", o.out.c_str());

@@ -35,10 +35,6 @@ std::string read_stdin() {
   return s;
 }
 
-void write_stdout(std::string_view s) {
-  if (std::fwrite(s.data(), 1, s.size(), stdout) != s.size() || std::fflush(stdout) != 0)
-    fail("writing stdout: ", errno_text());
-}
 
 // Cuts text into documents of about `bytes` at token-preserving places.
 std::vector<std::string_view> chunks_of(const Tokenizer& tok, std::string_view text, size_t bytes) {

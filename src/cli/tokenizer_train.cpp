@@ -36,6 +36,11 @@ int cmd_tokenizer_train(int argc, char** argv) {
   corpus.inputs = split_commas(o.input);
   if (corpus.inputs.empty()) fail("--input is required");
   corpus.format = parse_corpus_format(o.format);
+  {  // a training that ends by overwriting its own corpus is refused before it starts
+    std::vector<NamedPath> inputs;
+    for (const std::string& in : corpus.inputs) inputs.push_back({"--input", in});
+    check_outputs_apart({{"--output", o.output}}, inputs);
+  }
   BpeTrainerOptions t;
   t.vocab_size = size_t(std::max<int64_t>(0, o.vocab_size));
   t.min_frequency = uint64_t(std::max<int64_t>(1, o.min_frequency));

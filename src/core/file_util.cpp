@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -14,6 +16,17 @@
 namespace attnres {
 
 std::string errno_text() { return std::strerror(errno); }
+
+void write_stdout(std::string_view s) {
+  if (!s.empty() && std::fwrite(s.data(), 1, s.size(), stdout) != s.size()) fail("writing stdout: ", errno_text());
+  flush_stdout();
+}
+
+void flush_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout))
+    fail("writing stdout: ", errno ? errno_text() : std::string("an earlier write failed"));
+}
 
 std::string read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -59,8 +72,70 @@ void write_file_atomic(const std::string& path, std::string_view bytes) {
   write_file_atomic(path, [&](int fd) { write_all(fd, bytes.data(), bytes.size(), path); });
 }
 
+// Where a write to `path` lands: a symlink (or a chain of them) is followed
+// to its target, which need not exist yet, as the shell's `>` would.
+std::string write_target(const std::string& path) {
+  namespace fs = std::filesystem;
+  fs::path p = path;
+  for (int hops = 0;; ++hops) {
+    struct stat st;
+    if (::lstat(p.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) return p.string();
+    if (hops == 40) fail(path, ": too many levels of symbolic links");
+    std::error_code ec;
+    const fs::path to = fs::read_symlink(p, ec);
+    if (ec) fail(path, ": cannot read the symbolic link: ", ec.message());
+    p = to.is_absolute() ? to : p.parent_path() / to;
+  }
+}
+
+bool same_file(const std::string& a, const std::string& b) {
+  namespace fs = std::filesystem;
+  const std::string ta = write_target(a), tb = write_target(b);
+  struct stat sa, sb;
+  const bool ea = ::stat(ta.c_str(), &sa) == 0, eb = ::stat(tb.c_str(), &sb) == 0;
+  if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino && !S_ISCHR(sa.st_mode);  // /dev/null twice is fine
+  if (ea != eb) return false;
+  std::error_code e1, e2;
+  const fs::path ca = fs::weakly_canonical(fs::absolute(ta), e1), cb = fs::weakly_canonical(fs::absolute(tb), e2);
+  return !e1 && !e2 && ca == cb;
+}
+
+void check_outputs_apart(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const NamedPath& o = outputs[i];
+    if (o.path.empty()) continue;
+    for (const NamedPath& in : inputs)
+      if (!in.path.empty() && same_file(o.path, in.path))
+        fail(o.what, " ", o.path, " is ", in.what, " ", in.path, ", which this command reads: writing it would destroy it");
+    for (size_t j = 0; j < i; ++j)
+      if (!outputs[j].path.empty() && same_file(o.path, outputs[j].path))
+        fail(o.what, " ", o.path, " and ", outputs[j].what, " ", outputs[j].path,
+             " are the same file: one output would overwrite the other");
+  }
+}
+
 void write_file_atomic(const std::string& path, const std::function<void(int fd)>& fill) {
-  std::string tmp = cat(path, ".tmp.", ::getpid());
+  const std::string target = write_target(path);
+  struct stat st;
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    // Not a file to replace: a device or a pipe is written through (renaming
+    // over it would turn /dev/… or a FIFO into a regular file); anything else
+    // is refused.
+    if (!S_ISCHR(st.st_mode) && !S_ISFIFO(st.st_mode))
+      fail(path, ": is ", S_ISDIR(st.st_mode) ? "a directory" : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file",
+           ", not a file to write");
+    const int fd = ::open(target.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(path, ": cannot write: ", errno_text());
+    try {
+      fill(fd);
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    if (::close(fd) != 0) fail(path, ": write failed: ", errno_text());
+    return;
+  }
+  std::string tmp = cat(target, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail(path, ": cannot write: ", errno_text());
   try {
@@ -72,7 +147,7 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
     throw;
   }
   ::close(fd);
-  rename_into_place(tmp, path);
+  rename_into_place(tmp, target);
 }
 
 void rename_into_place(const std::string& tmp, const std::string& path) {

@@ -7,12 +7,15 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace attnres {
 
 std::string read_file(const std::string& path);
 // Writes `bytes` to `path` atomically: `path.tmp.<pid>` is written and fsynced,
-// then renamed over `path`, then the directory is fsynced.
+// then renamed over `path`, then the directory is fsynced.  A symlink is
+// followed (its target is replaced, the link stays); a character device or a
+// FIFO is written through, not replaced; a directory or socket is an Error.
 void write_file_atomic(const std::string& path, std::string_view bytes);
 // The same with the bytes written by `fill` to the temporary file's descriptor
 // (a large file streamed piece by piece, never whole in memory).
@@ -20,11 +23,31 @@ void write_file_atomic(const std::string& path, const std::function<void(int fd)
 // Renames the finished temporary file `tmp` over `path` and fsyncs the
 // directory; on failure removes `tmp` and throws an Error naming `path`.
 void rename_into_place(const std::string& tmp, const std::string& path);
+// The path a write to `path` lands on: symlinks followed (the last may dangle).
+std::string write_target(const std::string& path);
+// Whether two paths name the same file: the same inode when both exist, else
+// the same absolute path once symlinks are followed.
+bool same_file(const std::string& a, const std::string& b);
+// A command's files, each named by what it is ("--out", "the task file").
+struct NamedPath {
+  std::string what, path;
+};
+// Throws an Error naming both when an output is one of the inputs or another
+// output (empty paths are skipped).  Called before anything is written.
+void check_outputs_apart(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
+
 // Writes all of [data, data+n) to fd; throws Error naming `path` on failure.
 void write_all(int fd, const void* data, size_t n, const std::string& path);
 void fsync_dir(const std::string& dir);
 // "No such file or directory" etc., for the current errno.
 std::string errno_text();
+
+// Writes `s` to stdout and flushes it; a failed write or flush (a full
+// device, a closed descriptor) is an Error "writing stdout: <reason>".
+// (A closed pipe still ends the program by SIGPIPE, status 141, as usual.)
+void write_stdout(std::string_view s);
+// Flushes stdout; throws the same Error if that or any earlier write failed.
+void flush_stdout();
 
 // An exclusive lock on a directory: flock on DIR/.lock, which holds the
 // holder's pid.  A second holder gets an Error naming the first; the kernel

@@ -306,11 +306,16 @@ Doc build_doc(const TaskSpec& task, const nlohmann::json& r, const std::string& 
   return d;
 }
 
-std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit,
-                                const std::string& split) {
+std::string task_file(const TaskSpec& task, const std::string& dir, const std::string& split) {
   const std::string file =
       (task.name.rfind("mc:", 0) == 0 ? task.name.substr(3) : task.name) + (split.empty() ? "" : "." + split) + ".jsonl";
-  const std::string path = (std::filesystem::path(dir) / file).string();
+  return (std::filesystem::path(dir) / file).string();
+}
+
+std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, int64_t limit,
+                                const std::string& split) {
+  const std::string path = task_file(task, dir, split);
+  const std::string file = std::filesystem::path(path).filename().string();
   std::ifstream in(path, std::ios::binary);
   if (!in && split.empty())
     fail(path, ": no such task file (", task.name, " reads ", file, " from --data-dir: one JSON record per line of ",

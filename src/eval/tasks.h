@@ -82,6 +82,9 @@ struct Doc {
 // on a missing field, a wrong type or a label out of range.
 Doc build_doc(const TaskSpec& task, const nlohmann::json& record, const std::string& where);
 
+// dir/<task>.jsonl (mc:NAME: NAME.jsonl), or dir/<task>.<split>.jsonl.
+std::string task_file(const TaskSpec& task, const std::string& dir, const std::string& split = "");
+
 // Every record of dir/<task>.jsonl (mc:NAME reads NAME.jsonl); limit > 0 keeps
 // the first `limit` (per subject for mmlu, as the harness's --limit does,
 // since there each subject is a task).  Empty lines are an error too: nothing

@@ -1,0 +1,110 @@
+// cli_test_util.h — what the end-to-end tests of the `attnres` program share:
+// running it (stdout and stderr captured), the one-line failure contract, and
+// two fixtures (a tiny model and token file; a model with a tokenizer for
+// generation).  Header-only, for src/cli/*_test.cpp.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/file_util.h"
+#include "core/rng.h"
+#include "io/checkpoint.h"
+#include "io/safetensors.h"
+#include "io/token_file.h"
+#include "model/config.h"
+#include "model/params.h"
+#include "testing/check.h"
+
+namespace attnres::cli_testing {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+// `env` (shell assignments, "NAME=value ") is set for the program alone.
+inline Result run(const std::string& args, const std::string& env = "") {
+  const std::string err_path = fs::temp_directory_path() / ("attnres_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = env + std::string(ATTNRES_BINARY) + " " + args + " 2>" + err_path;
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t k;
+  while ((k = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, k);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  r.err = read_file(err_path);
+  fs::remove(err_path);
+  return r;
+}
+
+// The failure contract: non-zero exit, exactly one line on stderr, containing every fragment.
+inline void expect_clear_error(const Result& r, std::initializer_list<std::string> fragments) {
+  EXPECT_NE(r.status, 0);
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "'" << f << "' not in: " << r.err;
+}
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = tmp_.path();
+    fs::create_directories(dir_ + "/model");
+    cfg_ = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                              {"vocab_size", 50}},
+                             "test");
+    ParamLayout layout(cfg_);
+    std::vector<float> p(layout.total());
+    Rng rng(3);
+    init_params(layout, cfg_, p.data(), rng);
+    write_model_files(dir_ + "/model", cfg_, layout, p.data());
+    std::vector<uint32_t> toks(200);
+    for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 13) % 50);
+    write_token_file(dir_ + "/ok.bin", toks);
+  }
+  testing::TempDir tmp_{"cli"};
+  std::string dir_;
+  Config cfg_;
+};
+
+// `attnres generate`: a model of 320 tokens with a tokenizer trained here.
+class Generate : public Cli {
+ protected:
+  void SetUp() override {
+    Cli::SetUp();
+    std::string text;
+    for (int i = 0; i < 200; ++i) text += "the quick brown fox jumps over the lazy dog " + std::to_string(i % 7) + "\n";
+    write_file_atomic(dir_ + "/corpus.txt", text);
+    Result r = run("tokenizer-train --input " + dir_ + "/corpus.txt --output " + dir_ + "/tokenizer.json --vocab-size 300");
+    ASSERT_EQ(r.status, 0) << r.err;
+    gen_ = dir_ + "/gen";
+    fs::create_directories(gen_);
+    Config c = cfg_;
+    c.V = 320;
+    c.max_position_embeddings = 64;
+    ParamLayout layout(c);
+    std::vector<float> p(layout.total());
+    Rng rng(5);
+    init_params(layout, c, p.data(), rng);
+    for (auto& x : p) x *= 20.0f;  // large weights: confident, varied tokens
+    write_model_files(gen_, c, layout, p.data());
+    fs::copy_file(dir_ + "/tokenizer.json", gen_ + "/tokenizer.json");
+  }
+  std::string gen_;
+};
+
+}  // namespace attnres::cli_testing

@@ -1,0 +1,140 @@
+// hardening_test.cpp — hardening round 3 (docs/hardening.md): outputs that
+// never destroy what they replace, writes whose failure is an error, a
+// comparison that survives its own death, exact integer and sampling
+// semantics, and messages that name the file.  Each test failed before its fix.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/cli_test_util.h"
+#include "core/file_util.h"
+
+namespace attnres {
+namespace {
+
+using namespace cli_testing;
+
+// A model with a tokenizer and a two-record multiple-choice task beside it.
+class Round3 : public Generate {
+ protected:
+  void SetUp() override {
+    Generate::SetUp();
+    fs::create_directories(dir_ + "/tasks");
+    write_file_atomic(dir_ + "/tasks/mc_x.jsonl",
+                      "{\"context\": \"the quick\", \"choices\": [\" brown\", \" dog\"], \"gold\": 0}\n"
+                      "{\"context\": \"the lazy\", \"choices\": [\" fox\", \" dog 3\", \" over\"], \"gold\": 1}\n");
+    tasks_ = "eval-tasks --model " + gen_ + " --data-dir " + dir_ + "/tasks --tasks mc:mc_x --quiet";
+  }
+  std::string tasks_;
+};
+
+// 1. --out follows a symlink, writes through a device or a FIFO, refuses a
+// directory or a socket, and still replaces a regular file atomically.
+TEST(WriteFileAtomic, FollowsLinksWritesThroughDevicesRefusesSockets) {
+  testing::TempDir tmp{"atomic"};
+  const std::string d = tmp.path();
+  write_file_atomic(d + "/target", "old");
+  fs::create_symlink("target", d + "/link");
+  write_file_atomic(d + "/link", "new");
+  EXPECT_TRUE(fs::is_symlink(d + "/link"));
+  EXPECT_EQ(read_file(d + "/target"), "new");
+  fs::create_symlink(d + "/later", d + "/dangling");  // a dangling link's target is created
+  write_file_atomic(d + "/dangling", "made");
+  EXPECT_TRUE(fs::is_symlink(d + "/dangling"));
+  EXPECT_EQ(read_file(d + "/later"), "made");
+
+  write_file_atomic("/dev/null", "into the void");
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+  try {
+    write_file_atomic("/dev/full", "x");
+    ADD_FAILURE() << "no error writing /dev/full";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("/dev/full: write failed: No space left on device"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
+
+  ASSERT_EQ(::mkfifo((d + "/fifo").c_str(), 0600), 0);
+  ASSERT_EQ(std::system(("cat " + d + "/fifo > " + d + "/from_fifo &").c_str()), 0);
+  write_file_atomic(d + "/fifo", "through the pipe");
+  EXPECT_TRUE(fs::is_fifo(d + "/fifo"));
+  for (int i = 0; i < 200 && read_file(d + "/from_fifo").empty(); ++i) ::usleep(10000);
+  EXPECT_EQ(read_file(d + "/from_fifo"), "through the pipe");
+
+  EXPECT_THROW(write_file_atomic(d, "x"), Error);
+  const int s = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  const std::string sock = d + "/sock";
+  std::snprintf(a.sun_path, sizeof a.sun_path, "%s", sock.c_str());
+  ASSERT_EQ(::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  try {
+    write_file_atomic(sock, "x");
+    ADD_FAILURE() << "no error writing a socket";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is a socket"), std::string::npos) << e.what();
+  }
+  ::close(s);
+  EXPECT_TRUE(fs::is_socket(sock));
+}
+
+TEST_F(Round3, OutFollowsLinksAndWritesThroughDevices) {
+  fs::create_symlink(dir_ + "/results.json", dir_ + "/link.json");
+  Result r = run(tasks_ + " --out " + dir_ + "/link.json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_symlink(dir_ + "/link.json"));
+  EXPECT_TRUE(nlohmann::json::parse(read_file(dir_ + "/results.json")).contains("results"));
+  expect_clear_error(run(tasks_ + " --out /dev/full"), {"/dev/full: write failed: No space left on device"});
+  EXPECT_TRUE(fs::is_character_file("/dev/full"));
+  r = run(tasks_ + " --out /dev/null --log-samples /dev/null");
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::is_character_file("/dev/null"));
+}
+
+// 2. An output that is an input, or another output, is one line naming both.
+TEST_F(Round3, OutputsThatAreInputsOrEachOtherAreRefused) {
+  const std::string task = dir_ + "/tasks/mc_x.jsonl", before = read_file(task);
+  expect_clear_error(run(tasks_ + " --log-samples " + task), {"--log-samples " + task, "the task file", "destroy"});
+  expect_clear_error(run(tasks_ + " --out " + dir_ + "/tasks/../tasks/mc_x.jsonl"), {"--out", "the task file"});
+  fs::create_symlink(task, dir_ + "/alias.jsonl");
+  expect_clear_error(run(tasks_ + " --out " + dir_ + "/alias.jsonl"), {"--out", "the task file"});
+  expect_clear_error(run(tasks_ + " --out " + gen_ + "/config.json"), {"--out", "the model's file"});
+  expect_clear_error(run(tasks_ + " --out " + dir_ + "/a.json --log-samples " + dir_ + "/./a.json"),
+                     {"--log-samples", "--out", "the same file"});
+  EXPECT_EQ(read_file(task), before);
+  EXPECT_FALSE(fs::exists(dir_ + "/a.json"));
+  expect_clear_error(run("tokenizer-train --input " + dir_ + "/corpus.txt --output " + dir_ + "/corpus.txt"),
+                     {"--output", "--input", "corpus.txt"});
+}
+
+// 3. A failed write of stdout (a full device, a closed descriptor) is one
+// error line and exit 1 for every command that prints its result.
+TEST_F(Round3, AFailedWriteOfStdoutIsAnError) {
+  write_file_atomic(dir_ + "/prompts.jsonl", "{\"prompt\": \"the quick brown\"}\n{\"prompt\": \"lazy dog 3\"}\n");
+  const std::string g = "generate --model " + gen_ + " --max-new-tokens 4 --ignore-eos";
+  for (const std::string& c : {g + " --prompt 'the quick brown'", g + " --prompt 'the quick brown' --json",
+                               g + " --prompts " + dir_ + "/prompts.jsonl", tasks_, tasks_ + " --json",
+                               "eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --batch 2 --quiet",
+                               "tokenize --tokenizer " + gen_ + "/tokenizer.json </dev/null"}) {
+    for (const std::string to : {" >/dev/full", " >&-"}) {
+      const Result r = run(c + to);
+      EXPECT_EQ(r.status, 1) << c << to << ": " << r.err;
+      EXPECT_NE(r.err.find("writing stdout: "), std::string::npos) << c << to << ": " << r.err;
+      EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attnres
