@@ -167,7 +167,7 @@ TEST_F(Cli, ExportShardsAndLoadsBack) {
   EXPECT_TRUE(fs::exists(dir_ + "/hf16/model.safetensors"));
   EXPECT_EQ(SafeTensorsReader(dir_ + "/hf16/model.safetensors").info("model.embed_tokens.weight").dtype, "BF16");
   EXPECT_NEAR(loss(dir_ + "/hf16"), loss(dir_ + "/model"), 1e-2);
-  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/hf"), {"not an empty directory"});
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/hf"), {"is a directory that is not empty"});
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/x --max-shard-size 5XB"),
                      {"--max-shard-size", "unknown unit"});
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/y --dtype f8"), {"--dtype must be f32 or bf16, got 'f8'"});

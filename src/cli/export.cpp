@@ -1,5 +1,7 @@
 // export.cpp — `attnres export`: a checkpoint as a plain Hugging Face model
 // directory that the reference code (and transformers) load.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <thread>
@@ -60,23 +62,41 @@ int cmd_export(int argc, char** argv) {
   const std::string src = resolve_model_dir(o.model);
   const std::string& out = o.out;
   std::error_code ec;
-  if (fs::exists(out) && !(fs::is_directory(out, ec) && fs::is_empty(out, ec)))
-    fail(out, ": exists and is not an empty directory (export writes a fresh model directory)");
-  fs::create_directories(out, ec);
-  if (ec) fail(out, ": cannot create: ", ec.message());
+  if (fs::exists(out) && !fs::is_directory(out, ec))
+    fail(out, ": is a file; --out names the directory to create (export writes a fresh model directory)");
+  if (fs::exists(out) && !fs::is_empty(out, ec))
+    fail(out, ": is a directory that is not empty (export writes a fresh model directory)");
 
   const Config c = Config::load(src + "/config.json");
   ParamLayout layout(c);
   Buffer params = Buffer::host_bytes(static_cast<size_t>(layout.total()) * sizeof(float));
   load_params(src, layout, params.data(), nullptr, false, static_cast<int>(std::thread::hardware_concurrency()));
-  const int files = write_model_files(out, c, layout, params.data(), bf16, max_shard);
+  // Written into a temporary directory beside --out and renamed into place
+  // (over an empty directory too), like a checkpoint: a failure leaves nothing.
+  const fs::path out_path = fs::absolute(out).lexically_normal();
+  const fs::path parent = (out_path.has_filename() ? out_path : out_path.parent_path()).parent_path();
+  fs::create_directories(parent, ec);
+  if (ec) fail(out, ": cannot create its parent directory: ", ec.message());
+  const std::string tmp = cat(parent.string(), "/.", out_path.filename().string(), ".tmp.", ::getpid());
+  int files = 0;
   std::vector<std::string> copied;
-  for (const std::string& file : companion_files(src)) {
-    const std::string name = fs::path(file).filename().string();
-    write_file_atomic(out + "/" + name, read_file(file));
-    copied.push_back(name);
+  try {
+    fs::remove_all(tmp, ec);
+    if (!fs::create_directory(tmp, ec)) fail(tmp, ": cannot create: ", ec.message());
+    files = write_model_files(tmp, c, layout, params.data(), bf16, max_shard);
+    for (const std::string& file : companion_files(src)) {
+      const std::string name = fs::path(file).filename().string();
+      write_file_atomic(tmp + "/" + name, read_file(file));
+      copied.push_back(name);
+    }
+    fsync_dir(tmp);
+    if (::rename(tmp.c_str(), out.c_str()) != 0) fail(out, ": cannot rename the export into place: ", errno_text());
+    fsync_dir(parent.string());
+  } catch (const Error& e) {
+    fs::remove_all(tmp, ec);
+    const uint64_t need = static_cast<uint64_t>(layout.total()) * (bf16 ? 2 : 4);
+    fail(e.what(), " (nothing was left at ", out, "; ", space_note(parent.string(), need), ")");
   }
-  fsync_dir(out);
   std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), c.mode_label(),
               static_cast<long long>(layout.total()), out.c_str(), bf16 ? "bf16" : "f32", files, files == 1 ? "" : "s");
   for (size_t i = 0; i < copied.size(); ++i) std::printf("%s%s", i ? ", " : "; with ", copied[i].c_str());

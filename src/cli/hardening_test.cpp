@@ -138,3 +138,56 @@ TEST_F(Round3, AFailedWriteOfStdoutIsAnError) {
 
 }  // namespace
 }  // namespace attnres
+
+namespace attnres {
+namespace {
+
+// 4. A failed write of log.jsonl ends the run as a failed checkpoint does,
+// and leaves no torn line.  5. A save that fails removes what it wrote and
+// says how much space it needed.  (`ulimit -f` is the full disk: a write past
+// it fails with EFBIG, SIGXFSZ ignored.)
+TEST_F(Cli, AFailedLogOrCheckpointWriteEndsTheRunCleanly) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  const std::string train = "train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --batch 2 --seq-len 8 >/dev/null";
+  const std::string full_disk = "trap '' XFSZ; ulimit -f 8; ";  // 4 KiB per file
+  Result r = run(train + " --out " + dir_ + "/log_run --steps 400", full_disk);
+  expect_clear_error(r, {dir_ + "/log_run/log.jsonl: write failed: File too large", "training stopped",
+                         "no checkpoint was written yet"});
+  const std::string log = read_file(dir_ + "/log_run/log.jsonl");
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.back(), '\n');
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);) EXPECT_NO_THROW(nlohmann::json::parse(line)) << line;
+
+  // The log fits, the checkpoint does not.
+  r = run(train + " --out " + dir_ + "/ckpt_run --steps 3 --ckpt-every 2", full_disk);
+  expect_clear_error(r, {"File too large", "the unfinished checkpoint", ".step_00000002.tmp.", "was removed",
+                         "it needs about", "training stopped", "no checkpoint was written yet"});
+  for (const auto& e : fs::directory_iterator(dir_ + "/ckpt_run"))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+}
+
+// 5. export writes into a temporary directory and renames it into place: a
+// full disk leaves nothing (the rerun then succeeds); --out that is a file or a
+// non-empty directory is one line saying which.
+TEST_F(Cli, AFailedExportLeavesNothing) {
+  const std::string ex = "export --model " + dir_ + "/model --dtype f32 --out " + dir_ + "/exported";
+  expect_clear_error(run(ex, "trap '' XFSZ; ulimit -f 8; "),
+                     {"File too large", "nothing was left at " + dir_ + "/exported", "it needs about"});
+  EXPECT_FALSE(fs::exists(dir_ + "/exported"));
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << e.path();
+  Result r = run(ex);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/exported/config.json"));
+  expect_clear_error(run(ex), {dir_ + "/exported: is a directory that is not empty"});
+  fs::create_directories(dir_ + "/empty");
+  r = run("export --model " + dir_ + "/model --out " + dir_ + "/empty");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/empty/model.safetensors"));
+  expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/ok.bin"),
+                     {dir_ + "/ok.bin: is a file; --out names the directory to create"});
+}
+
+}  // namespace
+}  // namespace attnres

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -86,6 +87,20 @@ std::string write_target(const std::string& path) {
     if (ec) fail(path, ": cannot read the symbolic link: ", ec.message());
     p = to.is_absolute() ? to : p.parent_path() / to;
   }
+}
+
+std::string space_note(const std::string& dir, uint64_t need_bytes) {
+  auto mib = [](uint64_t b) {
+    char buf[32];
+    if (b < (uint64_t{1} << 20))
+      std::snprintf(buf, sizeof buf, "%.0f KiB", std::ceil(static_cast<double>(b) / 1024));
+    else
+      std::snprintf(buf, sizeof buf, b < (uint64_t{10} << 20) ? "%.1f MiB" : "%.0f MiB", static_cast<double>(b) / (1 << 20));
+    return std::string(buf);
+  };
+  std::error_code ec;
+  const auto sp = std::filesystem::space(dir.empty() ? "." : dir, ec);
+  return cat("it needs about ", mib(need_bytes), ec ? std::string() : cat("; ", dir, " has ", mib(sp.available), " free"));
 }
 
 bool same_file(const std::string& a, const std::string& b) {

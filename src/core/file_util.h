@@ -36,6 +36,10 @@ struct NamedPath {
 // output (empty paths are skipped).  Called before anything is written.
 void check_outputs_apart(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
+// "it needs about 412 MiB; /runs has 3.1 MiB free": for the message of a
+// write that failed, with `dir`'s filesystem's free space now.
+std::string space_note(const std::string& dir, uint64_t need_bytes);
+
 // Writes all of [data, data+n) to fd; throws Error naming `path` on failure.
 void write_all(int fd, const void* data, size_t n, const std::string& path);
 void fsync_dir(const std::string& dir);

@@ -229,32 +229,42 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
   fs::remove_all(tmp_dir, ec);
   if (!fs::create_directory(tmp_dir, ec)) fail(tmp_dir, ": cannot create: ", ec.message());
 
-  write_model_files(tmp_dir, c, layout, params, so.bf16);
-  if (so.optimizer) {
-    SafeTensorsWriter opt;
-    if (so.fetch_moments) {  // tensor by tensor from their owners, in arena order
-      for (int k = 0; k < 2; ++k)
-        for (const auto& s : layout.specs())
-          if (!so.trained || so.trained(s))
-            opt.add_f32(cat(k == 0 ? "exp_avg." : "exp_avg_sq.", s.name), s.shape,
-                        [&, k, at = s.offset](size_t first, std::span<float> out) {
-                          so.fetch_moments(k, at + static_cast<int64_t>(first), out);
-                        });
-    } else {
-      add_arena(opt, layout, m, "exp_avg.", so.trained);
-      add_arena(opt, layout, v, "exp_avg_sq.", so.trained);
+  // What this save writes; a failure (a full disk) removes it and says how much it needed.
+  try {
+    write_model_files(tmp_dir, c, layout, params, so.bf16);
+    if (so.optimizer) {
+      SafeTensorsWriter opt;
+      if (so.fetch_moments) {  // tensor by tensor from their owners, in arena order
+        for (int k = 0; k < 2; ++k)
+          for (const auto& s : layout.specs())
+            if (!so.trained || so.trained(s))
+              opt.add_f32(cat(k == 0 ? "exp_avg." : "exp_avg_sq.", s.name), s.shape,
+                          [&, k, at = s.offset](size_t first, std::span<float> out) {
+                            so.fetch_moments(k, at + static_cast<int64_t>(first), out);
+                          });
+      } else {
+        add_arena(opt, layout, m, "exp_avg.", so.trained);
+        add_arena(opt, layout, v, "exp_avg_sq.", so.trained);
+      }
+      opt.write(tmp_dir + "/optimizer.safetensors");
     }
-    opt.write(tmp_dir + "/optimizer.safetensors");
+    nlohmann::json j;
+    j["step"] = st.step;
+    j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
+    j["rng"] = st.rng;
+    j["settings"] = st.settings;
+    write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
+    for (const std::string& f : so.copy_files)
+      write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
+    fsync_dir(tmp_dir);
+  } catch (const Error& e) {
+    fs::remove_all(tmp_dir, ec);
+    int64_t trained = 0;
+    for (const auto& s : layout.specs()) trained += !so.trained || so.trained(s) ? s.numel : 0;
+    const uint64_t need = static_cast<uint64_t>(layout.total()) * (so.bf16 ? 2 : 4) +
+                          (so.optimizer ? static_cast<uint64_t>(trained) * 8 : 0);
+    fail(e.what(), " (the unfinished checkpoint ", tmp_dir, " was removed; ", space_note(out_dir, need), ")");
   }
-  nlohmann::json j;
-  j["step"] = st.step;
-  j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
-  j["rng"] = st.rng;
-  j["settings"] = st.settings;
-  write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
-  for (const std::string& f : so.copy_files)
-    write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
-  fsync_dir(tmp_dir);
 
   // Into place.  Every state between the steps below is a valid run
   // directory: a checkpoint of the same step (a rerun) is swapped with the new

@@ -2,6 +2,7 @@
 #include "train/trainer.h"
 
 #include <signal.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -334,8 +335,14 @@ class Run {
   std::unique_ptr<Shards> shards_;
   std::unique_ptr<AdamW> adamw_;
   int64_t start_ = 0;  // the step the run starts at (a resume's)
-  std::FILE* log_ = nullptr;
-  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log_guard_{nullptr, &std::fclose};
+  int log_ = -1;           // log.jsonl (root only), appended a whole line at a time
+  std::string log_path_;
+  struct FdGuard {
+    int& fd;
+    ~FdGuard() {
+      if (fd >= 0) ::close(fd);
+    }
+  } log_guard_{log_};
   SaveOptions save_options_;
   double flops_per_token_ = 0, peak_flops_ = 0;
   int64_t tokens_per_step_ = 0;
@@ -351,6 +358,7 @@ class Run {
   void log_line(const nlohmann::json& j);
   void validate(int64_t step_done);
   void save(int64_t step_done);
+  [[noreturn]] void stop_after_failed_write(const std::string& what) const;
   bool trained(const TensorSpec& s) const { return adamw_->trains(s); }
 };
 
@@ -473,15 +481,32 @@ void Run::open_log() {
   // steps it redoes (written after that checkpoint) are dropped first.
   const std::string log_path = opt_.out + "/log.jsonl";
   if (start_ > 0 && std::filesystem::exists(log_path)) truncate_log(log_path, start_);
-  log_ = std::fopen(log_path.c_str(), start_ > 0 ? "a" : "w");
-  if (!log_) fail(log_path, ": cannot open log for writing");
-  log_guard_.reset(log_);
+  log_ = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | (start_ > 0 ? 0 : O_TRUNC), 0644);
+  if (log_ < 0) fail(log_path, ": cannot open log for writing: ", errno_text());
+  log_path_ = log_path;
 }
 
+// One line of log.jsonl, whole or not at all: a failed write (a full disk)
+// cuts the file back to its last complete line and ends the run, as a failed
+// checkpoint does.
 void Run::log_line(const nlohmann::json& j) {
-  if (!log_) return;
-  std::fprintf(log_, "%s\n", j.dump().c_str());
-  std::fflush(log_);
+  if (log_ < 0) return;
+  const std::string line = j.dump() + "\n";
+  const off_t good = ::lseek(log_, 0, SEEK_END);
+  try {
+    write_all(log_, line.data(), line.size(), log_path_);
+  } catch (const Error& e) {
+    if (good >= 0 && ::ftruncate(log_, good) != 0) {
+    }  // best effort: resume truncates the log to the checkpoint's step anyway
+    stop_after_failed_write(cat(e.what(), " (", space_note(opt_.out, line.size()), ")"));
+  }
+}
+
+void Run::stop_after_failed_write(const std::string& what) const {
+  fail(what, "; training stopped",
+       result_.last_checkpoint.empty() ? std::string("; no checkpoint was written yet")
+                                       : cat("; the last good checkpoint is ", result_.last_checkpoint,
+                                             " (attnres train --resume ", result_.last_checkpoint, ")"));
 }
 
 void Run::print_start() {
@@ -560,9 +585,12 @@ void Run::save(int64_t step_done) {
   const HostView<float> params(ops, model.params(), static_cast<size_t>(model.layout().total()));
   const HostView<float> m_view(ops, adamw.m(), moments), v_view(ops, adamw.v(), moments);
   if (shards_->bounds.size() <= 2 || !opt_.save_optimizer) {  // one process holds every moment it saves
-    if (root_)
-      result_.last_checkpoint = save_checkpoint(opt_.out, c_, model.layout(), params.data(), m_view.data(),
-                                                v_view.data(), st, save_options_);
+    if (root_) try {
+        result_.last_checkpoint = save_checkpoint(opt_.out, c_, model.layout(), params.data(), m_view.data(),
+                                                  v_view.data(), st, save_options_);
+      } catch (const Error& e) {
+        stop_after_failed_write(e.what());
+      }
     return;
   }
   // Sharded moments: each rank's range streams to rank 0 while it writes
