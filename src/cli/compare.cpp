@@ -44,12 +44,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> split_list(const std::string& s) {
+// --modes: names between commas, none empty, none twice.
+std::vector<std::string> split_modes(const std::string& s) {
   std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string item; std::getline(in, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
+  size_t at = 0;
+  for (;;) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    if (item.empty()) fail("--modes '", s, "': an empty name (two commas, or one at an end)");
+    if (std::find(out.begin(), out.end(), item) != out.end())
+      fail("--modes '", s, "' names ", item, " twice (each mode runs once per seed; --seeds N runs more)");
+    out.push_back(item);
+    if (end == s.size()) return out;
+    at = end + 1;
+  }
 }
 
 std::string fmt(double x, int digits) {
@@ -155,8 +163,9 @@ int cmd_compare(int argc, char** argv) {
   if (!opts.parse(argc, argv)) return 0;
   const std::string& out = o.out;
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
-  const std::vector<std::string> modes = split_list(o.modes);
-  if (modes.empty()) fail("--modes names no mode");
+  const std::vector<std::string> modes = split_modes(o.modes);
+  if (!(o.minutes >= 0) || !std::isfinite(o.minutes))
+    fail("--minutes must be 0 (no limit) or a positive number of minutes, got ", o.minutes);
   for (const std::string& m : modes) parse_mode_name(m);  // an Error names a bad one
   const int64_t seeds = o.seeds, B = t.batch, T = t.seq_len;
   if (seeds < 1) fail("--seeds must be at least 1");
@@ -245,14 +254,33 @@ int cmd_compare(int argc, char** argv) {
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& run = runs[i];
     const std::string done_path = run.dir + "/done.json";
-    if (fs::exists(done_path)) {
-      std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(),
-                  static_cast<long long>(run.seed));
-      results.push_back(parse_json(read_file(done_path), done_path));
-      continue;
+    if (fs::exists(done_path)) {  // finished before: its record, checked field by field
+      try {
+        nlohmann::json r = parse_json(read_file(done_path), done_path);
+        check_run_record(r, done_path);
+        if (r["mode"] != run.mode || r["seed"] != run.seed)
+          fail(done_path, ": is the record of ", brief(r["mode"]), " seed ", brief(r["seed"]), ", not of ", run.mode,
+               " seed ", run.seed);
+        std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(),
+                    static_cast<long long>(run.seed));
+        results.push_back(r);
+        continue;
+      } catch (const Error& e) {
+        std::printf("compare: %s; the run is evaluated again\n", e.what());
+        fs::remove(done_path);
+      }
     }
     std::vector<std::string> args = {"train"};
     const bool resume = fs::exists(run.dir + "/latest");
+    // A run whose training finished (its checkpoint is at the planned step, or
+    // at the step a time budget cut it to) but whose evaluation did not — a
+    // comparison killed in between — is evaluated, not trained again.
+    bool trained = false;
+    if (resume) {
+      const int64_t at = read_trainer_state(resolve_model_dir(run.dir)).step;
+      const int64_t cut_to = fs::exists(run.dir + "/log.jsonl") ? read_run_log(run.dir + "/log.jsonl").schedule_steps : 0;
+      trained = at >= steps || (cut_to > 0 && at >= cut_to);
+    }
     if (resume) {
       args.insert(args.end(), {"--resume", run.dir});
     } else {
@@ -273,16 +301,23 @@ int cmd_compare(int argc, char** argv) {
       if (share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
       args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
     }
-    std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
-                resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
-                static_cast<long long>(steps), static_cast<long long>(B * T), run.dir.c_str());
-    std::fflush(stdout);
-    fs::create_directories(run.dir);
     const double t0 = now_seconds();
-    const ChildResult child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", launcher);
-    if (child.exit_code != 0)
-      fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
-           "/train.err");
+    ChildResult child;
+    if (trained) {
+      std::printf("compare: %s seed %lld trained before, not evaluated: evaluating it\n", run.mode.c_str(),
+                  static_cast<long long>(run.seed));
+    } else {
+      std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
+                  resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
+                  static_cast<long long>(steps), static_cast<long long>(B * T), run.dir.c_str());
+      std::fflush(stdout);
+      fs::create_directories(run.dir);
+      child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", launcher);
+      if (child.exit_code != 0)
+        fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
+             "/train.err");
+    }
+    std::fflush(stdout);
     const RunLog log = read_run_log(run.dir + "/log.jsonl");
     nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", precision},
                         {"steps", log.steps},

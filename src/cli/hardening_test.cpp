@@ -10,6 +10,8 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -187,6 +189,119 @@ TEST_F(Cli, AFailedExportLeavesNothing) {
   EXPECT_TRUE(fs::exists(dir_ + "/empty/model.safetensors"));
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/ok.bin"),
                      {dir_ + "/ok.bin: is a file; --out names the directory to create"});
+}
+
+// 6. A comparison killed outright (SIGKILL) takes its training with it: the
+// child gets SIGTERM, checkpoints and exits, so nothing holds the run.
+TEST_F(Cli, AKilledCompareTakesItsTrainingWithIt) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  const std::string run_dir = dir_ + "/cmp/baseline-seed1337";
+  ASSERT_EQ(std::system((std::string(ATTNRES_BINARY) + " compare --config " + dir_ + "/cfg.json --modes baseline --data " +
+                         dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --seq-len 8 --threads 1 --steps 1000000 --out " +
+                         dir_ + "/cmp >/dev/null 2>&1 & echo $! > " + dir_ + "/compare.pid")
+                            .c_str()),
+            0);
+  auto read_pid = [](const std::string& path) -> pid_t {
+    std::error_code ec;
+    if (!fs::exists(path, ec)) return 0;
+    return static_cast<pid_t>(std::atol(read_file(path).c_str()));
+  };
+  auto alive = [](pid_t pid) {  // a zombie (exited, not yet reaped) is not alive
+    std::error_code ec;
+    const std::string stat = fs::exists("/proc/" + std::to_string(pid) + "/stat", ec)
+                                 ? read_file("/proc/" + std::to_string(pid) + "/stat") : "";
+    const size_t paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
+  };
+  pid_t compare = 0, train = 0;
+  for (int i = 0; i < 2000 && (!compare || !train || !fs::exists(run_dir + "/log.jsonl")); ++i) {
+    compare = read_pid(dir_ + "/compare.pid");
+    train = read_pid(run_dir + "/.lock");
+    ::usleep(10000);
+  }
+  ASSERT_GT(compare, 0);
+  ASSERT_GT(train, 0) << "the training never started";
+  ASSERT_TRUE(alive(train));
+  ASSERT_EQ(::kill(compare, SIGKILL), 0);
+  for (int i = 0; i < 3000 && alive(train); ++i) ::usleep(10000);
+  EXPECT_FALSE(alive(train)) << "attnres train " << train << " outlived its comparison";
+  EXPECT_TRUE(fs::exists(run_dir + "/latest")) << "no checkpoint at SIGTERM";
+}
+
+// 6, 7. A run trained but not evaluated is evaluated on the rerun, not
+// retrained or refused; a done.json that is not a run's record ({}, a null
+// loss) is redone, never a zero in the table.
+TEST_F(Cli, CompareEvaluatesAFinishedRunAndRedoesABadRecord) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  const std::string cmp = "compare --config " + dir_ + "/cfg.json --modes baseline --data " + dir_ + "/ok.bin --val-data " +
+                          dir_ + "/ok.bin --seq-len 8 --threads 1 --steps 20 --out " + dir_ + "/cmp";
+  Result r = run(cmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string done = dir_ + "/cmp/baseline-seed1337/done.json";
+  const double loss = nlohmann::json::parse(read_file(done))["val_loss"].get<double>();
+  ASSERT_GT(loss, 1.0);
+  fs::remove(done);
+  r = run(cmp);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("baseline seed 1337 trained before, not evaluated: evaluating it"), std::string::npos) << r.out;
+  EXPECT_EQ(nlohmann::json::parse(read_file(done))["val_loss"].get<double>(), loss);
+  nlohmann::json null_loss = nlohmann::json::parse(read_file(done));
+  null_loss["val_loss"] = nullptr;
+  for (const auto& [bad, says] : std::vector<std::pair<std::string, std::string>>{
+           {"{}", "'mode' is missing"}, {"[1]", "is not a JSON object"}, {null_loss.dump(), "'val_loss' is null"}}) {
+    write_file_atomic(done, bad);
+    r = run(cmp);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(r.out.find(done + ": " + says), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("the run is evaluated again"), std::string::npos) << r.out;
+    const nlohmann::json results = nlohmann::json::parse(read_file(dir_ + "/cmp/results.json"));
+    EXPECT_EQ(results["runs"][0]["val_loss"].get<double>(), loss) << bad;
+    EXPECT_EQ(r.out.find("| 0.0000 |"), std::string::npos) << r.out;
+  }
+}
+
+// 8. --modes with a mode twice or an empty name, and --minutes that is not a
+// time, are one line each.
+TEST_F(Cli, CompareRefusesDuplicateOrEmptyModesAndBadMinutes) {
+  const std::string rest = " --data " + dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --steps 2 --out " + dir_ + "/c";
+  expect_clear_error(run("compare --modes baseline,baseline" + rest), {"names baseline twice"});
+  expect_clear_error(run("compare --modes baseline," + rest), {"an empty name"});
+  expect_clear_error(run("compare --modes ,baseline" + rest), {"an empty name"});
+  expect_clear_error(run("compare --modes baseline,,delta" + rest), {"an empty name"});
+  expect_clear_error(run("compare --modes baseline --minutes -1" + rest), {"--minutes"});
+  expect_clear_error(run("compare --modes baseline --minutes nan" + rest), {"--minutes"});
+  EXPECT_FALSE(fs::exists(dir_ + "/c"));
+}
+
+// 13. report: a wrongly typed field of a log is FILE:LINE and the field; a
+// results.json without runs says so; skipped lines and an empty log are warned of.
+TEST_F(Cli, ReportNamesTheFileLineAndFieldOfABadLog) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  Result r = run("train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --val-data " + dir_ +
+                 "/ok.bin --steps 3 --batch 2 --seq-len 8 --routing-every 1 --out " + dir_ + "/run >/dev/null");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string log_path = dir_ + "/run/log.jsonl", log = read_file(log_path);
+  const std::string report = "report " + dir_ + "/run --out " + dir_ + "/r.html";
+  write_file_atomic(log_path, log + "{\"step\": 3, \"val_loss\": null}\n");
+  const int64_t lines = std::count(log.begin(), log.end(), '\n') + 1;
+  expect_clear_error(run(report), {log_path + ":" + std::to_string(lines) + ": 'val_loss' is null, not a number"});
+  write_file_atomic(log_path, log + "{\"step\": 3, \"routing\": \"x\"}\n");
+  expect_clear_error(run(report), {log_path + ":" + std::to_string(lines) + ": 'routing' is not routing statistics"});
+  write_file_atomic(log_path, "not json\n" + log + "[1, 2]\n");
+  r = run(report);
+  EXPECT_NE(r.err.find("report: warning: " + dir_ + "/run/log.jsonl: 2 lines that are not JSON objects were skipped"),
+            std::string::npos) << r.err;
+  write_file_atomic(log_path, "");
+  r = run(report);
+  EXPECT_NE(r.err.find("report: warning: " + dir_ + "/run/log.jsonl: no training step is logged"), std::string::npos)
+      << r.err;
+  fs::create_directories(dir_ + "/cmp");
+  write_file_atomic(dir_ + "/cmp/results.json", "{}");
+  expect_clear_error(run("report " + dir_ + "/cmp --out " + dir_ + "/r.html"),
+                     {dir_ + "/cmp/results.json: has no 'runs' list"});
+  write_file_atomic(dir_ + "/cmp/results.json", "{\"runs\": [{\"mode\": \"baseline\"}], \"settings\": {}, \"notes\": []}");
+  expect_clear_error(run("report " + dir_ + "/cmp --out " + dir_ + "/r.html"),
+                     {dir_ + "/cmp/results.json: runs[0]: 'seed' is missing"});
 }
 
 }  // namespace

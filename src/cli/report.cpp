@@ -51,6 +51,7 @@ int cmd_report(int argc, char** argv) {
     check_outputs_apart({{"--out", o.out}}, inputs);
   }
   const nlohmann::json data = read_report_data(dirs);  // the runs are checked before Vega is looked for
+  for (const auto& w : data["warnings"]) std::fprintf(stderr, "report: warning: %s\n", w.get<std::string>().c_str());
   write_report(data, o.out, find_vega_dir(o.vega_dir));
   std::printf("report: %s\n", o.out.c_str());
   return 0;

@@ -2,11 +2,15 @@
 #include "cli/spawn.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <spawn.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -16,17 +20,39 @@ extern char** environ;
 
 namespace attnres {
 
+[[noreturn]] void become_child(int argc, char** argv) {
+  // argv: attnres --child-of PID PROGRAM ARGS…
+  if (argc < 4) {
+    std::fprintf(stderr, "attnres: %s needs a parent pid and a program\n", kChildOf);
+    std::_Exit(2);
+  }
+  const pid_t parent = static_cast<pid_t>(std::strtol(argv[2], nullptr, 10));
+  // SIGTERM when the parent dies, however it dies (SIGKILL too): a training
+  // run then finishes its step, checkpoints and exits, and the rerun of the
+  // comparison resumes it.  Kept across exec; checked once after setting it,
+  // in case the parent died before.
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || ::getppid() != parent) std::_Exit(1);
+  ::execvp(argv[3], argv + 3);
+  std::fprintf(stderr, "attnres: cannot start %s: %s\n", argv[3], std::strerror(errno));
+  std::_Exit(127);
+}
+
 ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file,
                      const std::vector<std::string>& launcher) {
-  std::vector<std::string> a = args;
+  // attnres --child-of PID PROGRAM ARGS…: this program again, which ties
+  // itself to us (kChildOf) and then becomes PROGRAM ARGS…: the run itself,
+  // or the launcher that starts it.
+  std::error_code ec;
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  if (ec) fail("cannot find this program's path (/proc/self/exe): ", ec.message());
+  std::vector<std::string> a = {"attnres", kChildOf, std::to_string(::getpid())};
   if (launcher.empty()) {
-    a.insert(a.begin(), "attnres");
+    a.push_back(self);
   } else {
-    std::error_code ec;
-    a.insert(a.begin(), std::filesystem::read_symlink("/proc/self/exe", ec).string());
-    if (ec) fail("cannot find this program's path (/proc/self/exe): ", ec.message());
-    a.insert(a.begin(), launcher.begin(), launcher.end());
+    a.insert(a.end(), launcher.begin(), launcher.end());
+    a.push_back(self);
   }
+  a.insert(a.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : a) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -43,8 +69,7 @@ ChildResult run_self(const std::vector<std::string>& args, const std::string& ou
   if (!err_file.empty())
     posix_spawn_file_actions_addopen(&actions, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
   pid_t pid;
-  const int rc = launcher.empty() ? ::posix_spawn(&pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ)
-                                  : ::posix_spawnp(&pid, launcher[0].c_str(), &actions, nullptr, argv.data(), environ);
+  const int rc = ::posix_spawn(&pid, self.c_str(), &actions, nullptr, argv.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
   if (out_file.empty()) ::close(fds[1]);
   if (rc != 0) {

@@ -18,6 +18,13 @@ struct ChildResult {
   int64_t peak_rss_bytes = 0;  // the child's own high-water mark (wait4)
 };
 
+// Every child is started through `attnres --child-of PID …` (become_child),
+// so that it gets SIGTERM when this process dies, even by SIGKILL: a
+// comparison killed outright leaves no training running.
+inline constexpr const char* kChildOf = "--child-of";
+// main() of `attnres --child-of PID PROGRAM ARGS…`: ties itself to PID and execs.
+[[noreturn]] void become_child(int argc, char** argv);
+
 // `attnres ARGS…`: stdout captured (out_file "") or appended to out_file;
 // stderr appended to err_file, or inherited when "".  With a launcher (for
 // example {"mpirun", "-np", "2"}), `LAUNCHER… /path/to/attnres ARGS…` (found

@@ -33,7 +33,7 @@ const char* kScripts[3] = {"vega/build/vega.min.js", "vega-lite/build/vega-lite.
                            "vega-embed/build/vega-embed.min.js"};
 
 // A run of `attnres train` alone, in the shape compare's done.json has.
-json single_run(const std::string& dir) {
+json single_run(const std::string& dir, json& warnings) {
   const std::string ckpt = resolve_model_dir(dir);
   const Config c = Config::load(ckpt + "/config.json");
   json run = {{"mode", c.mode_label()}, {"dir", dir}, {"params", ParamLayout(c).total()}};
@@ -41,6 +41,10 @@ json single_run(const std::string& dir) {
   run["seed"] = st.settings.value("seed", 0);
   run["steps"] = st.step;
   const RunLog log = read_run_log(dir + "/log.jsonl");
+  if (log.skipped_lines > 0)
+    warnings.push_back(cat(dir, "/log.jsonl: ", log.skipped_lines, " line", log.skipped_lines == 1 ? "" : "s",
+                           " that are not JSON objects were skipped"));
+  if (log.loss_curve.empty()) warnings.push_back(cat(dir, "/log.jsonl: no training step is logged"));
   run["val_curve"] = log.val_curve;
   run["loss_curve"] = log.loss_curve;
   run["routing_curve"] = log.routing_curve;
@@ -275,15 +279,23 @@ std::string find_vega_dir(const std::string& flag) {
 json read_report_data(const std::vector<std::string>& dirs) {
   if (dirs.empty()) fail("name at least one run or comparison directory (attnres report DIR... --out FILE)");
   json data = {{"runs", json::array()}, {"comparisons", json::array()}, {"machine", machine()}, {"commit", commit()},
-               {"tables", json::array()}};
+               {"tables", json::array()}, {"warnings", json::array()}};
   for (const std::string& dir : dirs) {
     if (fs::exists(dir + "/results.json")) {
-      const json r = parse_json(read_file(dir + "/results.json"), dir + "/results.json");
-      for (const auto& run : r.at("runs")) data["runs"].push_back(run);
+      const std::string path = dir + "/results.json";
+      const json r = parse_json(read_file(path), path);
+      if (!r.is_object() || !r.contains("runs") || !r["runs"].is_array())
+        fail(path, ": has no 'runs' list (not the results of attnres compare)");
+      for (size_t i = 0; i < r["runs"].size(); ++i) {
+        check_run_record(r["runs"][i], cat(path, ": runs[", i, "]"));
+        data["runs"].push_back(r["runs"][i]);
+      }
+      for (const char* k : {"settings", "notes"})
+        if (!r.contains(k)) fail(path, ": '", k, "' is missing");
       data["comparisons"].push_back({{"dir", dir}, {"settings", r["settings"]}, {"notes", r["notes"]}});
       if (fs::exists(dir + "/results.md")) data["tables"].push_back({{"dir", dir}, {"md", read_file(dir + "/results.md")}});
     } else if (fs::exists(dir + "/log.jsonl")) {
-      data["runs"].push_back(single_run(dir));
+      data["runs"].push_back(single_run(dir, data["warnings"]));
     } else {
       fail(dir, ": neither a comparison (results.json) nor a training run (log.jsonl)");
     }

@@ -36,6 +36,8 @@ std::string find_vega_dir(const std::string& flag);
 
 // What the page shows of `dirs` (comparison or run directories), read and
 // checked: every error about the runs comes before Vega is looked for.
+// data["warnings"]: what was read but not used (skipped log lines, a run
+// with no logged step), one line each, for the caller to print.
 nlohmann::json read_report_data(const std::vector<std::string>& dirs);
 // Writes the page of that data to `out_html` (atomically), Vega from vega_dir.
 void write_report(const nlohmann::json& data, const std::string& out_html, const std::string& vega_dir);

@@ -3,41 +3,77 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <vector>
+
+#include "core/error.h"
+#include "core/file_util.h"
 
 namespace attnres {
 
+namespace {
+
+// The field `key` of a log line as a number (an integer where `integer`), or
+// an Error naming the file, the line and the field.
+double number_field(const nlohmann::json& j, const char* key, const std::string& where, bool integer = false) {
+  const nlohmann::json& v = j[key];
+  if (!v.is_number() || (integer && !v.is_number_integer()))
+    fail(where, ": '", key, "' is ", v.is_null() ? std::string("null") : v.dump().substr(0, 40), ", not ",
+         integer ? "an integer" : "a number");
+  return v.get<double>();
+}
+
+}  // namespace
+
 RunLog read_run_log(const std::string& path) {
   RunLog r;
-  std::ifstream in(path);
+  const std::string text = read_file(path);
   std::vector<double> speeds;
-  for (std::string line; std::getline(in, line);) {
+  size_t at = 0;
+  for (int64_t line_no = 1; at < text.size(); ++line_no) {
+    size_t end = text.find('\n', at);
+    const bool last = end == std::string::npos;
+    if (last) end = text.size();
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    const std::string where = cat(path, ":", line_no);
+    if (line.empty()) continue;
     nlohmann::json j;
     try {
       j = nlohmann::json::parse(line);
     } catch (const nlohmann::json::exception&) {
+      if (!last) ++r.skipped_lines;  // an unterminated last line is a killed run's torn write
       continue;
     }
-    if (!j.is_object()) continue;
-    const int64_t step = j.value("step", int64_t{0});
+    if (!j.is_object()) {
+      ++r.skipped_lines;
+      continue;
+    }
+    const int64_t step = j.contains("step") ? static_cast<int64_t>(number_field(j, "step", where, true)) : 0;
     if (j.contains("val_loss")) {
-      r.val_loss = j["val_loss"].get<double>();
-      r.val_ppl = j.value("val_ppl", std::exp(r.val_loss));
+      r.val_loss = number_field(j, "val_loss", where);
+      r.val_ppl = j.contains("val_ppl") ? number_field(j, "val_ppl", where) : std::exp(r.val_loss);
       r.val_curve.push_back({{"step", step}, {"val_loss", r.val_loss}});
     } else if (j.contains("loss")) {
       r.steps = std::max(r.steps, step);
-      r.loss_curve.push_back({{"step", step}, {"loss", j["loss"]}});
-      speeds.push_back(j.value("tok_per_s", 0.0));
+      r.loss_curve.push_back({{"step", step}, {"loss", number_field(j, "loss", where)}});
+      speeds.push_back(j.contains("tok_per_s") ? number_field(j, "tok_per_s", where) : 0.0);
     } else if (j.contains("routing")) {
-      r.routing_curve.push_back({{"step", step}, {"token_max", j["routing"]["token_max"]}});
-      r.last_routing = j["routing"];
+      const nlohmann::json& rt = j["routing"];
+      if (!rt.is_object() || !rt.contains("token_max") || !rt["token_max"].is_array())
+        fail(where, ": 'routing' is not routing statistics (an object with a 'token_max' list)");
+      for (const auto& x : rt["token_max"])
+        if (!x.is_number()) fail(where, ": 'routing' has a 'token_max' entry that is not a number");
+      r.routing_curve.push_back({{"step", step}, {"token_max", rt["token_max"]}});
+      r.last_routing = rt;
       r.last_routing_step = step;
     } else if (j.contains("schedule_steps")) {
-      r.schedule_steps = j["schedule_steps"].get<int64_t>();
-    } else if (j.contains("peak_rss_bytes_per_rank") && j["peak_rss_bytes_per_rank"].is_array()) {
-      for (const auto& b : j["peak_rss_bytes_per_rank"])
-        if (b.is_number()) r.peak_rss_bytes = std::max(r.peak_rss_bytes, b.get<int64_t>());
+      r.schedule_steps = static_cast<int64_t>(number_field(j, "schedule_steps", where, true));
+    } else if (j.contains("peak_rss_bytes_per_rank")) {
+      if (!j["peak_rss_bytes_per_rank"].is_array()) fail(where, ": 'peak_rss_bytes_per_rank' is not a list");
+      for (const auto& b : j["peak_rss_bytes_per_rank"]) {
+        if (!b.is_number_integer()) fail(where, ": 'peak_rss_bytes_per_rank' holds a value that is not an integer");
+        r.peak_rss_bytes = std::max(r.peak_rss_bytes, b.get<int64_t>());
+      }
     }
   }
   if (!speeds.empty()) {
@@ -45,6 +81,40 @@ RunLog read_run_log(const std::string& path) {
     r.tok_per_s = speeds[speeds.size() / 2];
   }
   return r;
+}
+
+void check_run_record(const nlohmann::json& r, const std::string& where) {
+  if (!r.is_object()) fail(where, ": is not a JSON object (a run's record)");
+  enum Kind { kString, kInteger, kNumber, kBool, kList, kObject };
+  struct Field {
+    const char* key;
+    Kind kind;
+    bool required;
+  };
+  static const Field kFields[] = {
+      {"mode", kString, true},         {"seed", kInteger, true},      {"dir", kString, true},
+      {"steps", kInteger, true},       {"val_loss", kNumber, true},   {"val_ppl", kNumber, true},
+      {"tok_per_s", kNumber, true},    {"peak_rss_bytes", kInteger, true}, {"params", kInteger, true},
+      {"cut", kBool, true},            {"val_curve", kList, true},    {"loss_curve", kList, true},
+      {"routing_curve", kList, false}, {"routing", kObject, false},   {"planned_steps", kInteger, false},
+  };
+  static const char* kNames[] = {"a string", "an integer", "a number", "true or false", "a list", "an object"};
+  for (const Field& f : kFields) {
+    if (!r.contains(f.key)) {
+      if (f.required) fail(where, ": '", f.key, "' is missing");
+      continue;
+    }
+    const nlohmann::json& v = r[f.key];
+    const bool ok = f.kind == kString    ? v.is_string()
+                    : f.kind == kInteger ? v.is_number_integer()
+                    : f.kind == kNumber  ? v.is_number() && std::isfinite(v.get<double>())
+                    : f.kind == kBool    ? v.is_boolean()
+                    : f.kind == kList    ? v.is_array()
+                                         : v.is_object();
+    if (!ok)
+      fail(where, ": '", f.key, "' is ", v.is_null() ? std::string("null") : v.dump().substr(0, 40), ", not ",
+           kNames[f.kind], f.kind == kNumber ? " (finite)" : "");
+  }
 }
 
 }  // namespace attnres

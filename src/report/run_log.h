@@ -20,9 +20,17 @@ struct RunLog {
   nlohmann::json last_routing;                             // the last routing statistics logged (null: none)
   int64_t last_routing_step = 0;
   int64_t peak_rss_bytes = 0;  // the largest rank's, as the run logged it at its end (0: not logged)
+  int64_t skipped_lines = 0;   // lines that are not JSON objects (the reader says how many)
 };
 
-// Reads DIR/log.jsonl (a torn last line of a killed run is skipped).
+// Reads DIR/log.jsonl.  A line that is not a JSON object is counted in
+// skipped_lines (an unterminated last one, a killed run's torn write, is not);
+// a known field of the wrong type is an Error "FILE:LINE: 'field' is …".
 RunLog read_run_log(const std::string& path);
+
+// Checks a run's record as compare writes it (done.json, and each entry of
+// results.json's "runs"): every field the table and the report read, with
+// its type; an Error "WHERE: 'field' is missing / is …, not …" otherwise.
+void check_run_record(const nlohmann::json& r, const std::string& where);
 
 }  // namespace attnres
