@@ -43,7 +43,8 @@ int cmd_eval_tasks(int argc, char** argv) {
   struct {
     ModelFlags model;
     std::string tasks, data_dir;
-    int64_t limit = 0, num_fewshot = 0, fewshot_seed = 0, batch = 0, max_length = 0;
+    int64_t limit = 0, num_fewshot = 0, batch = 0, max_length = 0;
+    uint64_t fewshot_seed = 0;  // a Python int to the harness: taken whole (64 bits)
     bool json = false;
     std::string out, log_samples;
     bool quiet = false;
@@ -82,6 +83,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   const int64_t limit = o.limit, batch = o.batch;
   if (limit < 0) fail("--limit must be 0 (all) or positive");
   if (batch <= 0) fail("--batch must be positive");
+  if (o.max_length < 0) fail("--max-length must be 0 (max_position_embeddings) or positive, got ", o.max_length);
 
   // Every task file is read and checked before the model is loaded.
   const std::vector<TaskSpec> tasks = parse_task_list(o.tasks);
@@ -89,8 +91,7 @@ int cmd_eval_tasks(int argc, char** argv) {
   for (const TaskSpec& t : tasks) {
     docs.push_back(read_task_docs(t, o.data_dir, limit));
     if (fewshot > 0)
-      add_fewshot(t, docs.back(), read_fewshot_pool(t, o.data_dir), fewshot,
-                  static_cast<uint32_t>(o.fewshot_seed));
+      add_fewshot(t, docs.back(), read_fewshot_pool(t, o.data_dir), fewshot, o.fewshot_seed);
   }
 
   const ModelSource src =

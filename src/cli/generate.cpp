@@ -123,6 +123,7 @@ int cmd_generate(int argc, char** argv) {
   struct Prompt {
     std::vector<int32_t> ids;
     bool from_ids = false;
+    std::string where;  // "FILE:LINE: " of a --prompts line, for its errors
   };
   std::vector<Prompt> prompts;
   const bool batch_file = !o.prompts.empty();
@@ -138,9 +139,13 @@ int cmd_generate(int argc, char** argv) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       const nlohmann::json j = parse_json(line, cat(path, ":", line_no));
       Prompt p;
+      p.where = cat(path, ":", line_no, ": ");
       if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
         for (const auto& x : j["prompt_ids"]) {
           if (!x.is_number_integer()) fail(path, ":", line_no, ": prompt_ids must be integers");
+          // Checked whole (as --prompt-ids is), never wrapped to 32 bits.
+          if (x.is_number_unsigned() ? x.get<uint64_t>() >= static_cast<uint64_t>(c.V) : x.get<int64_t>() < 0 || x.get<int64_t>() >= c.V)
+            fail(path, ":", line_no, ": prompt token id ", x.dump(), " is outside [0, vocab_size=", c.V, ")");
           p.ids.push_back(x.get<int32_t>());
         }
         p.from_ids = true;
@@ -154,7 +159,7 @@ int cmd_generate(int argc, char** argv) {
     }
     if (prompts.empty()) fail(path, ": no prompts");
   } else if (o.prompt_ids) {
-    prompts.push_back({parse_ids(*o.prompt_ids, "--prompt-ids"), true});
+    prompts.push_back({parse_ids(*o.prompt_ids, "--prompt-ids"), true, ""});
   } else {
     std::string text = o.prompt ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
     need_tokenizer("a text prompt");
@@ -169,7 +174,12 @@ int cmd_generate(int argc, char** argv) {
   // Bad prompts are reported before the weights are read.
   int64_t longest = 0;
   for (const Prompt& p : prompts) {
-    check_prompt(c, c.max_position_embeddings, p.ids, g.max_new_tokens);
+    try {
+      check_prompt(c, c.max_position_embeddings, p.ids, g.max_new_tokens);
+    } catch (const Error& e) {
+      if (p.where.empty()) throw;
+      fail(p.where, e.what());
+    }
     longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
   }
   const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
@@ -198,6 +208,7 @@ int cmd_generate(int argc, char** argv) {
       std::vector<std::vector<int32_t>> ids;
       for (size_t i = i0; i < i0 + m; ++i) ids.push_back(prompts[i].ids);
       GenerateTimes t;
+      g.first_index = i0;  // sampling follows (seed, the prompt's index), not its place in the batch
       const auto results = generate(model, ids, g, &t);
       for (size_t i = 0; i < m; ++i) {
         nlohmann::json j = result_json(prompts[i0 + i], results[i], t);

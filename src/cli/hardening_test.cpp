@@ -304,5 +304,87 @@ TEST_F(Cli, ReportNamesTheFileLineAndFieldOfABadLog) {
                      {dir_ + "/cmp/results.json: runs[0]: 'seed' is missing"});
 }
 
+// 9. Integer flags: a value past the range is one line naming the flag and the
+// range, never an internal error or a wrapped value; the few-shot seed is a
+// Python int to the harness and is taken whole.
+TEST_F(Round3, IntegerFlagsAreTakenWholeOrRefused) {
+  std::string records;
+  for (int i = 0; i < 6; ++i)
+    records += "{\"context\": \"the quick " + std::to_string(i) + "\", \"choices\": [\" brown\", \" dog\"], \"gold\": " +
+               std::to_string(i % 2) + "}\n";
+  write_file_atomic(dir_ + "/tasks/mc_x.jsonl", records);
+  write_file_atomic(dir_ + "/tasks/mc_x.train.jsonl", records);  // the few-shot pool
+  for (const char* bad : {"99999999999999999999", "9223372036854775807", "-1"}) {
+    const Result r = run(tasks_ + " --num-fewshot " + bad);
+    expect_clear_error(r, {"--num-fewshot"});
+    EXPECT_EQ(r.err.find("internal"), std::string::npos) << r.err;
+  }
+  expect_clear_error(run(tasks_ + " --num-fewshot 9"), {"--num-fewshot 9", "6"});
+  expect_clear_error(run(tasks_ + " --fewshot-seed 18446744073709551616"), {"--fewshot-seed"});
+  expect_clear_error(run(tasks_ + " --max-length -1"), {"--max-length must be 0"});
+  auto contexts = [&](const std::string& seed) {
+    const Result r = run(tasks_ + " --num-fewshot 2 --json --fewshot-seed " + seed + " --log-samples " + dir_ + "/s.jsonl");
+    EXPECT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(nlohmann::json::parse(r.out)["config"]["fewshot_seed"].dump(), seed);
+    std::string all;
+    std::istringstream lines(read_file(dir_ + "/s.jsonl"));
+    for (std::string line; std::getline(lines, line);) all += nlohmann::json::parse(line)["context"].get<std::string>();
+    return all;
+  };
+  EXPECT_NE(contexts("4294968530"), contexts("1234"));  // 2^32 + 1234 draws its own examples
+  EXPECT_EQ(contexts("18446744073709551615").empty(), false);
+
+  const std::string g = "generate --model " + gen_ + " --prompt-ids 1,2";
+  Result r = run(g + " --max-new-tokens 9223372036854775807");
+  expect_clear_error(r, {"--max-new-tokens 9223372036854775807", "beyond max_position_embeddings 64"});
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  expect_clear_error(run(g + " --max-new-tokens 9223372036854775808"), {"--max-new-tokens"});
+}
+
+// 10. prompt_ids of a --prompts file are checked whole, naming the file and line.
+TEST_F(Round3, PromptFileIdsAreCheckedWhole) {
+  const std::string file = dir_ + "/p.jsonl", g = "generate --model " + gen_ + " --max-new-tokens 2 --prompts " + file;
+  write_file_atomic(file, "{\"prompt_ids\": [1, 2]}\n{\"prompt_ids\": [4294967297]}\n");
+  expect_clear_error(run(g), {file + ":2: prompt token id 4294967297 is outside [0, vocab_size=320)"});
+  write_file_atomic(file, "{\"prompt_ids\": [18446744073709551615]}\n");
+  expect_clear_error(run(g), {file + ":1: prompt token id 18446744073709551615 is outside"});
+  write_file_atomic(file, "{\"prompt_ids\": [-1]}\n");
+  expect_clear_error(run(g), {file + ":1: prompt token id -1 is outside"});
+  write_file_atomic(file, "{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1, 2, 3]}\n");
+  expect_clear_error(run("generate --model " + gen_ + " --max-new-tokens 62 --prompts " + file),
+                     {file + ":2: the prompt (3 tokens) plus --max-new-tokens 62"});
+}
+
+// 11. Sampled output follows (seed, index of the prompt): --batch 1, 2 and 5
+// give the same continuations.  12. A tiny positive temperature is greedy.
+TEST_F(Round3, SamplingDoesNotDependOnTheBatchAndTinyTemperaturesAreGreedy) {
+  fs::create_directories(dir_ + "/bare");  // ids out: a sampled id need not have text in the small tokenizer
+  fs::copy_file(gen_ + "/config.json", dir_ + "/bare/config.json");
+  fs::copy_file(gen_ + "/model.safetensors", dir_ + "/bare/model.safetensors");
+  std::string prompts;
+  for (int i = 0; i < 5; ++i) prompts += "{\"prompt_ids\": [" + std::to_string(3 + i) + ", 7]}\n";
+  write_file_atomic(dir_ + "/p.jsonl", prompts);
+  const std::string g = "generate --model " + dir_ + "/bare --prompts " + dir_ + "/p.jsonl --max-new-tokens 8 --ignore-eos";
+  auto ids = [&](const std::string& flags) {
+    const Result r = run(g + flags);
+    EXPECT_EQ(r.status, 0) << flags << ": " << r.err;
+    std::vector<nlohmann::json> out;
+    std::istringstream lines(r.out);
+    for (std::string line; std::getline(lines, line);) out.push_back(nlohmann::json::parse(line)["ids"]);
+    return out;
+  };
+  const auto one = ids(" --temperature 5 --seed 3 --batch 1");
+  ASSERT_EQ(one.size(), 5u);
+  EXPECT_EQ(ids(" --temperature 5 --seed 3 --batch 5"), one);
+  EXPECT_EQ(ids(" --temperature 5 --seed 3 --batch 2"), one);
+  EXPECT_NE(one[0], one[1]);  // each prompt has a stream of its own (the prompts differ too)
+  EXPECT_NE(ids(" --temperature 5 --seed 4 --batch 5"), one);
+  const auto greedy = ids(" --temperature 0");
+  EXPECT_NE(one, greedy);
+  EXPECT_EQ(ids(" --temperature 1e-310"), greedy);
+  EXPECT_EQ(ids(" --temperature 1e-45"), greedy);
+  EXPECT_EQ(ids(" --temperature 9e-7"), greedy);
+}
+
 }  // namespace
 }  // namespace attnres

@@ -33,7 +33,8 @@ void parse_value(T& field, const std::string& flag, const std::string& text) {
     else fail(flag, " expects true or false, got '", text, "'");
   } else if constexpr (std::is_same_v<T, double>) {
     const double x = std::strtod(s, &end);
-    if (text.empty() || *end || errno == ERANGE || !std::isfinite(x))
+    // ERANGE with a finite result is an underflow (1e-310 is a denormal, 1e-400 is 0): a number still.
+    if (text.empty() || *end || !std::isfinite(x))
       fail(flag, " expects a finite number, got '", text, "'");
     field = x;
   } else if constexpr (std::is_same_v<T, uint64_t>) {

@@ -60,19 +60,22 @@ double mean_stderr(const std::vector<double>& x) {
   return std::sqrt(ss / static_cast<double>(x.size() - 1)) / std::sqrt(static_cast<double>(x.size()));
 }
 
-PyRandom::PyRandom(uint32_t seed) {
-  // init_genrand(19650218), then init_by_array with the key [seed].
+PyRandom::PyRandom(uint64_t seed) {
+  // init_genrand(19650218), then init_by_array with the key: the seed's 32-bit
+  // words, least significant first, as many as it needs (at least one) —
+  // CPython's random_seed for an int, so 2^32 + 1234 is not 1234.
   mt_[0] = 19650218u;
   for (uint32_t i = 1; i < 624; ++i) mt_[i] = 1812433253u * (mt_[i - 1] ^ (mt_[i - 1] >> 30)) + i;
-  const uint32_t key[1] = {seed};
+  const uint32_t key[2] = {static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)};
+  const uint32_t words = seed >> 32 ? 2 : 1;
   uint32_t i = 1, j = 0;
-  for (int k = 624; k > 0; --k) {
+  for (int k = 624; k > 0; --k) {  // max(624, key length) rounds
     mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1664525u)) + key[j] + j;
     if (++i >= 624) {
       mt_[0] = mt_[623];
       i = 1;
     }
-    if (++j >= 1) j = 0;
+    if (++j >= words) j = 0;
   }
   for (int k = 623; k > 0; --k) {
     mt_[i] = (mt_[i] ^ ((mt_[i - 1] ^ (mt_[i - 1] >> 30)) * 1566083941u)) - i;

@@ -42,11 +42,11 @@ double mean_stderr(const std::vector<double>& x);  // sample sd / √n; NaN for 
 // The harness's bootstrap of exp(−mean(x)): `iters` resamples (a multiple of 1000).
 double bootstrap_perplexity_stderr(const std::vector<double>& x, int64_t iters = 100000);
 
-// CPython's random.Random(seed) (MT19937, seeded by init_by_array on the
-// seed's 32-bit words) and its random(): 53-bit doubles in [0, 1).
+// CPython's random.Random(seed) (MT19937, seeded by init_by_array on all of
+// the seed's 32-bit words) and its random(): 53-bit doubles in [0, 1).
 class PyRandom {
  public:
-  explicit PyRandom(uint32_t seed);
+  explicit PyRandom(uint64_t seed);
   double random();
   uint32_t getrandbits(int k);  // k in 1..32
   int64_t randbelow(int64_t n);  // Random._randbelow: getrandbits(n.bit_length()) until below n

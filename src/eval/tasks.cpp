@@ -348,7 +348,7 @@ std::vector<Doc> read_fewshot_pool(const TaskSpec& task, const std::string& dir)
 }
 
 void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector<Doc>& pool, int64_t k,
-                 uint32_t seed) {
+                 uint64_t seed) {
   if (k <= 0) return;
   PyRandom rnd(seed);  // one generator per task, drawn from in document order
   for (Doc& d : docs) {

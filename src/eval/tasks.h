@@ -102,7 +102,7 @@ std::vector<Doc> read_fewshot_pool(const TaskSpec& task, const std::string& dir)
 // per task draws random.sample(pool, k, or k + 1 with draw_extra) per
 // document, drops the document itself and keeps the first k.
 void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector<Doc>& pool, int64_t k,
-                 uint32_t seed);
+                 uint64_t seed);
 
 // Python's string rules the task definitions use (UTF-8 in, UTF-8 out).
 std::string py_strip(const std::string& s);       // str.strip(): Unicode whitespace, both ends

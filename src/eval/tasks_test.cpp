@@ -255,6 +255,11 @@ TEST(TaskMetrics, PyRandomSamplesAsCPython) {
   EXPECT_EQ(b.sample(50, 6), (std::vector<int64_t>{49, 28, 7, 0, 5, 37}));
   EXPECT_EQ(b.sample(50, 3), (std::vector<int64_t>{2, 42, 44}));
   EXPECT_EQ(PyRandom(7).sample(100000, 3), (std::vector<int64_t>{42445, 19772, 51750}));
+  // Seeds past 32 bits are taken whole (CPython keys init_by_array with every word):
+  // 2^32 + 1234 is not 1234.
+  EXPECT_EQ(PyRandom(4294968530ull).sample(1000, 5), (std::vector<int64_t>{221, 684, 439, 434, 110}));
+  EXPECT_EQ(PyRandom(4294967296ull).sample(1000, 5), (std::vector<int64_t>{115, 359, 427, 957, 17}));
+  EXPECT_EQ(PyRandom(18446744073709551615ull).sample(1000, 5), (std::vector<int64_t>{22, 254, 346, 633, 217}));
 }
 
 // CPython: random.Random(0).random(), Random(1).random(), Random(99).random().

@@ -56,11 +56,12 @@ void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>
     if (prompt[t] < 0 || prompt[t] >= c.V)
       fail("prompt token id ", prompt[t], " at position ", t, " is outside [0, vocab_size=", c.V, ")");
   if (max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", max_new_tokens);
-  const int64_t need = static_cast<int64_t>(prompt.size()) + max_new_tokens;
-  if (need > c.max_position_embeddings)
-    fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens, " is ", need,
+  const int64_t len = static_cast<int64_t>(prompt.size());
+  if (max_new_tokens > c.max_position_embeddings - len)  // not len + max_new_tokens: that can overflow
+    fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens, " is ",
+         max_new_tokens > INT64_MAX - len ? std::string("more than 2^63") : cat(len + max_new_tokens),
          " positions, beyond max_position_embeddings ", c.max_position_embeddings);
-  if (need > cache_len)
+  if (len + max_new_tokens > cache_len)
     fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens,
          " does not fit the KV cache of ", cache_len, " positions");
 }
@@ -138,7 +139,8 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
       model.forward_cached(p.data() + pos, 1, t, &i, &pos, logits.data());
     }
     tm.prefill_tokens += len;
-    Live s{static_cast<size_t>(i), p, Rng(opt.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i))};
+    const uint64_t index = opt.first_index + static_cast<uint64_t>(i);  // the prompt's, among all of them
+    Live s{static_cast<size_t>(i), p, Rng(opt.seed * 0x9E3779B97F4A7C15ull + index)};
     if (!push(s, sampler.next({logits.data(), static_cast<size_t>(V)}, s.rng))) live.push_back(std::move(s));
   }
   tm.prefill_s = now_seconds() - t0;

@@ -29,6 +29,10 @@ struct GenerateOptions {
   int64_t max_new_tokens = 64;
   SamplingOptions sampling;
   uint64_t seed = 0;
+  // The index of prompts[0] among all the prompts of the command: prompt i
+  // samples from a generator of (seed, first_index + i), so its tokens are
+  // the same whatever batch it is decoded in.
+  uint64_t first_index = 0;
   std::vector<int32_t> eos_ids;            // end-of-sequence ids
   std::vector<std::string> stop;           // stop strings (need a tokenizer)
   const Tokenizer* tokenizer = nullptr;    // for text and stop strings; null: ids only

@@ -24,7 +24,7 @@ int32_t argmax(std::span<const float> logits) {
 }
 
 int32_t Sampler::next(std::span<const float> logits, Rng& rng) {
-  if (opt_.temperature == 0.0) return argmax(logits);
+  if (opt_.temperature < kGreedyBelow) return argmax(logits);  // 0, and the limit of a tiny temperature
   const int64_t V = static_cast<int64_t>(logits.size());
   // Candidates by logit, largest first (ties: lower id first), cut to top_k.
   order_.resize(static_cast<size_t>(V));

@@ -5,6 +5,8 @@
 // then draw from the renormalised softmax.
 //
 // Greedy (temperature 0) is the argmax, the lowest id on ties (torch.argmax).
+// A temperature below kGreedyBelow is greedy too: it is the limit of sampling
+// as the temperature goes to 0, and logits / 1e-310 would be infinities.
 // Not a beam search.
 #pragma once
 
@@ -15,6 +17,8 @@
 #include "core/rng.h"
 
 namespace attnres {
+
+inline constexpr double kGreedyBelow = 1e-6;
 
 struct SamplingOptions {
   double temperature = 0.0;  // 0: greedy
