@@ -163,6 +163,11 @@ int cmd_compare(int argc, char** argv) {
   if (!opts.parse(argc, argv)) return 0;
   const std::string& out = o.out;
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
+  {
+    std::error_code ec;
+    if (fs::exists(out, ec) && !fs::is_directory(out, ec))
+      fail(out, ": is a file; --out names the comparison's directory (new, or one to resume)");
+  }
   const std::vector<std::string> modes = split_modes(o.modes);
   if (!(o.minutes >= 0) || !std::isfinite(o.minutes))
     fail("--minutes must be 0 (no limit) or a positive number of minutes, got ", o.minutes);
@@ -217,7 +222,11 @@ int cmd_compare(int argc, char** argv) {
   std::fflush(stdout);
 
   // The comparison's settings: a rerun must ask for the same comparison.
-  fs::create_directories(out);
+  {
+    std::error_code ec;
+    fs::create_directories(out, ec);
+    if (ec) fail(out, ": cannot create the comparison's directory: ", ec.message());
+  }
   nlohmann::json settings = {{"modes", modes}, {"config", o.config}, {"init", o.init},
                              {"data", fs::absolute(o.data).string()},
                              {"val_data", fs::absolute(o.val_data).string()},

@@ -122,9 +122,12 @@ int cmd_eval_tasks(int argc, char** argv) {
       for (const Request& r : docs[t][d].requests) {
         try {
           requests.push_back(encode_request(tok, r.context, r.continuation));
-        } catch (const Error& e) {
-          fail(tasks[t].name, " record ", d + 1, ": ", e.what());
+        } catch (const Error& e) {  // the tokenizer's limits too: FILE:LINE of the record
+          fail(docs[t][d].where, ": ", e.what());
         }
+        if (static_cast<int64_t>(requests.back().continuation.size()) > max_length)
+          fail(docs[t][d].where, ": a continuation has ", requests.back().continuation.size(),
+               " tokens, more than the model's length ", max_length, " (--max-length; nothing is left to condition on)");
       }
 
   const std::unique_ptr<Context> ctx = open_context(co);

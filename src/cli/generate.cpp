@@ -151,7 +151,11 @@ int cmd_generate(int argc, char** argv) {
         p.from_ids = true;
       } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
         need_tokenizer(cat(path, ":", line_no, ": a text prompt").c_str());
-        for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
+        try {  // the tokenizer's own limits (a regex match limit) name the line too
+          for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
+        } catch (const Error& e) {
+          fail(p.where, e.what());
+        }
       } else {
         fail(path, ":", line_no, ": expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
       }

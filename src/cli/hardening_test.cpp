@@ -386,5 +386,49 @@ TEST_F(Round3, SamplingDoesNotDependOnTheBatchAndTinyTemperaturesAreGreedy) {
   EXPECT_EQ(ids(" --temperature 9e-7"), greedy);
 }
 
+// 14. Messages: one line naming the file (and line), no raw bytes echoed.
+TEST_F(Round3, MessagesNameTheFileAndEchoNoRawBytes) {
+  auto printable = [](const std::string& err) {
+    for (size_t k = 0; k + 1 < err.size(); ++k)
+      if (static_cast<unsigned char>(err[k]) < 0x20 || static_cast<unsigned char>(err[k]) >= 0x7f) return false;
+    return true;
+  };
+  const std::string task = dir_ + "/tasks/mc_x.jsonl", good = read_file(task);
+  write_file_atomic(task, good + "{\"context\": \"a\", \"choices\": \xff\xfe\x1b[31m}\n");
+  Result r = run(tasks_);
+  expect_clear_error(r, {task + ":3: malformed JSON at byte ", "\\xFF\\xFE\\x1B[31m"});
+  EXPECT_TRUE(printable(r.err)) << r.err;
+  write_file_atomic(task, good);
+  expect_clear_error(run(tasks_ + " --max-length 1"), {task + ":1: a continuation has", "more than the model's length 1"});
+
+  // `latest`: a path of one's own, a directory, a huge file, a line naming nothing.
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  r = run("train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --steps 2 --batch 2 --seq-len 8 --out " +
+          dir_ + "/run >/dev/null");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string latest = dir_ + "/run/latest", eval = "eval --data " + dir_ + "/ok.bin --seq-len 8 --batch 2 --quiet --model " + dir_ + "/run";
+  write_file_atomic(latest, dir_ + "/run/step_00000002\n");  // absolute
+  r = run(eval);
+  EXPECT_EQ(r.status, 0) << r.err;
+  fs::remove(latest);
+  fs::create_directory_symlink(dir_ + "/run/step_00000002", latest);
+  expect_clear_error(run(eval), {latest + ": is a directory, not the one-line file"});
+  fs::remove(latest);
+  write_file_atomic(latest, std::string(5000, 'x'));
+  r = run(eval);
+  expect_clear_error(r, {latest + ": is 5000 bytes, not one line naming a checkpoint"});
+  EXPECT_LT(r.err.size(), 300u);
+  write_file_atomic(latest, std::string(1000, 'y') + "\x1b\n");
+  r = run(eval);
+  expect_clear_error(r, {latest + " names yyyy", "...", "holds no config.json"});
+  EXPECT_LT(r.err.size(), 400u) << r.err;
+  EXPECT_TRUE(printable(r.err)) << r.err;
+
+  // --out that is a file, for compare (export: AFailedExportLeavesNothing).
+  expect_clear_error(run("compare --modes baseline --steps 2 --data " + dir_ + "/ok.bin --val-data " + dir_ +
+                         "/ok.bin --out " + dir_ + "/ok.bin"),
+                     {dir_ + "/ok.bin: is a file; --out names the comparison's directory"});
+}
+
 }  // namespace
 }  // namespace attnres

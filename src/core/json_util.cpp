@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -45,11 +46,32 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
   if (probe.most > max_depth) fail(where, ": JSON nested deeper than ", max_depth, " levels");
   try {
     return nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    // The library's message says "line 1, column N" of the text and quotes
+    // what it read last, which can be any bytes: the byte offset and the
+    // reason only, and the text near it with every byte that is not printable
+    // ASCII shown as \xHH.
+    std::string why = e.what();
+    const size_t dash = why.find(" - ");
+    why = dash == std::string::npos ? std::string("syntax error") : why.substr(dash + 3);
+    if (const size_t last = why.find("; last read:"); last != std::string::npos) why.erase(last);
+    const size_t at = std::min(e.byte > 0 ? e.byte - 1 : 0, text.size());
+    const size_t from = at > 20 ? at - 20 : 0;
+    std::string near;
+    for (char ch : text.substr(from, std::min<size_t>(40, text.size() - from))) {
+      const auto c = static_cast<unsigned char>(ch);
+      if (c >= 0x20 && c < 0x7f) {
+        near += ch;
+      } else {
+        char b[8];
+        std::snprintf(b, sizeof b, "\\x%02X", c);
+        near += b;
+      }
+    }
+    if (why.size() > 120) why = why.substr(0, 120) + "...";
+    fail(where, ": malformed JSON at byte ", at + 1, ": ", why, near.empty() ? "" : cat(" (near '", near, "')"));
   } catch (const nlohmann::json::exception& e) {
-    // The library's message quotes what it read last, which can be anything.
-    std::string what = e.what();
-    if (what.size() > 200) what = what.substr(0, 200) + "...";
-    fail(where, ": malformed JSON: ", what);
+    fail(where, ": malformed JSON: ", std::string(e.what()).substr(0, 200));
   }
 }
 

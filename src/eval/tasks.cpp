@@ -331,6 +331,7 @@ std::vector<Doc> read_task_docs(const TaskSpec& task, const std::string& dir, in
     if (line.size() > (64u << 20)) fail(where, ": line longer than 64 MiB");
     if (line.find_first_not_of(" \t\r") == std::string::npos) fail(where, ": empty line (one record per line)");
     Doc d = build_doc(task, parse_json(line, where), where);
+    d.where = where;
     if (limit > 0 && ++per_subject[d.subject] > limit) continue;  // --limit: the first N (per subject)
     docs.push_back(std::move(d));
   }

@@ -76,6 +76,7 @@ struct Doc {
   std::string shot;
   size_t examples_at = 0;
   std::string record;                   // the record, canonical JSON (a document is dropped from its own examples)
+  std::string where;                    // "FILE:LINE" of the record, for errors about it
 };
 
 // One record → its document; throws an Error starting with `where` (file:line)

@@ -206,12 +206,30 @@ int64_t load_weights(Model& model, const std::string& path, bool keep_missing_ro
 std::string resolve_model_dir(const std::string& path) {
   if (!is_dir(path)) fail(path, ": not a directory");
   if (fs::exists(path + "/config.json")) return path;
-  if (fs::exists(path + "/latest")) {
-    std::string name = read_file(path + "/latest");
-    while (!name.empty() && (name.back() == '\n' || name.back() == ' ')) name.pop_back();
-    std::string dir = path + "/" + name;
-    if (!fs::exists(dir + "/config.json")) fail(path, "/latest names ", name, ", which holds no config.json");
-    return dir;
+  const std::string latest = path + "/latest";
+  std::error_code ec;
+  if (fs::exists(latest, ec) || fs::is_symlink(latest, ec)) {
+    // A one-line file naming a checkpoint of this run (save_checkpoint writes
+    // "step_N"; a path of one's own, relative to the run or absolute, works too).
+    if (!fs::is_regular_file(latest, ec))
+      fail(latest, ": is ", fs::is_directory(latest, ec) ? "a directory" : "not a file",
+           ", not the one-line file that names the run's newest checkpoint");
+    if (fs::file_size(latest, ec) > 4096)
+      fail(latest, ": is ", fs::file_size(latest, ec), " bytes, not one line naming a checkpoint (step_N)");
+    std::string name = read_file(latest);
+    while (!name.empty() && (name.back() == '\n' || name.back() == ' ' || name.back() == '\r')) name.pop_back();
+    auto shown = [&] {
+      std::string s;
+      for (char ch : name.substr(0, 80)) s += static_cast<unsigned char>(ch) >= 0x20 && ch != 0x7f ? ch : '?';
+      return name.size() > 80 ? s + "..." : s;
+    };
+    if (name.empty() || name.find('\n') != std::string::npos || name.find('\0') != std::string::npos)
+      fail(latest, ": does not hold one line naming a checkpoint (it holds '", shown(), "')");
+    const fs::path dir = fs::path(path) / name;  // an absolute name stands for itself
+    if (!fs::exists(dir / "config.json", ec))
+      fail(latest, " names ", shown(), ", and ", dir.string().size() > 200 ? shown() : dir.string(),
+           " holds no config.json");
+    return dir.string();
   }
   fail(path, ": holds neither config.json nor a 'latest' checkpoint pointer");
 }

@@ -40,7 +40,8 @@ class Regex {
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
-      fail("tokenizer regex match failed: ", reinterpret_cast<char*>(msg));
+      fail("the tokenizer's split regex failed at byte ", start, " of a ", subject.size(), "-byte text: ",
+           reinterpret_cast<char*>(msg));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
     begin = ov[0];
