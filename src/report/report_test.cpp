@@ -26,9 +26,14 @@ TEST(Report, EveryModeHasOneColourOnEveryPage) {
   }
   // A comparison of two routed modes only: the colours are still those of
   // the whole table (block keeps its place after baseline).
+  // (Each run's record has every field compare writes: check_run_record.)
+  nlohmann::json runs = nlohmann::json::array();
+  for (const char* mode : {"delta_block", "block"})
+    runs.push_back({{"mode", mode}, {"seed", 1}, {"dir", cmp + "/" + mode}, {"steps", 2}, {"val_loss", 5.0},
+                    {"val_ppl", 148.4}, {"tok_per_s", 1000.0}, {"peak_rss_bytes", 1 << 20}, {"params", 100},
+                    {"cut", false}, {"val_curve", nlohmann::json::array()}, {"loss_curve", nlohmann::json::array()}});
   write_file_atomic(cmp + "/results.json",
-                    R"({"runs": [{"mode": "delta_block", "seed": 1}, {"mode": "block", "seed": 1}],
-                        "settings": {}, "notes": []})");
+                    nlohmann::json({{"runs", runs}, {"settings", nlohmann::json::object()}, {"notes", nlohmann::json::array()}}).dump());
   const nlohmann::json data = read_report_data({cmp});
   write_report(data, tmp.path() + "/r.html", vega);
   const std::string page = read_file(tmp.path() + "/r.html");
