@@ -401,6 +401,21 @@ TEST_F(Round3, MessagesNameTheFileAndEchoNoRawBytes) {
   write_file_atomic(task, good);
   expect_clear_error(run(tasks_ + " --max-length 1"), {task + ":1: a continuation has", "more than the model's length 1"});
 
+  // A tokenizer whose split regex backtracks past PCRE2's match limit on a
+  // record or a prompt line: the error names that file and line.
+  nlohmann::json tj = nlohmann::json::parse(read_file(gen_ + "/tokenizer.json"));
+  tj["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = "(a|aa)+$|.";
+  write_file_atomic(dir_ + "/slow_tokenizer.json", tj.dump());
+  const std::string aab = std::string(40, 'a') + "b";
+  write_file_atomic(task, good + "{\"context\": \"" + aab + "\", \"choices\": [\" x\", \" y\"], \"gold\": 0}\n");
+  expect_clear_error(run(tasks_ + " --tokenizer " + dir_ + "/slow_tokenizer.json"),
+                     {task + ":3: ", "match limit exceeded"});
+  write_file_atomic(task, good);
+  write_file_atomic(dir_ + "/p.jsonl", "{\"prompt\": \"the\"}\n{\"prompt\": \"" + aab + "\"}\n");
+  expect_clear_error(run("generate --model " + gen_ + " --tokenizer " + dir_ + "/slow_tokenizer.json --prompts " + dir_ +
+                         "/p.jsonl"),
+                     {dir_ + "/p.jsonl:2: ", "match limit exceeded"});
+
   // `latest`: a path of one's own, a directory, a huge file, a line naming nothing.
   write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
   r = run("train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --steps 2 --batch 2 --seq-len 8 --out " +
