@@ -279,7 +279,6 @@ int cmd_compare(int argc, char** argv) {
         fs::remove(done_path);
       }
     }
-    std::vector<std::string> args = {"train"};
     const bool resume = fs::exists(run.dir + "/latest");
     // A run whose training finished (its checkpoint is at the planned step, or
     // at the step a time budget cut it to) but whose evaluation did not — a
@@ -290,32 +289,33 @@ int cmd_compare(int argc, char** argv) {
       const int64_t cut_to = fs::exists(run.dir + "/log.jsonl") ? read_run_log(run.dir + "/log.jsonl").schedule_steps : 0;
       trained = at >= steps || (cut_to > 0 && at >= cut_to);
     }
-    if (resume) {
-      args.insert(args.end(), {"--resume", run.dir});
-    } else {
-      if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
-      else args.insert(args.end(), {"--config", o.config});
-      args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
-                               run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
-      TrainOptions::each(t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
-        if (const auto it = computed.find(key); it != computed.end())
-          args.insert(args.end(), {"--" + option_flag(key), it->second});
-      });
-      args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
-    }
-    args.insert(args.end(), passed_free.begin(), passed_free.end());
-    if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
-      const double left = limit_s - (now_seconds() - t_start);
-      const double share = left / static_cast<double>(runs.size() - i) - 10;
-      if (share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
-      args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
-    }
     const double t0 = now_seconds();
     ChildResult child;
     if (trained) {
       std::printf("compare: %s seed %lld trained before, not evaluated: evaluating it\n", run.mode.c_str(),
                   static_cast<long long>(run.seed));
     } else {
+      std::vector<std::string> args = {"train"};
+      if (resume) {
+        args.insert(args.end(), {"--resume", run.dir});
+      } else {
+        if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
+        else args.insert(args.end(), {"--config", o.config});
+        args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
+                                 run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
+        TrainOptions::each(t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
+          if (const auto it = computed.find(key); it != computed.end())
+            args.insert(args.end(), {"--" + option_flag(key), it->second});
+        });
+        args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
+      }
+      args.insert(args.end(), passed_free.begin(), passed_free.end());
+      if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
+        const double left = limit_s - (now_seconds() - t_start);
+        const double share = left / static_cast<double>(runs.size() - i) - 10;
+        if (share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
+        args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
+      }
       std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
                   resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
                   static_cast<long long>(steps), static_cast<long long>(B * T), run.dir.c_str());

@@ -73,8 +73,9 @@ int cmd_export(int argc, char** argv) {
   load_params(src, layout, params.data(), nullptr, false, static_cast<int>(std::thread::hardware_concurrency()));
   // Written into a temporary directory beside --out and renamed into place
   // (over an empty directory too), like a checkpoint: a failure leaves nothing.
-  const fs::path out_path = fs::absolute(out).lexically_normal();
-  const fs::path parent = (out_path.has_filename() ? out_path : out_path.parent_path()).parent_path();
+  fs::path out_path = fs::absolute(out).lexically_normal();
+  if (!out_path.has_filename()) out_path = out_path.parent_path();  // "dir/": the directory dir
+  const fs::path parent = out_path.parent_path();
   fs::create_directories(parent, ec);
   if (ec) fail(out, ": cannot create its parent directory: ", ec.message());
   const std::string tmp = cat(parent.string(), "/.", out_path.filename().string(), ".tmp.", ::getpid());
@@ -90,7 +91,7 @@ int cmd_export(int argc, char** argv) {
       copied.push_back(name);
     }
     fsync_dir(tmp);
-    if (::rename(tmp.c_str(), out.c_str()) != 0) fail(out, ": cannot rename the export into place: ", errno_text());
+    if (::rename(tmp.c_str(), out_path.c_str()) != 0) fail(out, ": cannot rename the export into place: ", errno_text());
     fsync_dir(parent.string());
   } catch (const Error& e) {
     fs::remove_all(tmp, ec);

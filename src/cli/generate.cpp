@@ -142,22 +142,22 @@ int cmd_generate(int argc, char** argv) {
       p.where = cat(path, ":", line_no, ": ");
       if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
         for (const auto& x : j["prompt_ids"]) {
-          if (!x.is_number_integer()) fail(path, ":", line_no, ": prompt_ids must be integers");
+          if (!x.is_number_integer()) fail(p.where, "prompt_ids must be integers");
           // Checked whole (as --prompt-ids is), never wrapped to 32 bits.
           if (x.is_number_unsigned() ? x.get<uint64_t>() >= static_cast<uint64_t>(c.V) : x.get<int64_t>() < 0 || x.get<int64_t>() >= c.V)
-            fail(path, ":", line_no, ": prompt token id ", x.dump(), " is outside [0, vocab_size=", c.V, ")");
+            fail(p.where, "prompt token id ", x.dump(), " is outside [0, vocab_size=", c.V, ")");
           p.ids.push_back(x.get<int32_t>());
         }
         p.from_ids = true;
       } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
-        need_tokenizer(cat(path, ":", line_no, ": a text prompt").c_str());
+        need_tokenizer((p.where + "a text prompt").c_str());
         try {  // the tokenizer's own limits (a regex match limit) name the line too
           for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
         } catch (const Error& e) {
           fail(p.where, e.what());
         }
       } else {
-        fail(path, ":", line_no, ": expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
+        fail(p.where, "expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
       }
       prompts.push_back(std::move(p));
     }

@@ -187,6 +187,9 @@ TEST_F(Cli, AFailedExportLeavesNothing) {
   r = run("export --model " + dir_ + "/model --out " + dir_ + "/empty");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_TRUE(fs::exists(dir_ + "/empty/model.safetensors"));
+  r = run("export --model " + dir_ + "/model --out " + dir_ + "/slash/");  // a trailing slash names the same directory
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(fs::exists(dir_ + "/slash/model.safetensors"));
   expect_clear_error(run("export --model " + dir_ + "/model --out " + dir_ + "/ok.bin"),
                      {dir_ + "/ok.bin: is a file; --out names the directory to create"});
 }

@@ -35,7 +35,6 @@ std::string read_stdin() {
   return s;
 }
 
-
 // Cuts text into documents of about `bytes` at token-preserving places.
 std::vector<std::string_view> chunks_of(const Tokenizer& tok, std::string_view text, size_t bytes) {
   std::vector<std::string_view> out;
