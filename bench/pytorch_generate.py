@@ -67,6 +67,19 @@ CONFIGS = {
 }
 
 
+# Attention: F.scaled_dot_product_attention where PyTorch has it (2.x; its fused
+# flash kernel on the CPU), the explicit softmax of PyTorch 1.13 otherwise.
+# --attention explicit forces the latter (set_attention).
+ATTENTION = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "explicit"
+
+
+def set_attention(name):
+    global ATTENTION
+    if name == "sdpa" and not hasattr(F, "scaled_dot_product_attention"):
+        raise SystemExit(f"torch {torch.__version__} has no scaled_dot_product_attention")
+    ATTENTION = name
+
+
 def _acc(dtype):
     """Accumulation dtype: float32 for bf16/f16, else the dtype itself (f64 stays f64)."""
     return torch.promote_types(dtype, torch.float32)
@@ -150,6 +163,8 @@ class Attention(nn.Module):
         self.k_norm = RMSNorm(self.D, cfg["rms_norm_eps"], dtype)
 
     def forward(self, x, cos, sin, mask, cache):
+        """mask: None (no masking: one query, or T = 1), "causal" (no cache before
+        this call) or a (T, S) additive -inf mask (a cache before a T > 1 call)."""
         B, T, _ = x.shape
         q = self.q_norm(self.q_proj(x).view(B, T, self.H, self.D)).transpose(1, 2)   # (B,H,T,D)
         k = self.k_norm(self.k_proj(x).view(B, T, self.KV, self.D)).transpose(1, 2)  # (B,KV,T,D)
@@ -159,12 +174,21 @@ class Attention(nn.Module):
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)         # (B,KV,S,D), S = past + T
         rep = self.H // self.KV
-        k, v = repeat_kv(k, rep), repeat_kv(v, rep)           # (B,H,S,D)
-        att = (q @ k.transpose(2, 3)) * self.scaling          # (B,H,T,S)
-        if mask is not None:
-            att = att + mask                                  # (T,S), -inf above the causal diagonal
-        att = F.softmax(att, dim=-1, dtype=_acc(q.dtype)).to(q.dtype)
-        y = (att @ v).transpose(1, 2).reshape(B, T, self.H * self.D)
+        if ATTENTION == "sdpa":                               # PyTorch 2's fused kernel, GQA without copies
+            q, k, v = q.to(v.dtype), k.to(v.dtype), v
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=None if isinstance(mask, str) else mask, is_causal=mask == "causal",
+                scale=self.scaling, enable_gqa=rep > 1)      # (B,H,T,D)
+        else:                                                 # torch 1.13: explicit softmax
+            k, v = repeat_kv(k, rep), repeat_kv(v, rep)       # (B,H,S,D)
+            att = (q @ k.transpose(2, 3)) * self.scaling      # (B,H,T,S)
+            if mask is not None:
+                if isinstance(mask, str):                     # causal, S = T
+                    mask = torch.full((T, T), float("-inf"), dtype=att.dtype).triu(1)
+                att = att + mask                              # -inf above the causal diagonal
+            att = F.softmax(att, dim=-1, dtype=_acc(q.dtype)).to(q.dtype)
+            y = att @ v
+        y = y.transpose(1, 2).reshape(B, T, self.H * self.D)
         return self.o_proj(y)
 
 
@@ -254,7 +278,9 @@ class Model(nn.Module):
         e = self.embed_tokens(ids)                            # (B,T,d)
         cos, sin = self.rotary(past, T, e.dtype)              # (T,D)
         mask = None
-        if T > 1:                                             # query t sees keys s <= past + t
+        if T > 1 and past == 0:
+            mask = "causal"
+        elif T > 1:                                           # query t sees keys s <= past + t
             mask = torch.full((T, past + T), float("-inf"), dtype=e.dtype).triu(past + 1)
         layers, nb = self.layers, self.nb
 
@@ -392,6 +418,15 @@ def init_random_(model, seed):
 # ---------------------------------------------------------------------------
 
 def check():
+    """Each attention PyTorch has here (sdpa and explicit on 2.x), every mode."""
+    impls = ["explicit"] + (["sdpa"] if hasattr(F, "scaled_dot_product_attention") else [])
+    for impl in impls:
+        set_attention(impl)
+        print(f"torch {torch.__version__}, attention {impl}:")
+        check_one()
+
+
+def check_one():
     torch.set_num_threads(1)
     base = {"hidden_size": 48, "num_hidden_layers": 6, "num_attention_heads": 4, "num_key_value_heads": 2,
             "head_dim": 16, "intermediate_size": 80, "vocab_size": 97, "rms_norm_eps": 1e-6,
@@ -469,18 +504,68 @@ def check():
 # Benchmark
 # ---------------------------------------------------------------------------
 
-def decode_tok_per_s(model, cfg, batch, prompt_len, new_tokens, gen):
-    V, L = cfg["vocab_size"], cfg["num_hidden_layers"]
+class HFAdapter:
+    """transformers' Qwen3ForCausalLM behind this file's call shape:
+    model(ids, cache, logits_to_keep) with a DynamicCache as the cache."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def __call__(self, ids, cache=None, logits_to_keep=0):
+        out = self.model(input_ids=ids, past_key_values=cache, use_cache=cache is not None,
+                         logits_to_keep=logits_to_keep)
+        return out.logits
+
+
+def hf_model(cfg, dtype):
+    """The real transformers Qwen3ForCausalLM of cfg's shape, random weights, in dtype."""
+    import transformers
+    hf = transformers.Qwen3Config(
+        vocab_size=cfg["vocab_size"], hidden_size=cfg["hidden_size"], intermediate_size=cfg["intermediate_size"],
+        num_hidden_layers=cfg["num_hidden_layers"], num_attention_heads=cfg["num_attention_heads"],
+        num_key_value_heads=cfg["num_key_value_heads"], head_dim=cfg["head_dim"], rms_norm_eps=cfg["rms_norm_eps"],
+        rope_theta=cfg["rope_theta"], tie_word_embeddings=cfg["tie_word_embeddings"],
+        max_position_embeddings=cfg["max_position_embeddings"], attn_implementation="sdpa")
+    torch.set_default_dtype(dtype)                            # built in dtype: no float32 copy in the peak RSS
+    try:
+        model = transformers.Qwen3ForCausalLM(hf).eval()
+    finally:
+        torch.set_default_dtype(torch.float32)
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if p.dim() >= 2:
+                rows = p.view(-1, p.shape[-1])
+                step = max(1, (1 << 20) // rows.shape[1])
+                for r in range(0, rows.shape[0], step):
+                    chunk = rows[r:r + step]
+                    chunk.copy_(torch.empty(chunk.shape, dtype=torch.float32).normal_(0, 0.02, generator=g))
+    return model
+
+
+def new_cache(impl, cfg):
+    if impl == "transformers":
+        import transformers
+        return transformers.DynamicCache()
+    return KVCache(cfg["num_hidden_layers"])
+
+
+def cache_length(cache):
+    return cache.get_seq_length() if hasattr(cache, "get_seq_length") else cache.length()
+
+
+def decode_tok_per_s(model, cfg, batch, prompt_len, new_tokens, gen, impl="hand"):
+    V = cfg["vocab_size"]
 
     def run(n_steps, timed):
-        cache = KVCache(L)
+        cache = new_cache(impl, cfg)
         ids = torch.randint(0, V, (batch, prompt_len), generator=gen)
         nxt = model(ids, cache, logits_to_keep=1).argmax(-1)  # (B,1)
         t0 = time.perf_counter()
         for _ in range(n_steps):
-            nxt = model(nxt, cache).argmax(-1)                # logits (B,1,V) -> (B,1)
+            nxt = model(nxt, cache, logits_to_keep=1).argmax(-1)  # logits (B,1,V) -> (B,1)
         dt = time.perf_counter() - t0
-        assert cache.length() == prompt_len + n_steps
+        assert cache_length(cache) == prompt_len + n_steps
         return dt
 
     run(min(2, new_tokens), False)                            # warm-up at this batch size
@@ -488,36 +573,55 @@ def decode_tok_per_s(model, cfg, batch, prompt_len, new_tokens, gen):
 
 
 def bench(a):
+    """One configuration (a.config_name): fp32 = float32 weights, bf16 = bfloat16
+    weights (what from_pretrained(torch_dtype=torch.bfloat16) gives: the
+    fastest bf16 inference in eager PyTorch); compiled configurations wrap the
+    model's forward in torch.compile(dynamic=True) (the cache grows every step)."""
+    import peer_configs as PC
+    execution, precision = PC.parse(a.config_name)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
-    dtype = {"f32": torch.float32, "bf16": torch.bfloat16}[a.dtype]
-    cfg = dict(CONFIGS[a.config], attnres_mode=a.mode, attnres_num_blocks=a.num_blocks)
-    model = ForCausalLM(cfg, dtype=dtype).eval()
-    init_random_(model, a.seed)
-    cfg = model.cfg
+    set_attention(a.attention)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    cfg = oracle.full_config(dict(CONFIGS[a.config], attnres_mode=a.mode, attnres_num_blocks=a.num_blocks))
+    if a.impl == "transformers":
+        if a.mode != "baseline":
+            raise SystemExit("--impl transformers: transformers has only the baseline (plain Qwen3)")
+        model = HFAdapter(hf_model(cfg, dtype))
+    else:
+        model = ForCausalLM(cfg, dtype=dtype).eval()
+        init_random_(model, a.seed)
+    forward = PC.compiled(torch, model, execution, dynamic=True) if execution != "eager" else model
     V = cfg["vocab_size"]
     assert a.prompt_len <= cfg["max_position_embeddings"]
     assert a.decode_prompt_len + a.new_tokens <= cfg["max_position_embeddings"]
     gen = torch.Generator().manual_seed(a.seed + 1)
-    with torch.inference_mode(), autocast(a.autocast):
-        # prefill: warm-up on a shorter prompt, then one timed forward of prompt_len tokens
-        warm = max(1, min(64, a.prompt_len // 2))
-        model(torch.randint(0, V, (1, warm), generator=gen), KVCache(cfg["num_hidden_layers"]), logits_to_keep=1)
-        ids = torch.randint(0, V, (1, a.prompt_len), generator=gen)
-        cache = KVCache(cfg["num_hidden_layers"])
+    with torch.inference_mode():
+        # prefill: warm-up (compiles) on a shorter prompt, then one timed forward of prompt_len tokens
         t0 = time.perf_counter()
-        logits = model(ids, cache, logits_to_keep=1)          # (1,1,V)
+        warm = max(2, min(64, a.prompt_len // 2))
+        forward(torch.randint(0, V, (1, warm), generator=gen), new_cache(a.impl, cfg), logits_to_keep=1)
+        forward(torch.randint(0, V, (1, a.prompt_len), generator=gen), new_cache(a.impl, cfg), logits_to_keep=1)
+        warm_s = time.perf_counter() - t0
+        ids = torch.randint(0, V, (1, a.prompt_len), generator=gen)
+        cache = new_cache(a.impl, cfg)
+        t0 = time.perf_counter()
+        logits = forward(ids, cache, logits_to_keep=1)        # (1,1,V)
         prefill_s = time.perf_counter() - t0
-        assert logits.shape == (1, 1, V) and cache.length() == a.prompt_len
+        assert logits.shape == (1, 1, V) and cache_length(cache) == a.prompt_len
         assert bool(torch.isfinite(logits).all())
         del cache
-        b1 = decode_tok_per_s(model, cfg, 1, a.decode_prompt_len, a.new_tokens, gen)
-        bn = decode_tok_per_s(model, cfg, a.decode_batch, a.decode_prompt_len, a.new_tokens, gen)
-    out = {"impl": "pytorch-eager", "torch": torch.__version__, "config": a.config, "mode": a.mode,
-           "dtype": a.dtype, "autocast": a.autocast, "threads": a.threads, "prompt_len": a.prompt_len,
-           "prefill_tok_per_s": a.prompt_len / prefill_s, "decode_prompt_len": a.decode_prompt_len,
-           "new_tokens": a.new_tokens, "decode_tok_per_s_b1": b1, f"decode_tok_per_s_b{a.decode_batch}": bn,
-           "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        t0 = time.perf_counter()
+        b1 = decode_tok_per_s(forward, cfg, 1, a.decode_prompt_len, a.new_tokens, gen, a.impl)
+        bn = decode_tok_per_s(forward, cfg, a.decode_batch, a.decode_prompt_len, a.new_tokens, gen, a.impl)
+        decode_wall_s = time.perf_counter() - t0
+    out = {"peer": PC.peer(torch, a.impl, a.config_name, attention=a.attention if a.impl == "hand" else "sdpa",
+                           env=PC.env_note()),
+           "config": a.config, "mode": a.mode, "precision": precision, "threads": a.threads,
+           "prompt_len": a.prompt_len, "prefill_tok_per_s": a.prompt_len / prefill_s,
+           "decode_prompt_len": a.decode_prompt_len, "new_tokens": a.new_tokens,
+           "decode_tok_per_s_b1": b1, f"decode_tok_per_s_b{a.decode_batch}": bn,
+           "warmup_s": warm_s, "decode_wall_s": decode_wall_s, "peak_rss_bytes": PC.peak_rss_bytes()}
     print(json.dumps(out))
 
 
@@ -525,9 +629,9 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="float64 checks against oracle.forward, then exit")
     ap.add_argument("--config", choices=sorted(CONFIGS), default="bench-small")
+    ap.add_argument("--impl", choices=("hand", "transformers"), default="hand")
     ap.add_argument("--mode", choices=oracle.MODES, default="baseline")
-    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32")
-    ap.add_argument("--autocast", action="store_true", help="CPU bf16 autocast over float32 modules")
+    ap.add_argument("--attention", choices=("sdpa", "explicit"), default=ATTENTION)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--num-blocks", type=int, default=4)
     ap.add_argument("--seed", type=int, default=0)
@@ -535,10 +639,13 @@ def main():
     ap.add_argument("--decode-prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--decode-batch", type=int, default=8)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import peer_configs as PC
+    PC.add_args(ap, default="eager-fp32,eager-bf16,compile-fp32,compile-bf16")
     a = ap.parse_args()
     if a.check:
         check()
-    else:
+    elif not PC.drive(a, os.path.abspath(__file__), key="prefill_tok_per_s", group=("mode", "precision")):
         bench(a)
 
 
