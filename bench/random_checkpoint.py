@@ -4,7 +4,7 @@ model.safetensors, HF names), for memory and speed measurements of the
 published shapes without downloading them.  Matrices N(0, 0.02), norm weights
 1, as attnres initialises them.  Uses the oracle's safetensors writer.
 
-    /usr/bin/python3 bench/random_checkpoint.py --shape qwen3-0.6b --dtype BF16 --out /tmp/q06
+    scripts/peers_python.sh bench/random_checkpoint.py --shape qwen3-0.6b --dtype BF16 --out /tmp/q06
 """
 import argparse
 import json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages attnres needs and builds it into build/.
 # Usage: scripts/setup.sh          everything: the program, the tests and their tools
-#        scripts/setup.sh --main   only what the main job needs (no PyTorch, GoogleTest, Node.js;
+#        scripts/setup.sh --main   only what the main job needs (no GoogleTest, Node.js, MPI;
 #                                  builds the attnres program alone)
 #        ATTNRES_NATIVE=ON scripts/setup.sh   (-march=native, for benchmarks on this machine)
 set -euo pipefail
@@ -12,7 +12,7 @@ MAIN_ONLY=""
 BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev libdnnl-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   python3 python3.11-doc dict-gcide)            # python3 reads bench JSON; the default corpus text
-TEST_PACKAGES=(libgtest-dev python3-torch python3-numpy
+TEST_PACKAGES=(libgtest-dev python3-venv           # PyTorch and the other peers: scripts/setup_peers.sh
   libopenmpi-dev openmpi-bin                    # data-parallel training (mpirun) and its tests
   nodejs                                        # the oracle; tokenizer fixtures and Vega (npm)
   chromium)                                     # renders the HTML report in a test

@@ -417,6 +417,46 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   EXPECT_EQ(back.to_json(), ok.to_json());
 }
 
+// transformers 5 writes rope_theta inside rope_parameters and no top-level
+// key (tests/peers/transformers_interop.py found it read as the default 1e6).
+TEST(Config, Transformers5RopeParameters) {
+  const nlohmann::json base = {{"model_type", "qwen3"},    {"hidden_size", 8},  {"num_hidden_layers", 1},
+                               {"num_attention_heads", 2}, {"intermediate_size", 12}, {"vocab_size", 11},
+                               {"layer_types", {"full_attention"}}, {"dtype", "bfloat16"}};
+  auto with = [&](nlohmann::json rp) {
+    auto j = base;
+    j["rope_parameters"] = std::move(rp);
+    return j;
+  };
+  EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000.0}, {"rope_type", "default"}}), "c").rope_theta, 5000.0);
+  EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000}}), "c").rope_theta, 5000.0);        // type defaults to default
+  EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000}, {"type", "default"}}), "c").rope_theta, 5000.0);
+  EXPECT_EQ(Config::from_json(with({{"rope_type", "default"}}), "c").rope_theta, 1e6);       // no theta: as before
+  EXPECT_EQ(Config::from_json(with(nullptr), "c").rope_theta, 1e6);
+  EXPECT_EQ(Config::from_json(with({{"rope_theta", 7.0}, {"partial_rotary_factor", 1.0}}), "c").rope_theta, 7.0);
+  // Both: rope_parameters wins, as in transformers (its top-level key is the legacy one).
+  auto both = with({{"rope_theta", 5000.0}, {"rope_type", "default"}});
+  both["rope_theta"] = 10000.0;
+  EXPECT_EQ(Config::from_json(both, "c").rope_theta, 5000.0);
+  // The 4.x spelling alone still loads.
+  auto legacy = base;
+  legacy["rope_theta"] = 20000.0;
+  EXPECT_EQ(Config::from_json(legacy, "c").rope_theta, 20000.0);
+  // Scaled or partial RoPE is refused by name; a malformed value is an error.
+  for (const nlohmann::json& bad :
+       {nlohmann::json{{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e6}},
+        nlohmann::json{{"type", "linear"}, {"factor", 2.0}}, nlohmann::json{{"rope_type", "llama3"}},
+        nlohmann::json{{"rope_type", "default"}, {"partial_rotary_factor", 0.5}}})
+    expect_error([&] { Config::from_json(with(bad), "cfg.json"); },
+                 {"cfg.json", "field \"rope_parameters\"", "not implemented"});
+  expect_error([&] { Config::from_json(with("default"), "cfg.json"); },
+               {"cfg.json", "\"rope_parameters\" must be an object"});
+  expect_error([&] { Config::from_json(with({{"rope_theta", "big"}}), "cfg.json"); },
+               {"cfg.json rope_parameters", "\"rope_theta\" has the wrong type"});
+  expect_error([&] { Config::from_json(with({{"rope_theta", -1.0}}), "cfg.json"); },
+               {"cfg.json", "rope_theta must be positive"});
+}
+
 // Crafted inputs (issue 9): sizes that would overflow, JSON nested too deep
 // for a recursive walk, numbers out of range, allocations that cannot be
 // made, empty tensors — each one clear error line, or correct handling.

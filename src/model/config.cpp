@@ -99,6 +99,22 @@ static void refuse_unsupported(const nlohmann::json& j, const std::string& where
     refuse("attention_bias", "biases on q/k/v/o projections");
   if (!value("hidden_act").is_null() && value("hidden_act") != "silu")
     refuse("hidden_act", "an MLP activation other than silu");
+  // transformers 5 writes RoPE as rope_parameters {rope_type, rope_theta}
+  // (rope_scaling's successor): only the plain rotation is implemented.
+  const nlohmann::json rp = value("rope_parameters");
+  if (!rp.is_null()) {
+    if (!rp.is_object()) fail(where, ": field \"rope_parameters\" must be an object, got ", brief(rp, 80));
+    nlohmann::json type = "default";
+    if (rp.contains("rope_type")) type = rp["rope_type"];
+    else if (rp.contains("type")) type = rp["type"];  // its older spelling
+    if (type != "default") refuse("rope_parameters", "RoPE scaling (YaRN, dynamic, linear, llama3, ...)");
+    for (auto it = rp.begin(); it != rp.end(); ++it) {
+      const std::string& k = it.key();
+      const bool plain = k == "rope_type" || k == "type" || k == "rope_theta" || it.value().is_null() ||
+                         (k == "partial_rotary_factor" && it.value() == 1.0);
+      if (!plain) refuse("rope_parameters", cat("RoPE with \"", k, "\"").c_str());
+    }
+  }
 }
 
 Config Config::from_json(const nlohmann::json& j, const std::string& where) {
@@ -115,6 +131,10 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   c.V = need_int(j, "vocab_size", where);
   c.rms_norm_eps = opt<double>(j, "rms_norm_eps", 1e-6, where);
   c.rope_theta = opt<double>(j, "rope_theta", 1e6, where);
+  // transformers 5 writes rope_parameters.rope_theta and no top-level key;
+  // where both are present its value wins, as in transformers.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    c.rope_theta = opt<double>(j["rope_parameters"], "rope_theta", c.rope_theta, where + " rope_parameters");
   c.tied = opt<bool>(j, "tie_word_embeddings", true, where);
   c.max_position_embeddings = opt<int64_t>(j, "max_position_embeddings", 4096, where);
 

@@ -7,9 +7,11 @@
 // attnres keys but no attnres_block_delta came from the reference code, so
 // its block delta is "reference".  Unknown fields are ignored, except those
 // that change the math in ways the engine does not implement (rope_scaling
-// not null, use_sliding_window true, attention_bias true, hidden_act other
-// than silu), which are refused; a missing required field, a wrong type or an
-// inconsistent value is an Error naming the file and the field.
+// not null, rope_parameters other than the plain rotation, use_sliding_window
+// true, attention_bias true, hidden_act other than silu), which are refused; a
+// missing required field, a wrong type or an inconsistent value is an Error
+// naming the file and the field.  rope_theta is read where transformers 5
+// writes it, rope_parameters.rope_theta, before the top-level key of 4.x.
 #pragma once
 
 #include <cstdint>

@@ -99,6 +99,26 @@ void nfc_append(std::string_view text, std::string& out) {
   std::free(result);
 }
 
+void PreTokenizer::normalize_append(std::string_view text, std::string& out) const {
+  if (!nfc_) {
+    out.append(text);
+    return;
+  }
+  const auto* u = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    while (j < n) {
+      j += ascii_prefix(text.data() + j, n - j);
+      const size_t len = j < n ? utf8_char_len(u + j, n - j) : 0;
+      if (!len) break;
+      j += len;
+    }
+    nfc_append(text.substr(i, j - i), out);
+    for (i = j; i < n && utf8_char_len(u + i, n - i) == 0; ++i) out += text[i];
+  }
+}
+
 void PreTokenizer::split_valid(std::string_view text, size_t level, Scratch& s,
                                std::vector<std::string_view>& pieces) const {
   if (level == regexes_.size()) {

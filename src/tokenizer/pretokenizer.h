@@ -44,6 +44,11 @@ class PreTokenizer {
   // `text` or into `scratch`, and stay valid until the next call with `scratch`.
   void split(std::string_view text, Scratch& scratch, std::vector<std::string_view>& pieces) const;
 
+  // Appends the normalizer's output for `text` (NFC of each valid UTF-8 run,
+  // invalid bytes as they are; or `text` itself without NFC).  split() does
+  // this itself; this is for matching "normalized" added tokens.
+  void normalize_append(std::string_view text, std::string& out) const;
+
   std::unique_ptr<Scratch> make_scratch() const;
   const std::vector<std::string>& patterns() const { return patterns_; }
   bool nfc() const { return nfc_; }

@@ -184,16 +184,13 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
         t.special = a.value("special", false);
         t.lstrip = a.value("lstrip", false);
         t.rstrip = a.value("rstrip", false);
+        t.normalized = a.value("normalized", false);
         if (a.value("single_word", false))
           fail(source, ": added token '", t.content, "' has single_word = true, which is not supported");
         if (t.content.empty()) fail(source, ": added token ", t.id, " is empty");
         put(t.id, t.content);
-        tok.added_first_[static_cast<unsigned char>(t.content[0])] = 1;
         tok.added_.push_back(std::move(t));
       }
-    // Longest first, so the first match at a position is the longest one.
-    std::stable_sort(tok.added_.begin(), tok.added_.end(),
-                     [](const AddedToken& x, const AddedToken& y) { return x.content.size() > y.content.size(); });
 
     tok.token_offset_.assign(1, 0);
     for (const auto& b : bytes_of) {
@@ -214,6 +211,25 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
     } catch (const Error& e) {
       fail(source, ": ", e.what());
     }
+    // The two kinds of added tokens, each longest first (so the first match
+    // at a position is the longest); normalized ones as the normalizer makes
+    // them (HF normalizes their content the same way).
+    for (const AddedToken& t : tok.added_) {
+      AddedTokenSet& set = t.normalized ? tok.norm_added_ : tok.raw_added_;
+      set.tokens.push_back(t);
+      if (t.normalized) {
+        set.tokens.back().content.clear();
+        tok.pre_->normalize_append(t.content, set.tokens.back().content);
+      }
+      for (const std::string* c : {&t.content, static_cast<const std::string*>(&set.tokens.back().content)}) {
+        set.first[static_cast<unsigned char>((*c)[0])] = 1;
+        if (t.lstrip) tok.lstrip_first_[static_cast<unsigned char>((*c)[0])] = 1;
+      }
+    }
+    for (AddedTokenSet* set : {&tok.raw_added_, &tok.norm_added_})
+      std::stable_sort(set->tokens.begin(), set->tokens.end(), [](const AddedToken& x, const AddedToken& y) {
+        return x.content.size() > y.content.size();
+      });
     const json dec = j.value("decoder", json());
     if (!dec.is_null() && type_of(dec) != "ByteLevel")
       fail(source, ": unsupported decoder '", type_of(dec), "' (only ByteLevel)");
@@ -239,7 +255,7 @@ size_t Tokenizer::cut_point(std::string_view text, size_t at) const {
     p = text.find('\n', p);
     if (p == std::string_view::npos || p + 1 >= text.size()) break;
     const unsigned char next = static_cast<unsigned char>(text[p + 1]);
-    if (next >= 0x21 && next <= 0x7e) return p + 1;
+    if (next >= 0x21 && next <= 0x7e && !lstrip_first_[next]) return p + 1;
   }
   return text.size();
 }
@@ -357,17 +373,46 @@ void Tokenizer::encode_text(std::string_view text, std::vector<uint32_t>& out, E
   for (std::string_view p : st.pieces_) encode_piece(p, out, st);
 }
 
-void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, EncodeState& st, bool match_added) const {
-  if (!match_added || added_.empty()) {
-    encode_text(text, out, st);
-    return;
-  }
-  auto is_space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
-  size_t start = 0;  // first byte not yet encoded
+namespace {
+
+// Length of the Unicode White_Space character (what HF's `\s` matches when an
+// added token strips white space) that starts at / ends just before text[i],
+// or 0.  Exact byte patterns, so invalid UTF-8 around them does not matter.
+constexpr std::string_view kWideSpaces[] = {
+    "\xC2\x85",     "\xC2\xA0",     "\xE1\x9A\x80", "\xE2\x80\x80", "\xE2\x80\x81", "\xE2\x80\x82",
+    "\xE2\x80\x83", "\xE2\x80\x84", "\xE2\x80\x85", "\xE2\x80\x86", "\xE2\x80\x87", "\xE2\x80\x88",
+    "\xE2\x80\x89", "\xE2\x80\x8A", "\xE2\x80\xA8", "\xE2\x80\xA9", "\xE2\x80\xAF", "\xE2\x81\x9F",
+    "\xE3\x80\x80"};
+
+bool ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+size_t space_at(std::string_view text, size_t i) {
+  if (i >= text.size()) return 0;
+  if (ascii_space(text[i])) return 1;
+  for (std::string_view w : kWideSpaces)
+    if (text.substr(i, w.size()) == w) return w.size();
+  return 0;
+}
+
+size_t space_before(std::string_view text, size_t i) {
+  if (i == 0) return 0;
+  if (ascii_space(text[i - 1])) return 1;
+  for (std::string_view w : kWideSpaces)
+    if (i >= w.size() && text.substr(i - w.size(), w.size()) == w) return w.size();
+  return 0;
+}
+
+// Cuts `text` at the tokens of `set` (leftmost, then longest; lstrip/rstrip
+// take the white space beside them, but not what an earlier token took):
+// gap(stretch) for each stretch between them (empty ones too), the token's id
+// appended to `out` for each token.
+template <class Gap>
+void split_at_added(std::string_view text, const AddedTokenSet& set, std::vector<uint32_t>& out, Gap&& gap) {
+  size_t start = 0;  // first byte not yet handed on
   for (size_t p = 0; p < text.size(); ++p) {
-    if (!added_first_[static_cast<unsigned char>(text[p])]) continue;
+    if (!set.first[static_cast<unsigned char>(text[p])]) continue;
     const AddedToken* hit = nullptr;
-    for (const auto& t : added_)
+    for (const auto& t : set.tokens)
       if (text.compare(p, t.content.size(), t.content) == 0) {
         hit = &t;
         break;
@@ -375,15 +420,41 @@ void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, Encode
     if (!hit) continue;
     size_t b = p, e = p + hit->content.size();
     if (hit->lstrip)
-      while (b > start && is_space(text[b - 1])) --b;
+      for (size_t k; b > start && (k = space_before(text, b)) > 0 && b - k >= start;) b -= k;
     if (hit->rstrip)
-      while (e < text.size() && is_space(text[e])) ++e;
-    encode_text(text.substr(start, b - start), out, st);
+      for (size_t k; (k = space_at(text, e)) > 0;) e += k;
+    gap(text.substr(start, b - start));
     out.push_back(hit->id);
     start = e;
     p = e - 1;
   }
-  encode_text(text.substr(start), out, st);
+  gap(text.substr(start));
+}
+
+}  // namespace
+
+// A stretch between raw-matched added tokens: normalized, cut at the
+// normalized added tokens, and the rest encoded (its NFC again is the identity).
+void Tokenizer::encode_between_raw_added(std::string_view text, std::vector<uint32_t>& out, EncodeState& st) const {
+  if (norm_added_.tokens.empty() || text.empty()) {
+    encode_text(text, out, st);
+    return;
+  }
+  std::string& norm = st.normalized_;
+  norm.clear();
+  pre_->normalize_append(text, norm);
+  split_at_added(norm, norm_added_, out, [&](std::string_view gap) { encode_text(gap, out, st); });
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<uint32_t>& out, EncodeState& st, bool match_added) const {
+  if (!match_added || added_.empty()) {
+    encode_text(text, out, st);
+    return;
+  }
+  // As HF: tokens flagged "normalized": false are found in the raw text first,
+  // then those flagged true in each normalized stretch between them.
+  split_at_added(text, raw_added_, out,
+                 [&](std::string_view gap) { encode_between_raw_added(gap, out, st); });
 }
 
 std::vector<uint32_t> Tokenizer::encode(std::string_view text) const {

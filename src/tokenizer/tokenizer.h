@@ -1,9 +1,11 @@
 // tokenizer.h — byte-level BPE loaded from a Hugging Face tokenizer.json
 // (GPT-2, Qwen2/2.5/3 and the files our trainer writes).
 //
-// encode(text): added tokens (e.g. <|endoftext|>, <|im_start|>) are cut out of
-// the raw bytes first (leftmost, longest); the stretches between them are
-// normalized and pre-tokenized (pretokenizer.h), and each piece is merged by
+// encode(text): added tokens (e.g. <|endoftext|>, <|im_start|>) are cut out
+// first (leftmost, longest), as HF does it: those flagged "normalized": false
+// from the raw bytes, then those flagged true from each normalized stretch in
+// between; the remaining stretches are pre-tokenized (pretokenizer.h), and each
+// piece is merged by
 // BPE: start from one token per byte, repeatedly merge the adjacent pair of
 // lowest merge rank (leftmost on ties).  Pieces seen before come from a
 // per-thread cache.  The ids equal those of HF tokenizers for valid UTF-8;
@@ -32,7 +34,14 @@ struct AddedToken {
   std::string content;  // raw bytes
   uint32_t id = 0;
   bool special = true;
-  bool lstrip = false, rstrip = false;  // absorb whitespace to the left / right
+  bool lstrip = false, rstrip = false;  // absorb Unicode white space to the left / right
+  bool normalized = false;              // matched in the normalized text (content normalized too)
+};
+
+// Added tokens of one kind, longest first, as they are matched.
+struct AddedTokenSet {
+  std::vector<AddedToken> tokens;  // content normalized for the normalized set
+  uint8_t first[256] = {};         // 1 where some token starts with that byte
 };
 
 class Tokenizer;
@@ -51,6 +60,7 @@ class EncodeState {
   std::vector<uint32_t> sym_, next_, prev_;  // BPE work arrays
   std::vector<uint32_t> rank_;
   std::vector<uint64_t> heap_;
+  std::string normalized_;  // a stretch between raw added tokens, normalized
 };
 
 class Tokenizer {
@@ -85,8 +95,9 @@ class Tokenizer {
   // The first p >= at where text can be cut into [0, p) and [p, end) that
   // encode to the same ids as the whole: just after a '\n' that is followed by
   // a printable ASCII byte (no piece of the Qwen2 or GPT-2 regex spans that,
-  // and NFC never joins across it).  text.size() when there is none, or when
-  // the tokenizer's configuration gives no such guarantee (other regexes,
+  // and NFC never joins across it) that does not start an added token with
+  // lstrip (which would take the '\n').  text.size() when there is none, or
+  // when the tokenizer's configuration gives no such guarantee (other regexes,
   // add_prefix_space, added tokens containing '\n').  Used to encode long
   // documents in bounded pieces and in parallel.
   size_t cut_point(std::string_view text, size_t at) const;
@@ -99,8 +110,10 @@ class Tokenizer {
   std::vector<uint32_t> token_offset_;  // id -> [offset, next offset) in token_bytes_
   std::string token_bytes_;
   std::unordered_map<std::string, uint32_t> id_of_;
-  std::vector<AddedToken> added_;
-  uint8_t added_first_[256] = {};  // 1 where some added token starts with that byte
+  std::vector<AddedToken> added_;    // all, as in the file
+  AddedTokenSet raw_added_;          // "normalized": false, matched in the raw text
+  AddedTokenSet norm_added_;         // "normalized": true, matched in the normalized text
+  uint8_t lstrip_first_[256] = {};   // 1 where some added token with lstrip starts with that byte
   bool ignore_merges_ = false;
   bool cuttable_ = false;  // see cut_point
 
@@ -108,6 +121,7 @@ class Tokenizer {
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out, EncodeState& st) const;
   void bpe(std::string_view piece, EncodeState& st) const;  // result in st.sym_
   void encode_text(std::string_view text, std::vector<uint32_t>& out, EncodeState& st) const;
+  void encode_between_raw_added(std::string_view text, std::vector<uint32_t>& out, EncodeState& st) const;
 };
 
 }  // namespace attnres

@@ -1,6 +1,6 @@
 """Checks that tests/golden/ is what the oracle writes today.
 
-Usage: /usr/bin/python3 tests/oracle/check_golden.py [--golden DIR]
+Usage: scripts/peers_python.sh tests/oracle/check_golden.py [--golden DIR]
 
 Regenerates every case into a temporary directory (make_golden.py) and
 compares it with the committed one: JSON files and integer tensors byte for

@@ -1,6 +1,6 @@
 """Checkpoint exchange with the reference code, both directions, against the oracle.
 
-Usage: /usr/bin/python3 tests/oracle/exchange.py --attnres build/attnres
+Usage: scripts/peers_python.sh tests/oracle/exchange.py --attnres build/attnres
 
 1. Reference -> attnres.  Model directories written the way the reference
    code's `save_pretrained` writes them (tests/oracle/README.md §1, §7):

@@ -1,6 +1,6 @@
 """Regenerates tests/golden/<case>/ from the oracle, after self-checks.
 
-Usage: /usr/bin/python3 tests/oracle/make_golden.py [--out DIR] [--fp32-report]
+Usage: scripts/peers_python.sh tests/oracle/make_golden.py [--out DIR] [--fp32-report]
 
 Self-checks run first and any failure aborts before a file is written:
   1. DESIGN.md's hand-written router backward equals autograd, single-head

@@ -1,7 +1,7 @@
 """`attnres eval-tasks` against the oracle: every request's log-likelihood and
 greedy flag, and every metric computed from them the harness's way.
 
-Usage: /usr/bin/python3 tests/oracle/tasks.py --attnres build/attnres --tokenizer QWEN3_TOKENIZER_JSON
+Usage: scripts/peers_python.sh tests/oracle/tasks.py --attnres build/attnres --tokenizer QWEN3_TOKENIZER_JSON
 
 A small random delta_block model with Qwen3's vocabulary (151936 entries, so
 the published tokenizer encodes the prompts) scores a few hand-written
