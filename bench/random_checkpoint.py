@@ -11,7 +11,9 @@ import json
 import os
 import sys
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "peers"))
+from peers import require  # noqa: E402  (a missing package: one line naming scripts/setup_peers.sh)
+np = require("numpy")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "oracle"))
 import oracle  # noqa: E402

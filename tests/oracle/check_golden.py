@@ -17,7 +17,9 @@ import subprocess
 import sys
 import tempfile
 
-import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+from peers import require  # noqa: E402  (a missing package: one line naming scripts/setup_peers.sh)
+np = require("numpy")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle as O  # noqa: E402

@@ -37,8 +37,10 @@ import os
 import sys
 import zlib
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+from peers import require  # noqa: E402  (a missing package: one line naming scripts/setup_peers.sh)
+np = require("numpy")
+torch = require("torch")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle as O  # noqa: E402

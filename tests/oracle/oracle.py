@@ -17,10 +17,14 @@ attnres_num_heads (each routing head owns d/heads dimensions).
 
 import json
 import math
+import os
 import struct
+import sys
 
-import numpy as np
-import torch
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
+from peers import require  # noqa: E402  (a missing package: one line naming scripts/setup_peers.sh)
+np = require("numpy")
+torch = require("torch")
 
 # ---------------------------------------------------------------------------
 # safetensors: 8-byte little-endian header length, JSON header, raw data.

@@ -614,6 +614,8 @@ def run_test(a):
             if p.returncode != 0:
                 raise SystemExit(f"attnres eval-tasks failed: {p.stderr.strip()}")
             got, got_samples = json.loads(p.stdout), read_jsonl(samples)
+            longest = CFG["max_position_embeddings"] + 1
+            cut = sum(len(r["context_ids"]) + len(r["continuation_ids"]) > longest for r in got_samples)
             fails, summary = compare(res["results"], res["samples"], lm_eval_n(res), got, got_samples,
                                      records["mmlu"], label, records["lambada_openai"], shots)
             if shots == 0:
@@ -627,7 +629,9 @@ def run_test(a):
             print(f"lm_eval_interop: {label}: {summary['requests']} requests compared, max |ll(attnres) - "
                   f"ll(lm-eval)| {summary['max_abs_ll']:.2e}, max relative metric difference "
                   f"{summary['max_rel_metric']:.2e}" + (f" (lambada perplexity {ppl:.1e})" if ppl is not None else "")
-                  + f", closest decision (best two choices' ll or ll/len) {summary['closest_decision']:.2e}")
+                  + f", closest decision (best two choices' ll or ll/len) {summary['closest_decision']:.2e}"
+                  + f"; {cut} of {len(got_samples)} requests cut from the left to {CFG['max_position_embeddings']}")
+            summary["cut_from_left"] = cut
             if summary["self_drawn"]:
                 print(f"  lambada_openai: documents {summary['self_drawn']} are their own example in lm-eval "
                       f"(>= 0.4.10), not in attnres: the documented difference; lambada's metrics not compared")
