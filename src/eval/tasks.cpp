@@ -366,13 +366,27 @@ void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector
         fail(task.name, ": --num-fewshot ", k, " draws ", n, " examples from ", pool.size(), " records");
       for (int64_t i : rnd.sample(static_cast<int64_t>(pool.size()), n)) drawn.push_back(&pool[i]);
     }
-    std::string examples;
-    int64_t used = 0;
+    // The document is dropped from its own draw only when k + 1 were drawn
+    // for it (lm-eval >= 0.4.10: the sampler is given the document only when
+    // fewshot_split equals test_split); lambada, whose examples come from its
+    // test records with no fewshot_split, can be its own example.
+    std::vector<const Doc*> kept;
     for (const Doc* p : drawn)
-      if (p->record != d.record && used < k) {
-        examples += p->shot;
-        ++used;
-      }
+      if ((!task.draw_extra || p->record != d.record) && static_cast<int64_t>(kept.size()) < k) kept.push_back(p);
+    if (task.draw_extra && static_cast<int64_t>(kept.size()) < k) {
+      // The document was drawn more than once (the pool repeats it): the
+      // harness draws k again, from the pool without it.
+      std::vector<const Doc*> others;
+      for (const Doc& p : pool)
+        if (p.record != d.record) others.push_back(&p);
+      if (static_cast<int64_t>(others.size()) < k)
+        fail(task.name, ": --num-fewshot ", k, " needs ", k, " examples other than the document at ", d.where,
+             ", and its pool has ", others.size());
+      kept.clear();
+      for (int64_t i : rnd.sample(static_cast<int64_t>(others.size()), k)) kept.push_back(others[i]);
+    }
+    std::string examples;
+    for (const Doc* p : kept) examples += p->shot;
     for (Request& r : d.requests) r.context.insert(d.examples_at, examples);
   }
 }

@@ -50,7 +50,8 @@ struct TaskSpec {
   // DATA_DIR/<task>.<split>.jsonl ("" = the evaluated records themselves);
   // first_n: the first k (of the document's subject), not a random draw;
   // draw_extra: k + 1 are drawn and the document itself dropped, because the
-  // task's YAML leaves fewshot_split and test_split equal (both unset).
+  // task's YAML leaves fewshot_split and test_split equal (both unset); without
+  // it, k are drawn and kept, the document too if drawn (lm-eval >= 0.4.10).
   std::string fewshot_split;
   bool first_n = false, draw_extra = false;
 };
@@ -75,7 +76,7 @@ struct Doc {
   // and where examples go into each request's context (after mmlu's description).
   std::string shot;
   size_t examples_at = 0;
-  std::string record;                   // the record, canonical JSON (a document is dropped from its own examples)
+  std::string record;                   // the record, canonical JSON (draw_extra: dropped from its own draw)
   std::string where;                    // "FILE:LINE" of the record, for errors about it
 };
 
@@ -100,8 +101,9 @@ std::vector<Doc> read_fewshot_pool(const TaskSpec& task, const std::string& dir)
 // Puts k examples in front of every request of every document, in document
 // order, as the harness's samplers do: first_n takes the first k of the
 // pool (of the document's subject); otherwise one CPython random.Random(seed)
-// per task draws random.sample(pool, k, or k + 1 with draw_extra) per
-// document, drops the document itself and keeps the first k.
+// per task draws random.sample(pool, k) per document — with draw_extra, k + 1,
+// the document itself dropped and the first k kept (drawn twice or more: k
+// drawn again from the pool without it), as lm-eval 0.4.10 on does.
 void add_fewshot(const TaskSpec& task, std::vector<Doc>& docs, const std::vector<Doc>& pool, int64_t k,
                  uint64_t seed);
 

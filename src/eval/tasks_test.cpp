@@ -204,17 +204,36 @@ TEST(Tasks, FewShotContextsAreTheHarnesss) {
   EXPECT_EQ(docs[0].requests[1].context, docs[0].requests[0].context);
   EXPECT_EQ(docs[1].requests[0].context, "Question: g0\nAnswer: a0\n\nQuestion: G1\nAnswer:");
 
-  // lambada: examples from the evaluated records themselves, k drawn (its test
-  // split is declared, fewshot_split not), the document dropped from its own:
-  // Random(1234).sample(range(4), 3) gives [3, 0, 2] for document 0 — which
-  // keeps two examples, not three, as the harness does — then [0, 2, 3].
+  // piqa again, the document twice in the pool [D, g1, D, g3]: the k + 1 draw
+  // [3, 0, 2] leaves one example once D is dropped, so the harness (0.4.10 on)
+  // draws k again from the pool without D, [g1, g3] (sample(range(2), 2) = [0, 1]);
+  // the next document draws [g3, D, D] again, then [g3, g1].  (lm-eval 0.4.13's
+  // ContextSampler gives these, run in Python.)
+  const json same = {{"goal", "G"}, {"sol1", "x"}, {"sol2", "y"}, {"label", 0}};
+  std::vector<Doc> dpool = {doc("piqa", same), pool[1], doc("piqa", same),
+                            doc("piqa", {{"goal", "g3"}, {"sol1", "a3"}, {"sol2", "b3"}, {"label", 1}})};
+  std::vector<Doc> ddocs = {doc("piqa", same), doc("piqa", same)};
+  add_fewshot(piqa, ddocs, dpool, 2, 1234);
+  EXPECT_EQ(ddocs[0].requests[0].context,
+            "Question: g1\nAnswer: b1\n\nQuestion: g3\nAnswer: b3\n\nQuestion: G\nAnswer:");
+  EXPECT_EQ(ddocs[1].requests[0].context,
+            "Question: g3\nAnswer: b3\n\nQuestion: g1\nAnswer: b1\n\nQuestion: G\nAnswer:");
+  std::vector<Doc> lone = {doc("piqa", same)};
+  std::vector<Doc> only_d = {doc("piqa", same), doc("piqa", same), pool[0]};
+  EXPECT_THROW(add_fewshot(piqa, lone, only_d, 2, 1234), Error);  // one record besides D, two wanted
+
+  // lambada: examples from the evaluated records themselves, k drawn and all
+  // kept (its test split is declared, fewshot_split not, so lm-eval 0.4.10 on
+  // does not drop the document; up to 0.4.9.2 it did):
+  // Random(1234).sample(range(4), 3) gives [3, 0, 2] for document 0 — itself
+  // among its examples — then [0, 2, 3].
   const TaskSpec lambada = parse_task_list("lambada_openai")[0];
   std::vector<Doc> texts;
   for (int i = 0; i < 4; ++i) texts.push_back(doc("lambada_openai", {{"text", cat("w", i, " end", i)}}));
   std::vector<Doc> all = texts;
   add_fewshot(lambada, texts, all, 3, 1234);
   // The target " end3" already starts with a space; the delimiter adds one more.
-  EXPECT_EQ(texts[0].requests[0].context, "w3  end3\n\nw2  end2\n\nw0");
+  EXPECT_EQ(texts[0].requests[0].context, "w3  end3\n\nw0  end0\n\nw2  end2\n\nw0");
   EXPECT_EQ(texts[1].requests[0].context, "w0  end0\n\nw2  end2\n\nw3  end3\n\nw1");
 
   // mmlu: the first k of the subject's dev records, after the description.
