@@ -18,7 +18,7 @@ STAMP=$VENV/attnres-peers.sha256
 want=$(sha256sum "$REQ" | cut -d' ' -f1)
 # Every module the tests and comparators import: a venv that cannot import
 # one of them is rebuilt, whatever its stamp says.
-IMPORTS="import torch, transformers, tokenizers, safetensors, lm_eval, numpy"
+IMPORTS="import torch, transformers, tokenizers, safetensors, lm_eval, accelerate, numpy"
 
 matches() {
   [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ] &&
