@@ -12,15 +12,100 @@
 
 namespace attnres {
 
+namespace {
+
+// HF tokenizers 0.23.3 runs the Split regexes on Oniguruma, whose Unicode
+// tables are version 16.0; PCRE2 10.42 (Debian 12) has 14.0, and its \s with
+// UCP also takes U+180E, which is not White_Space since Unicode 6.3.  So that
+// the pieces are HF's, unicode_classes_as_hf() rewrites a pattern: \s and \S
+// become the White_Space class and its complement, and \p{L} and \p{N} gain
+// the letters and numbers that Unicode 15.0-16.0 added (harmless where the
+// PCRE2 in use knows them).  Other classes (\p{P}, \p{Lu}, ...) are PCRE2's.
+constexpr const char* kWhiteSpace =
+    "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}";
+constexpr const char* kNewLetters =
+    "\\x{1C89}-\\x{1C8A}\\x{A7CB}-\\x{A7CD}\\x{A7DA}-\\x{A7DC}\\x{105C0}-\\x{105F3}"
+    "\\x{10D4A}-\\x{10D65}\\x{10D6F}-\\x{10D85}\\x{10EC2}-\\x{10EC4}\\x{1123F}-\\x{11240}"
+    "\\x{11380}-\\x{11389}\\x{1138B}\\x{1138E}\\x{11390}-\\x{113B5}\\x{113B7}\\x{113D1}\\x{113D3}"
+    "\\x{11BC0}-\\x{11BE0}\\x{11F02}\\x{11F04}-\\x{11F10}\\x{11F12}-\\x{11F33}\\x{1342F}"
+    "\\x{13441}-\\x{13446}\\x{13460}-\\x{143FA}\\x{16100}-\\x{1611D}\\x{16D40}-\\x{16D6C}\\x{18CFF}"
+    "\\x{1B132}\\x{1B155}\\x{1DF25}-\\x{1DF2A}\\x{1E030}-\\x{1E06D}\\x{1E4D0}-\\x{1E4EB}"
+    "\\x{1E5D0}-\\x{1E5ED}\\x{1E5F0}\\x{2B739}\\x{2EBF0}-\\x{2EE5D}\\x{31350}-\\x{323AF}";
+constexpr const char* kNewNumbers =
+    "\\x{10D40}-\\x{10D49}\\x{116D0}-\\x{116E3}\\x{11BF0}-\\x{11BF9}\\x{11F50}-\\x{11F59}"
+    "\\x{16130}-\\x{16139}\\x{16D70}-\\x{16D79}\\x{1CCF0}-\\x{1CCF9}\\x{1D2C0}-\\x{1D2D3}"
+    "\\x{1E4F0}-\\x{1E4F9}\\x{1E5F1}-\\x{1E5FA}";
+
+}  // namespace
+
+std::string unicode_classes_as_hf(const std::string& pattern) {
+  std::string out;
+  const size_t n = pattern.size();
+  bool in_class = false;
+  for (size_t i = 0; i < n;) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < n) {
+      const char d = pattern[i + 1];
+      auto is = [&](const char* s) { return pattern.compare(i, std::char_traits<char>::length(s), s) == 0; };
+      auto put_class = [&](const std::string& items) { out += in_class ? items : "[" + items + "]"; };
+      if (d == 's') {
+        put_class(kWhiteSpace);
+        i += 2;
+      } else if (d == 'S' && !in_class) {
+        out += std::string("[^") + kWhiteSpace + "]";
+        i += 2;
+      } else if (is("\\p{L}") || is("\\pL")) {
+        put_class(std::string("\\p{L}") + kNewLetters);
+        i += d == 'p' && pattern[i + 2] == '{' ? 5 : 3;
+      } else if (is("\\p{N}") || is("\\pN")) {
+        put_class(std::string("\\p{N}") + kNewNumbers);
+        i += d == 'p' && pattern[i + 2] == '{' ? 5 : 3;
+      } else if (d == 'Q') {  // a literal stretch, up to \E
+        const size_t e = pattern.find("\\E", i + 2);
+        const size_t end = e == std::string::npos ? n : e + 2;
+        out.append(pattern, i, end - i);
+        i = end;
+      } else {
+        out.append(pattern, i, 2);
+        i += 2;
+      }
+    } else if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      ++i;
+      if (i < n && pattern[i] == '^') out += pattern[i++];
+      if (i < n && pattern[i] == ']') out += pattern[i++];  // a literal ']' first in the class
+    } else if (c == '[' && in_class && i + 1 < n && pattern[i + 1] == ':') {  // [:alpha:]
+      const size_t e = pattern.find(":]", i + 2);
+      const size_t end = e == std::string::npos ? n : e + 2;
+      out.append(pattern, i, end - i);
+      i = end;
+    } else {
+      if (c == ']') in_class = false;
+      out += c;
+      ++i;
+    }
+  }
+  return out;
+}
+
 class Regex {
  public:
   explicit Regex(const std::string& pattern) {
     int err = 0;
     PCRE2_SIZE offset = 0;
-    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                          &offset, nullptr);
-    if (!code_) {
+    const std::string hf = unicode_classes_as_hf(pattern);
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(hf.data()), hf.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset,
+                          nullptr);
+    if (!code_) {  // the error as the original pattern has it
       PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      if (pcre2_code* orig = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                                           PCRE2_UTF | PCRE2_UCP, &err, &offset, nullptr)) {
+        pcre2_code_free(orig);
+        fail("tokenizer regex /", pattern, "/ does not compile with its classes spelled out as HF's: ",
+             reinterpret_cast<char*>(msg), " in /", hf, "/");
+      }
       pcre2_get_error_message(err, msg, sizeof msg);
       fail("tokenizer regex does not compile at offset ", offset, ": ", reinterpret_cast<char*>(msg), " in /", pattern,
            "/");

@@ -75,6 +75,11 @@ struct PreTokenizer::Scratch {
   std::vector<Run> runs;
 };
 
+// `pattern` with \s, \S, \p{L} and \p{N} spelled out so that PCRE2 matches
+// them as HF tokenizers' Oniguruma does (White_Space; Unicode 16.0 letters
+// and numbers); what the Regex of a PreTokenizer compiles.
+std::string unicode_classes_as_hf(const std::string& pattern);
+
 // NFC of valid UTF-8 `text`, appended to `out` (fast path: code points below
 // U+0300 are unchanged by NFC and never combine with what precedes them).
 void nfc_append(std::string_view text, std::string& out);

@@ -79,6 +79,10 @@ void collect_pretokenizer(const json& p, const std::string& source, std::vector<
   if (t == "Sequence") {
     for (const auto& x : p.at("pretokenizers")) collect_pretokenizer(x, source, patterns, prefix_space);
   } else if (t == "ByteLevel") {
+    // HF puts the space before every piece that the pre-tokenizers before it
+    // made; we put it only before each stretch between added tokens.
+    if (p.value("add_prefix_space", false) && !patterns.empty())
+      fail(source, ": ByteLevel with add_prefix_space after another pre-tokenizer is not supported");
     if (p.value("use_regex", true)) patterns.push_back(kGpt2Pattern);
     prefix_space = p.value("add_prefix_space", false);
   } else if (t == "Split") {
@@ -192,12 +196,6 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
         tok.added_.push_back(std::move(t));
       }
 
-    tok.token_offset_.assign(1, 0);
-    for (const auto& b : bytes_of) {
-      tok.token_bytes_ += b;
-      tok.token_offset_.push_back(static_cast<uint32_t>(tok.token_bytes_.size()));
-    }
-
     // Normalizer, pre-tokenizer, decoder.
     const bool nfc = normalizer_is_nfc(j.value("normalizer", json()), source);
     std::vector<std::string> patterns;
@@ -218,18 +216,32 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
       AddedTokenSet& set = t.normalized ? tok.norm_added_ : tok.raw_added_;
       set.tokens.push_back(t);
       if (t.normalized) {
-        set.tokens.back().content.clear();
-        tok.pre_->normalize_append(t.content, set.tokens.back().content);
+        std::string& norm = set.tokens.back().content;
+        norm.clear();
+        tok.pre_->normalize_append(t.content, norm);
+        // HF decodes such a token as its normalized text; its id stays
+        // findable by either spelling.
+        bytes_of[t.id] = norm;
+        tok.id_of_.emplace(norm, t.id);
       }
-      for (const std::string* c : {&t.content, static_cast<const std::string*>(&set.tokens.back().content)}) {
-        set.first[static_cast<unsigned char>((*c)[0])] = 1;
-        if (t.lstrip) tok.lstrip_first_[static_cast<unsigned char>((*c)[0])] = 1;
-      }
+      const unsigned char first = static_cast<unsigned char>(set.tokens.back().content[0]);
+      set.first[first] = 1;
+      // cut_point must not cut before a token with lstrip; a normalized one
+      // that starts with a non-ASCII character may come from ASCII ("A" +
+      // U+030A is "Å"), so there is then no safe place.
+      if (t.lstrip) tok.lstrip_first_[first] = tok.lstrip_first_[static_cast<unsigned char>(t.content[0])] = 1;
+      if (t.lstrip && t.normalized && first >= 0x80) tok.cuttable_ = false;
     }
     for (AddedTokenSet* set : {&tok.raw_added_, &tok.norm_added_})
       std::stable_sort(set->tokens.begin(), set->tokens.end(), [](const AddedToken& x, const AddedToken& y) {
         return x.content.size() > y.content.size();
       });
+
+    tok.token_offset_.assign(1, 0);
+    for (const auto& b : bytes_of) {
+      tok.token_bytes_ += b;
+      tok.token_offset_.push_back(static_cast<uint32_t>(tok.token_bytes_.size()));
+    }
     const json dec = j.value("decoder", json());
     if (!dec.is_null() && type_of(dec) != "ByteLevel")
       fail(source, ": unsupported decoder '", type_of(dec), "' (only ByteLevel)");

@@ -4,10 +4,9 @@
 // encode(text): added tokens (e.g. <|endoftext|>, <|im_start|>) are cut out
 // first (leftmost, longest), as HF does it: those flagged "normalized": false
 // from the raw bytes, then those flagged true from each normalized stretch in
-// between; the remaining stretches are pre-tokenized (pretokenizer.h), and each
-// piece is merged by
-// BPE: start from one token per byte, repeatedly merge the adjacent pair of
-// lowest merge rank (leftmost on ties).  Pieces seen before come from a
+// between; the remaining stretches are pre-tokenized (pretokenizer.h), and
+// each piece is merged by BPE: start from one token per byte, repeatedly
+// merge the adjacent pair of lowest merge rank (leftmost on ties).  Pieces seen before come from a
 // per-thread cache.  The ids equal those of HF tokenizers for valid UTF-8;
 // bytes that are not UTF-8 are encoded too (pretokenizer.h says how).
 // decode(ids) concatenates token bytes: it returns the exact bytes, where HF

@@ -229,6 +229,104 @@ TEST(TokenizerBpe, DecodeRejectsUnknownIds) {
   EXPECT_THROW(tok.decode(bad), Error);
 }
 
+// The hand-made tokenizer (NFC) with more added tokens, as HF's tokenizer.json
+// spells them; their ids follow the others'.
+struct Added {
+  std::string content;
+  bool lstrip = false, rstrip = false, normalized = false;
+};
+Tokenizer with_added(const std::vector<Added>& extra) {
+  auto j = nlohmann::json::parse(to_tokenizer_json(model_of({{"a", "b"}}, /*nfc=*/true)));
+  uint32_t id = 0;
+  for (const auto& a : j["added_tokens"]) id = std::max(id, a["id"].get<uint32_t>() + 1);
+  for (const Added& a : extra)
+    j["added_tokens"].push_back({{"id", id++}, {"content", a.content}, {"single_word", false}, {"lstrip", a.lstrip},
+                                 {"rstrip", a.rstrip}, {"normalized", a.normalized}, {"special", true}});
+  return Tokenizer::from_json(j.dump());
+}
+
+std::vector<std::string> pieces(const Tokenizer& tok, const std::string& text) {
+  std::vector<std::string> out;
+  for (uint32_t id : tok.encode(text)) out.emplace_back(tok.token_bytes(id));
+  return out;
+}
+
+// lstrip/rstrip take Unicode white space (HF's \s), not only ASCII: here
+// U+3000, U+00A0, U+2003, U+0085, U+2028; U+200B is not white space.
+TEST(TokenizerAdded, StripTakesUnicodeWhiteSpace) {
+  const Tokenizer tok = with_added({{"<L>", true, false}, {"<R>", false, true}});
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces(tok, "x \xe3\x80\x80\xc2\xa0\t<L>y"), (V{"x", "<L>", "y"}));
+  EXPECT_EQ(pieces(tok, "<R>\xe2\x80\x83 \xc2\x85\xe2\x80\xa8y"), (V{"<R>", "y"}));
+  EXPECT_EQ(pieces(tok, "x\xe2\x80\x8b<L>"), (V{"x", "\xe2", "\x80", "\x8b", "<L>"}));
+  // What an earlier token took is not taken again; invalid bytes stop the strip.
+  EXPECT_EQ(pieces(tok, "<R> \xe3\x80\x80<L>"), (V{"<R>", "<L>"}));
+  EXPECT_EQ(pieces(tok, "\x80\xa0<L>"), (V{"\x80", "\xa0", "<L>"}));
+}
+
+// Tokens flagged "normalized" are found in the NFC text, after those that are
+// not have been cut out of the raw text (HF's two passes).
+TEST(TokenizerAdded, NormalizedTokensMatchTheNormalizedText) {
+  const Tokenizer tok = with_added({{"caf\xc3\xa9!", false, false, true},  // é precomposed
+                                    {"A\xcc\x8a!", false, false, true},    // A + U+030A: matched as Å!
+                                    {"<ab>", false, false, true},
+                                    {"b>", false, false, false}});
+  using V = std::vector<std::string>;
+  EXPECT_EQ(pieces(tok, "cafe\xcc\x81!"), (V{"caf\xc3\xa9!"}));  // e + U+0301
+  EXPECT_EQ(pieces(tok, "\xc3\x85!"), (V{"\xc3\x85!"}));
+  EXPECT_EQ(pieces(tok, "<ab>"), (V{"<", "a", "b>"}));  // the raw token first
+  // Decoded as its normalized text, as HF does; found by either spelling.
+  EXPECT_EQ(tok.token_id("A\xcc\x8a!"), tok.token_id("\xc3\x85!"));
+  EXPECT_EQ(tok.decode(tok.encode("A\xcc\x8a!")), "\xc3\x85!");
+}
+
+// cut_point does not cut between white space and a token with lstrip, which
+// would keep the '\n' that the whole text gives to the token.
+TEST(TokenizerAdded, NoCutBeforeATokenWithLstrip) {
+  const Tokenizer tok = with_added({{"<L>", true, false}});
+  const std::string text = "x\n<L>x\n<L>y\nab";
+  const size_t cut = tok.cut_point(text, 0);
+  EXPECT_EQ(text.substr(cut), "ab");
+  std::vector<uint32_t> whole = tok.encode(text), parts = tok.encode(text.substr(0, cut));
+  for (uint32_t id : tok.encode(text.substr(cut))) parts.push_back(id);
+  EXPECT_EQ(parts, whole);
+}
+
+// The Qwen2 split regex classifies characters as HF tokenizers 0.23.3 does
+// (Oniguruma, Unicode 16.0), not as PCRE2 10.42 alone would (Unicode 14.0, and
+// U+180E as white space): the pieces of texts where that matters.
+TEST(TokenizerPre, UnicodeClassesAsHf) {
+  const PreTokenizer pre({kQwen2Pattern}, /*nfc=*/true);
+  auto scratch = pre.make_scratch();
+  auto split = [&](const std::string& text) {
+    std::vector<std::string_view> views;
+    pre.split(text, *scratch, views);
+    return std::vector<std::string>(views.begin(), views.end());
+  };
+  using V = std::vector<std::string>;
+  EXPECT_EQ(split(" \xe1\xa0\x8ex"), (V{" \xe1\xa0\x8e", "x"}));  // U+180E is not white space
+  EXPECT_EQ(split("b \xe1\xa0\x8e"), (V{"b", " \xe1\xa0\x8e"}));
+  // Kaktovik numerals U+1D2C0.. (Unicode 15.0) are \p{N}: one piece each.
+  EXPECT_EQ(split("a\xf0\x9d\x8b\x80\xf0\x9d\x8b\x81"), (V{"a", "\xf0\x9d\x8b\x80", "\xf0\x9d\x8b\x81"}));
+  // U+1C89 (Cyrillic, Unicode 16.0) and U+2EBF0 (CJK extension I, 15.1) are \p{L}.
+  EXPECT_EQ(split("1\xe1\xb2\x89x!"), (V{"1", "\xe1\xb2\x89x", "!"}));
+  EXPECT_EQ(split(" \xf0\xae\xaf\xb0\xf0\xae\xaf\xb1."), (V{" \xf0\xae\xaf\xb0\xf0\xae\xaf\xb1", "."}));
+  // The white space that HF's \s takes (U+0085, U+3000) stays white space.
+  EXPECT_EQ(split("a\xc2\x85\xe3\x80\x80 b"), (V{"a", "\xc2\x85\xe3\x80\x80", " b"}));
+}
+
+TEST(TokenizerPre, RewriteSpellsOutOnlyTheseClasses) {
+  const std::string ws = unicode_classes_as_hf("\\s");
+  ASSERT_EQ(ws.front(), '[');
+  const std::string items = ws.substr(1, ws.size() - 2);
+  EXPECT_EQ(unicode_classes_as_hf("\\S"), "[^" + items + "]");
+  EXPECT_EQ(unicode_classes_as_hf("[^\\s]"), "[^" + items + "]");  // inside a class: the items
+  EXPECT_EQ(unicode_classes_as_hf("\\\\s\\Q\\s\\E[]\\s][[:alpha:]]\\p{Lu}\\P{L}"),
+            "\\\\s\\Q\\s\\E[]" + items + "][[:alpha:]]\\p{Lu}\\P{L}");
+  EXPECT_EQ(unicode_classes_as_hf("\\pL").rfind("[\\p{L}\\x{", 0), 0u);
+  EXPECT_EQ(unicode_classes_as_hf("[a\\p{N}]").rfind("[a\\p{N}\\x{", 0), 0u);
+}
+
 TEST(TokenizerBpe, LoaderErrorsNameTheProblem) {
   auto expect_error = [](const std::string& json, const std::string& needle) {
     try {
@@ -260,6 +358,9 @@ TEST(TokenizerBpe, LoaderErrorsNameTheProblem) {
   k = j;
   k["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}};
   expect_error(k.dump(), "x.json: tokenizer regex does not compile");
+  k = j;
+  k["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true;  // Split, then ByteLevel
+  expect_error(k.dump(), "add_prefix_space after another pre-tokenizer");
   k = j;
   k["normalizer"] = {{"type", "Lowercase"}};
   expect_error(k.dump(), "unsupported normalizer");

