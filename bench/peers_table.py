@@ -39,9 +39,9 @@ def main():
         if not recs:
             continue
         print(f"## {TITLES[part]}\n")
-        print(f"| mode | precision | attnres | PyTorch configurations ({unit}) | best PyTorch 2 | attnres / best |"
-              + (" decode b1: attnres / best PyTorch 2 |" if part == "generate" else ""))
-        print("|---|---|---|---|---|---|" + ("---|" if part == "generate" else ""))
+        print(f"| mode | precision | attnres | PyTorch configurations ({unit}) | best PyTorch 2 | attnres / best "
+              "| peak RSS GiB, attnres / best |" + (" decode b1: attnres / best PyTorch 2 |" if part == "generate" else ""))
+        print("|---|---|---|---|---|---|---|" + ("---|" if part == "generate" else ""))
         groups = {}
         for r in recs:
             groups.setdefault((r.get("mode", "baseline"), r["precision"]), []).append(r)
@@ -54,9 +54,11 @@ def main():
             cells = ", ".join(f"{label(r)} {r[key]:.0f}" + (f" (compile {r['compile_s']:.0f} s)"
                                                             if r.get("compile_s", 0) > 5 else "")
                               for r in sorted(peers, key=lambda r: -r[key]))
-            ratio = f"{a / best[key]:.2f}x" if a and best else "-"
+            ratio = f"**{a / best[key]:.2f}x**" if a and best else "-"
+            gib = lambda r: f"{r['peak_rss_bytes'] / 2**30:.2f}" if r and "peak_rss_bytes" in r else "-"
+            rss = f"{gib(ours[0] if ours else None)} / {gib(best)}"
             line = (f"| {mode} | {prec} | {a:.0f} | {cells} | {label(best) + ' ' + format(best[key], '.0f') if best else '-'}"
-                    f" | {ratio} |") if a else f"| {mode} | {prec} | - | {cells} | - | - |"
+                    f" | {ratio} | {rss} |") if a else f"| {mode} | {prec} | - | {cells} | - | - | {rss} |"
             if part == "generate":
                 k = "decode_tok_per_s_b1"
                 bd = max(v2, key=lambda r: r[k]) if v2 else None
