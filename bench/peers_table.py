@@ -52,7 +52,7 @@ def main():
             best = max(v2, key=lambda r: r[key]) if v2 else None
             a = ours[0][key] if ours else None
             cells = ", ".join(f"{label(r)} {r[key]:.0f}" + (f" (compile {r['compile_s']:.0f} s)"
-                                                            if r.get("compile_s", 0) > 5 else "")
+                                                            if r.get("compile_s", 0) > 1 and not r["peer"]["config"].startswith("eager") else "")
                               for r in sorted(peers, key=lambda r: -r[key]))
             ratio = f"**{a / best[key]:.2f}x**" if a and best else "-"
             gib = lambda r: f"{r['peak_rss_bytes'] / 2**30:.2f}" if r and "peak_rss_bytes" in r else "-"
