@@ -42,9 +42,10 @@ for l in sys.stdin:
     if l.startswith("{"):
         r = json.loads(l)
         r["part"] = sys.argv[1]
-        if sys.argv[2] != "-":
-            r.setdefault("peer", {"name": sys.argv[2]})
-        print(json.dumps(r), flush=True)' "$1" "$2" >>"$OUT"; }
+        if sys.argv[2] != "-":   # attnres: its commit and configuration, as the peers name theirs
+            r.setdefault("peer", {"name": sys.argv[2], "commit": sys.argv[3],
+                                  "config": r.get("precision"), "threads": r.get("threads")})
+        print(json.dumps(r), flush=True)' "$1" "$2" "$(git rev-parse --short HEAD 2>/dev/null || echo -)" >>"$OUT"; }
 
 : >"$OUT"
 cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)
