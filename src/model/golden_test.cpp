@@ -76,14 +76,18 @@ constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 
 // differently), so the bounds hold for any: measured worst over the cases
 // cases and both builds (2026-12-01, printed by this test) logits 1.1e-2,
 // loss 4.9e-4, gradients 6.4e-3, trajectory losses 5.2e-2, final loss
-// 2.5e-2; the bounds are 2–3× those.  Ten steps of routed training on these
+// 2.5e-2; the bounds are 2–3× those.  The products' kernel decides the flips
+// too: oneDNN's AMX kernels (an Intel Xeon with AMX-BF16, 2026-12-03) sum in
+// another order than its AVX512-BF16 ones, and there one flip in block_alpha
+// grows to 3.5e-2 in a logit (every other case ≤ 5.7e-3; loss 1.0e-3,
+// gradients 3.2e-3, trajectory losses 3.1e-2): the logits' bound is 2× that.  Ten steps of routed training on these
 // random models amplify the flips (full_alpha's gradient norms part by 61 %
 // by step 10; fp32 itself is 6e-4 from the oracle there): the norms are
 // compared over the first three steps (at most 2 % apart measured).  Each
 // product is held to 1e-5 by the per-op tests (ops/products_test.cpp), and
 // that the right operands are rounded, over all cases, by
 // GoldenBf16.CloserToTheOraclesBf16ThanBf16IsToFloat64 below.
-constexpr GoldenTolerance kBf16{3e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 8e-2, 3};
+constexpr GoldenTolerance kBf16{7e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 8e-2, 3};
 // bf16 against the float64 oracle: the size of bf16 itself.  The oracle's
 // bf16 mode differs from its float64 run by up to 5.6e-2 in the logits (of
 // |logit| ≤ 2.9), 2.3e-3 in the loss, 3.4e-2 in a gradient (of |g| ≤ 0.7),
@@ -300,8 +304,13 @@ TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
   };
   EXPECT_LE(median(logit_ratio), 0.25);
   EXPECT_LE(median(grad_ratio), 0.3);
-  EXPECT_LE(*std::max_element(logit_ratio.begin(), logit_ratio.end()), 0.8);
-  EXPECT_LE(*std::max_element(grad_ratio.begin(), grad_ratio.end()), 0.8);
+  // No case farther from the oracle's bf16 than that is from float64 (measured
+  // on an Intel Xeon, 2026-12-03: worst 0.21 with oneDNN's AVX512-BF16
+  // kernels, 0.86 in the logits and 0.72 in the gradients with its AMX ones,
+  // where one flip in block_alpha grows: see kBf16); the medians above are
+  // what a wrongly rounded operand moves in every case.
+  EXPECT_LE(*std::max_element(logit_ratio.begin(), logit_ratio.end()), 1.0);
+  EXPECT_LE(*std::max_element(grad_ratio.begin(), grad_ratio.end()), 1.0);
 }
 
 // Every case × precision on every backend configuration (testing/check.h).
