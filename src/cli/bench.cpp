@@ -77,6 +77,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"T", T},
           {"steps", steps},
           {"threads", ctx.threads()},
+          {"kernels", ctx.ops().kernels()},
           {"loss", loss}};
 }
 
@@ -228,6 +229,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f
                       {"routing_heads", c.routing_heads},
                       {"precision", precision_name(m.precision())},
                       {"threads", ctx.threads()},
+                      {"kernels", ctx.ops().kernels()},
                       {"params", m.num_params()},
                       {"weight_bytes", m.weight_bytes()},
                       {"bytes_per_token", weight_bytes_per_token(m)},
@@ -406,8 +408,9 @@ int cmd_bench(int argc, char** argv) {
   const double sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
   const double bf16 = !bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
   if (!json) {
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, SGEMM peak %.1f GFLOP/s", f.config.c_str(),
-                static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads, sgemm);
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, SGEMM peak %.1f GFLOP/s",
+                f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
+                ctx.ops().kernels(), sgemm);
     if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, dnnl_bf16::isa().c_str());
     std::printf("\n");
   }

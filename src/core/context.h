@@ -21,8 +21,10 @@ class Backend;
 
 class Context {
  public:
-  // threads: 0 = every core of this machine.  backend: "cpu" (the only one today).
-  explicit Context(int threads = 0, const std::string& backend = "cpu");
+  // threads: 0 = every core of this machine.  backend: "cpu" or "cpu-guarded".
+  // cpu_level: the CPU kernels' instruction-set level, "" for $ATTNRES_CPU_LEVEL
+  // or else the best this CPU has (ops/cpu/cpu_level.h).
+  explicit Context(int threads = 0, const std::string& backend = "cpu", const std::string& cpu_level = "");
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

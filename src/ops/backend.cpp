@@ -22,10 +22,11 @@ void check_device(const std::string& name) {
   fail("--device ", name, ": no such device in this build (it has: ", known, ")");
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx) {
+std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, const std::string& cpu_level) {
   check_device(name);
-  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx);
-  return std::make_unique<CpuBackend>(ctx);
+  std::unique_ptr<CpuBackend> cpu = make_cpu_backend(ctx, choose_cpu_level(cpu_level));
+  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx, std::move(cpu));
+  return cpu;
 }
 
 std::unique_ptr<Context> open_context(const ContextOptions& o) {
@@ -40,10 +41,11 @@ int hardware_threads() {
   return n > 0 ? n : 1;
 }
 
-Context::Context(int threads, const std::string& backend) : threads_(threads > 0 ? threads : hardware_threads()) {
+Context::Context(int threads, const std::string& backend, const std::string& cpu_level)
+    : threads_(threads > 0 ? threads : hardware_threads()) {
   if (threads < 0) fail("--threads must be 0 (all cores) or positive, got ", threads);
   if (threads_ > 1024) fail("--threads ", threads_, " is more than 1024");
-  ops_ = make_backend(backend, *this);
+  ops_ = make_backend(backend, *this, cpu_level);
 }
 
 Context::~Context() = default;

@@ -100,6 +100,10 @@ class Backend {
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
   virtual const char* name() const = 0;
+  // Which build of its kernels runs: on the CPU the instruction-set level
+  // (ops/cpu/cpu_level.h: "x86-64", "avx2", "avx512"), printed in the start-up
+  // lines and in `bench --json` so that figures name what ran.
+  virtual const char* kernels() const = 0;
   Context& context() const { return ctx_; }
   // Why this backend cannot run products in precision p here (a CPU without
   // bf16 matrix instructions, a build without the library); "" when it can.
@@ -320,7 +324,9 @@ class HostView {
 };
 
 // The backend called `name`, running on ctx; Error for an unknown name.
-std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx);
+// cpu_level: the CPU kernels' level ("" = $ATTNRES_CPU_LEVEL, else the best
+// this CPU has; ops/cpu/cpu_level.h).
+std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, const std::string& cpu_level = "");
 // The names make_backend knows in this build ("cpu", "cpu-guarded").
 std::vector<std::string> backend_names();
 // An Error naming --device and the known names unless `name` is one of them.

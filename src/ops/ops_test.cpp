@@ -16,6 +16,7 @@
 #include "core/bf16.h"
 #include "core/context.h"
 #include "core/error.h"
+#include "ops/cpu/cpu_level.h"
 #include "ops/cpu/fast_exp.h"
 #include "testing/check.h"
 
@@ -734,6 +735,52 @@ TEST_P(AdamWStep, OneStepMatchesScalarReference) {
 }
 
 ATTNRES_ON_BACKENDS(AdamWStep);
+
+
+// ---- the kernels' instruction-set levels (ops/cpu/cpu_level.h) ----------------
+
+namespace {
+std::string level_error(const std::string& request) {
+  try {
+    choose_cpu_level(request);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST(CpuLevel, EveryLevelThisCpuHasRunsAndSaysWhichItIs) {
+  const std::vector<CpuLevel> here = cpu_levels_here();
+  ASSERT_FALSE(here.empty());
+  EXPECT_EQ(here.front(), CpuLevel::kX86_64);
+  EXPECT_EQ(here.back(), cpu_level_detected());
+  for (CpuLevel l : here) {
+    Context ctx(1, "cpu", cpu_level_name(l));
+    EXPECT_STREQ(ctx.ops().kernels(), cpu_level_name(l));
+    Context guarded(1, "cpu-guarded", cpu_level_name(l));
+    EXPECT_STREQ(guarded.ops().kernels(), cpu_level_name(l));
+  }
+  EXPECT_STREQ(Context(1).ops().kernels(), cpu_level_name(cpu_level_detected()));  // unset: the best
+}
+
+TEST(CpuLevel, ABadOrTooHighLevelIsAClearError) {
+  EXPECT_EQ(level_error("avx9"), "cpu level 'avx9' is not a level (x86-64, avx2, avx512)");
+  EXPECT_EQ(level_error("AVX2"), "cpu level 'AVX2' is not a level (x86-64, avx2, avx512)");
+  if (cpu_level_detected() != CpuLevel::kAvx512) {
+    const std::string e = level_error("avx512");
+    EXPECT_NE(e.find("this CPU runs at most"), std::string::npos) << e;
+  }
+  ::setenv("ATTNRES_CPU_LEVEL", "sse9", 1);
+  EXPECT_EQ(level_error(""), "ATTNRES_CPU_LEVEL 'sse9' is not a level (x86-64, avx2, avx512)");
+  EXPECT_THROW(Context(1), Error);
+  ::setenv("ATTNRES_CPU_LEVEL", "x86-64", 1);
+  EXPECT_EQ(choose_cpu_level(""), CpuLevel::kX86_64);
+  EXPECT_STREQ(Context(1).ops().kernels(), "x86-64");
+  EXPECT_EQ(choose_cpu_level(cpu_level_name(cpu_level_detected())), cpu_level_detected());  // the request wins
+  ::unsetenv("ATTNRES_CPU_LEVEL");
+  EXPECT_EQ(choose_cpu_level(""), cpu_level_detected());
+}
 
 }  // namespace
 }  // namespace attnres

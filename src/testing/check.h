@@ -35,6 +35,7 @@
 #include "core/file_util.h"
 #include "model/params.h"
 #include "ops/backend.h"
+#include "ops/cpu/cpu_level.h"
 #include "testing/context.h"
 
 namespace attnres::testing {
@@ -193,6 +194,7 @@ struct BackendParam {
   std::string name;     // the test-name suffix
   std::string backend;  // make_backend's name
   int threads;
+  std::string level;    // the CPU kernels' level (ops/cpu/cpu_level.h); "" = the best here
 };
 inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 
@@ -200,9 +202,21 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 // with one thread and with an odd number of threads (uneven splits of rows,
 // chunks and heads), and the guarded CPU backend (ops/cpu/guarded_backend.h),
 // whose memory the host cannot touch but through the interface — so a test
-// that reads backend memory in place fails on it.
+// that reads backend memory in place fails on it.  These run the kernels of
+// the CPU's best level; every lower level this CPU has runs beside them with
+// three threads (cpu_x86_64_3threads, cpu_avx2_3threads), so each level's
+// copy of the kernels is checked on a machine that has it.
 inline std::vector<BackendParam> backend_params() {
-  return {{"cpu_1thread", "cpu", 1}, {"cpu_3threads", "cpu", 3}, {"cpu_guarded", "cpu-guarded", 3}};
+  std::vector<BackendParam> p = {
+      {"cpu_1thread", "cpu", 1, ""}, {"cpu_3threads", "cpu", 3, ""}, {"cpu_guarded", "cpu-guarded", 3, ""}};
+  for (CpuLevel l : cpu_levels_here()) {
+    if (l == cpu_level_detected()) continue;
+    std::string name = cpu_level_name(l);
+    for (char& c : name)
+      if (c == '-') c = '_';
+    p.push_back({"cpu_" + name + "_3threads", "cpu", 3, cpu_level_name(l)});
+  }
+  return p;
 }
 // The configurations the oracle comparisons run on (golden_test.cpp,
 // generate_test.cpp): all of them — what they reach of the model (building
@@ -213,12 +227,12 @@ inline std::vector<BackendParam> backend_params() {
 inline std::vector<BackendParam> model_backend_params() { return backend_params(); }
 
 // The Context of a configuration, shared by the tests that take it (testing/context.h).
-inline Context& context_for(const BackendParam& p) { return context_for(p.name, p.backend, p.threads); }
+inline Context& context_for(const BackendParam& p) { return context_for(p.name, p.backend, p.threads, p.level); }
 
 // Fixture of a test over backend_params(): ctx and its ops.
 class OnBackend : public ::testing::TestWithParam<BackendParam> {
  protected:
-  OnBackend() : ctx(GetParam().threads, GetParam().backend), ops(ctx.ops()) {}
+  OnBackend() : ctx(GetParam().threads, GetParam().backend, GetParam().level), ops(ctx.ops()) {}
   Context ctx;
   Backend& ops;
 };
@@ -228,7 +242,7 @@ template <class Shape>
 class OnBackendWith : public ::testing::TestWithParam<std::tuple<BackendParam, Shape>> {
  protected:
   using Base = ::testing::TestWithParam<std::tuple<BackendParam, Shape>>;
-  OnBackendWith() : ctx(backend().threads, backend().backend), ops(ctx.ops()) {}
+  OnBackendWith() : ctx(backend().threads, backend().backend, backend().level), ops(ctx.ops()) {}
   static const BackendParam& backend() { return std::get<0>(Base::GetParam()); }
   static const Shape& shape() { return std::get<1>(Base::GetParam()); }
   Context ctx;

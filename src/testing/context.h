@@ -19,11 +19,12 @@ inline Context& test_context() {
   return ctx;
 }
 
-// The Context of a backend configuration (name, backend, threads), built once.
-inline Context& context_for(const std::string& name, const std::string& backend, int threads) {
+// The Context of a backend configuration (name, backend, threads, CPU level), built once.
+inline Context& context_for(const std::string& name, const std::string& backend, int threads,
+                            const std::string& level = "") {
   static std::map<std::string, std::unique_ptr<Context>> contexts;
   auto& c = contexts[name];
-  if (!c) c = std::make_unique<Context>(threads, backend);
+  if (!c) c = std::make_unique<Context>(threads, backend, level);
   return *c;
 }
 

@@ -464,6 +464,9 @@ void Run::build() {
   flops_per_token_ = model_->flops_per_token(opt_.seq_len);
   peak_flops_ = opt_.peak_gflops * 1e9;
   if (peak_flops_ <= 0) peak_flops_ = root_ ? measure_peak_gflops(precision, ctx_->threads()) * 1e9 : 1;
+  if (!quiet_)
+    std::printf("kernels: %s %s (the CPU's best level unless ATTNRES_CPU_LEVEL names a lower one)\n",
+                ctx_->ops().name(), ctx_->ops().kernels());
   if (!quiet_ && opt_.peak_gflops <= 0)
     std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
                 precision == Precision::kBF16 ? "bf16 matmul (oneDNN)" : "SGEMM", peak_flops_ / 1e9,

@@ -18,13 +18,15 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/fast_exp.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
 namespace {
 constexpr int64_t kTile = 64;  // query rows per tile
 }
 
-void CpuBackend::kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
+void CpuKernels::kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
                                 int64_t T, int64_t P, int64_t w) {
   for (int64_t b = 0; b < B; ++b) {
     ATTNRES_CHECK(slot[b] >= 0 && pos[b] >= 0 && pos[b] + T <= P, "cache row ", slot[b], " at ", pos[b], "+", T,
@@ -34,9 +36,9 @@ void CpuBackend::kv_cache_store(float* cache, const float* x, const int64_t* slo
 }
 
 // Per thread: S (or P) and dP, each (kTile, max_keys).
-int64_t CpuBackend::attention_workspace(int64_t max_keys) const { return threads() * 2 * kTile * max_keys; }
+int64_t CpuKernels::attention_workspace(int64_t max_keys) const { return threads() * 2 * kTile * max_keys; }
 
-void CpuBackend::attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
+void CpuKernels::attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
                                    int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -88,7 +90,7 @@ void CpuBackend::attention_forward(float* y, float* lse, const float* q, const K
   }
 }
 
-void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+void CpuKernels::attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                     const float* k, const float* v, const float* y, const float* lse, int64_t B,
                                     int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const int64_t ldq = H * hd, ldk = KV * hd, group = H / KV;
@@ -156,4 +158,6 @@ void CpuBackend::attention_backward(float* dq, float* dk, float* dv, const float
   }
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"

@@ -4,6 +4,15 @@
 // the CPU's matrix units (AMX-BF16 or AVX512-BF16; dnnl_matmul.h).  One file
 // per op family in this directory.
 //
+// Two classes: CpuBackend holds memory, the products and what the kernels
+// share (compiled once, for the baseline x86-64); CpuKernels, derived from
+// it, holds every other op (ATTNRES_KERNEL_OPS) and is compiled once per
+// instruction-set level (cpu_level.h) into the namespace of that level —
+// isa_x86_64, isa_avx2, isa_avx512 — with that level's flags.  make_cpu_backend
+// picks the one to run.  What the copies share with each other (the headers'
+// inline functions and templates) stays baseline code: isa_begin.h says how,
+// test build.isa_kernels_keep_to_their_level_* checks it.
+//
 // Threading: every parallel region runs exactly ctx.threads() threads
 // (num_threads clause) and per-thread scratch is sized from the same count.
 // BLAS and oneDNN calls run single-threaded inside our parallel regions
@@ -16,7 +25,10 @@
 // on a machine with another core count continues bit-identically.
 #pragma once
 
+#include <memory>
+
 #include "ops/backend.h"
+#include "ops/cpu/cpu_level.h"
 #include "ops/cpu/op_list.h"
 
 namespace attnres {
@@ -32,11 +44,13 @@ inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 // dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
 
-class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) locks its memory
+class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(Context& ctx) : Backend(ctx) {}
   const char* name() const override { return "cpu"; }
+  const char* kernels() const override { return cpu_level_name(level_); }
   std::string unsupported(Precision p) const override;
+  // The instruction-set level of this backend's kernels.
+  CpuLevel level() const { return level_; }
 
   Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
@@ -46,25 +60,23 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) lo
   void download(void* host_dst, const void* src, size_t bytes) override;
 
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
-  int64_t attention_workspace(int64_t max_keys) const override;
-  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
-  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
 
-  // Every op of backend.h (op_list.h), one file per family in this directory.
+  // The products (op_list.h), matmul.cpp.
 #define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
-  ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
+  ATTNRES_PRODUCT_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 
+  // What the routing ops accept as memory of this backend: every pointer on
+  // the plain CPU; the guarded backend (guarded_backend.h) sets its check.
+  void check_memory_with(bool (*owns)(const void*)) { owns_ = owns; }
+
  protected:
-  // Whether p (not null) is memory of this backend: always, on the plain CPU;
-  // the guarded backend checks its allocations.  The routing ops ask it of
-  // every pointer in the source lists they are given.
-  virtual bool owns(const void* /*p*/) const { return true; }
+  CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level) {}
+  bool owns(const void* p) const { return !owns_ || owns_(p); }
   // The routing ops' check of a source list (and of its gradient list, when
   // given): S ≥ 1, only source 0 broadcast, every pointer in them owned.
   void check_sources(const RouteSource* src, int64_t S, float* const* dsrc = nullptr) const;
 
- private:
   int threads() const { return ctx_.threads(); }
   // BLAS never threads itself: every call is one tile of gemm() (below) or
   // runs inside one of our parallel regions.
@@ -78,9 +90,39 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) lo
   // through oneDNN: one cached plan per tile shape, one tile per call.
   void gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda, const bf16* B,
                  int64_t ldb, bool accumulate, float* C, int64_t ldc) const;
+
+ private:
   // out[N,O] = bf16(inp) · Wᵀ for bf16 W: gemm_bf16, or for few rows a kernel
   // that streams each weight row once (decoding); scratch: matmul_workspace.
   void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
+
+  CpuLevel level_;
+  bool (*owns_)(const void*) = nullptr;
 };
+
+// The CPU backend whose kernels are compiled for `level` (which this CPU must run).
+std::unique_ptr<CpuBackend> make_cpu_backend(Context& ctx, CpuLevel level);
+
+// The kernels of one level.  This declaration is compiled into each level's
+// namespace by the kernel files (ATTNRES_ISA names it); nothing outside them
+// sees the class, only its factory, make_cpu_kernels, one per level
+// (kernels.cpp).  ATTNRES_ISA_LEVEL is the level's CpuLevel enumerator.
+#ifdef ATTNRES_ISA
+namespace ATTNRES_ISA {
+class CpuKernels final : public CpuBackend {
+ public:
+  explicit CpuKernels(Context& ctx) : CpuBackend(ctx, CpuLevel::ATTNRES_ISA_LEVEL) {}
+  int64_t attention_workspace(int64_t max_keys) const override;
+  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
+  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
+#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+  ATTNRES_KERNEL_OPS(ATTNRES_DECLARE)
+#undef ATTNRES_DECLARE
+};
+}  // namespace ATTNRES_ISA
+#endif
+namespace isa_x86_64 { std::unique_ptr<CpuBackend> make_cpu_kernels(Context& ctx); }
+namespace isa_avx2 { std::unique_ptr<CpuBackend> make_cpu_kernels(Context& ctx); }
+namespace isa_avx512 { std::unique_ptr<CpuBackend> make_cpu_kernels(Context& ctx); }
 
 }  // namespace attnres

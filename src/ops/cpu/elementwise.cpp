@@ -1,4 +1,4 @@
-// elementwise.cpp — memory, SwiGLU, embedding lookup, small vector ops and the
+// elementwise.cpp — copy and fill, SwiGLU, embedding lookup, small vector ops and the
 // AdamW update: one pass over the elements each, threaded over ranges.
 #include <cmath>
 #include <cstring>
@@ -8,13 +8,15 @@
 #include "core/parallel.h"
 #include "ops/cpu/cpu_backend.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
 
-void CpuBackend::copy(float* dst, const float* src, int64_t n) {
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
+
+void CpuKernels::copy(float* dst, const float* src, int64_t n) {
   if (n > 0) std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float));
 }
 
-void CpuBackend::fill(float* dst, float value, int64_t n) {
+void CpuKernels::fill(float* dst, float value, int64_t n) {
   if (value == 0.0f) {
     if (n > 0) std::memset(dst, 0, static_cast<size_t>(n) * sizeof(float));
     return;
@@ -22,14 +24,7 @@ void CpuBackend::fill(float* dst, float value, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = value;
 }
 
-void CpuBackend::upload(void* dst, const void* host_src, size_t bytes) {
-  if (bytes) std::memcpy(dst, host_src, bytes);
-}
-void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
-  if (bytes) std::memcpy(host_dst, src, bytes);
-}
-
-void CpuBackend::swiglu_forward(float* h, const float* g, const float* u, int64_t n) {
+void CpuKernels::swiglu_forward(float* h, const float* g, const float* u, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-g[i]));
@@ -38,7 +33,7 @@ void CpuBackend::swiglu_forward(float* h, const float* g, const float* u, int64_
 }
 
 // h = g·σ(g)·u.  ∂h/∂u = g·σ(g) = silu(g);  ∂h/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
-void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
+void CpuKernels::swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) {
     const float s = 1.0f / (1.0f + std::exp(-g[i]));
@@ -48,7 +43,7 @@ void CpuBackend::swiglu_backward(float* dg, float* du, const float* dh, const fl
   }
 }
 
-void CpuBackend::embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
+void CpuKernels::embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
   ATTNRES_CHECK(table.cols == 0 || table.cols == C, "embedding_forward: a table of rows of ", table.cols, ", not ", C);
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
@@ -62,7 +57,7 @@ void CpuBackend::embedding_forward(float* out, const int32_t* tokens, Weight tab
 }
 
 // Serial: tokens repeat, and N·C adds are cheap next to the matmuls.
-void CpuBackend::embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) {
+void CpuKernels::embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N, int64_t C) {
   for (int64_t i = 0; i < N; ++i) {
     float* row = dtable + static_cast<int64_t>(tokens[i]) * C;
     const float* d = dout + i * C;
@@ -70,22 +65,22 @@ void CpuBackend::embedding_backward(float* dtable, const float* dout, const int3
   }
 }
 
-void CpuBackend::add_inplace(float* y, const float* x, int64_t n) {
+void CpuKernels::add_inplace(float* y, const float* x, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) y[i] += x[i];
 }
 
-void CpuBackend::add(float* out, const float* a, const float* b, int64_t n) {
+void CpuKernels::add(float* out, const float* a, const float* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
 }
 
-void CpuBackend::sub(float* out, const float* a, const float* b, int64_t n) {
+void CpuKernels::sub(float* out, const float* a, const float* b, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) out[i] = a[i] - b[i];
 }
 
-void CpuBackend::scale(float* x, float c, int64_t n) {
+void CpuKernels::scale(float* x, float c, int64_t n) {
 #pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t i = 0; i < n; ++i) x[i] *= c;
 }
@@ -93,7 +88,7 @@ void CpuBackend::scale(float* x, float c, int64_t n) {
 // Fixed chunks of 2^16 elements, each summed in double, the chunk sums added
 // in chunk order: the result is the same whatever the thread count (a resume
 // on another machine or with another --threads stays bit-identical).
-double CpuBackend::sum_squares(const float* x, int64_t n) {
+double CpuKernels::sum_squares(const float* x, int64_t n) {
   constexpr int64_t kChunk = int64_t{1} << 16;
   const int64_t nc = (n + kChunk - 1) / kChunk;
   std::vector<double> partial(static_cast<size_t>(nc));
@@ -126,10 +121,12 @@ void adamw_loop(float* p, const float* g, float* m, float* v, int64_t n, const A
 }
 }  // namespace
 
-void CpuBackend::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
+void CpuKernels::adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
                               bf16* p16) {
   if (p16) adamw_loop<true>(p, g, m, v, n, u, p16, threads());
   else adamw_loop<false>(p, g, m, v, n, u, nullptr, threads());
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"

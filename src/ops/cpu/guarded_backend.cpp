@@ -71,13 +71,6 @@ Buffer GuardedCpuBackend::alloc(size_t bytes, bool /*lazy: every page is backed 
   return {p, bytes, &release};
 }
 
-void* GuardedCpuBackend::map(void* p, size_t) {
-  ATTNRES_CHECK(owns(p), "map: not memory of this backend");
-  open_all();
-  return p;
-}
-void GuardedCpuBackend::unmap(void*, size_t) { close_all(); }
-
 namespace {
 
 // ---- every pointer an op is given is backend memory ----------------------
@@ -128,24 +121,34 @@ void check_args(const char* op, const A&... args) {
 
 }  // namespace
 
-bool GuardedCpuBackend::owns(const void* p) const { return inside(p); }
+void* GuardedCpuBackend::map(void* p, size_t) {
+  ATTNRES_CHECK(inside(p), "map: not memory of this backend");
+  open_all();
+  return p;
+}
+void GuardedCpuBackend::unmap(void*, size_t) { close_all(); }
+
+GuardedCpuBackend::GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu)
+    : Backend(ctx), cpu_(std::move(cpu)) {
+  cpu_->check_memory_with(&inside);  // the routing ops' source lists: inside our allocations
+}
 
 void GuardedCpuBackend::upload(void* dst, const void* host_src, size_t bytes) {
   expect_inside("upload", dst, "the destination");
   Unlocked open;
-  CpuBackend::upload(dst, host_src, bytes);
+  cpu_->upload(dst, host_src, bytes);
 }
 void GuardedCpuBackend::download(void* host_dst, const void* src, size_t bytes) {
   expect_inside("download", src, "the source");
   Unlocked open;
-  CpuBackend::download(host_dst, src, bytes);
+  cpu_->download(host_dst, src, bytes);
 }
 
 #define ATTNRES_GUARDED(ret, name, params, args) \
   ret GuardedCpuBackend::name params {           \
     check_args(#name, ATTNRES_UNPAREN args);     \
     Unlocked open;                               \
-    return CpuBackend::name args;                \
+    return cpu_->name args;                      \
   }
 #define ATTNRES_UNPAREN(...) __VA_ARGS__
 ATTNRES_BACKEND_OPS(ATTNRES_GUARDED)

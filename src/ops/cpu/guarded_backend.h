@@ -9,7 +9,7 @@
 // And every pointer an op is given (the arrays inside a KeyValues, a Weight,
 // a RouteRebuild and the routing source lists included) must lie inside one
 // of the allocations: a host array passed to an op is an internal error
-// naming the op.  The kernels are CpuBackend's, so results are its bits;
+// naming the op.  The kernels are a CpuBackend's, so results are its bits;
 // what changes is that a host access that bypasses the interface — reading
 // an arena in place, handing an op a host array, as a GPU backend would not
 // allow — fails in a test (SIGSEGV, or the error) instead of waiting for a
@@ -21,10 +21,23 @@
 
 namespace attnres {
 
-class GuardedCpuBackend final : public CpuBackend {
+class GuardedCpuBackend final : public Backend {
  public:
-  explicit GuardedCpuBackend(Context& ctx) : CpuBackend(ctx) {}
+  // cpu: the kernels it runs (make_cpu_backend), at any level.
+  GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu);
   const char* name() const override { return "cpu-guarded"; }
+  const char* kernels() const override { return cpu_->kernels(); }
+  std::string unsupported(Precision p) const override { return cpu_->unsupported(p); }
+  int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
+    return cpu_->matmul_workspace(N, I, O, p);
+  }
+  int64_t attention_workspace(int64_t max_keys) const override { return cpu_->attention_workspace(max_keys); }
+  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override {
+    return cpu_->lm_head_workspace(C, V, p);
+  }
+  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override {
+    return cpu_->route_workspace(N, d, S, H);
+  }
 
   Buffer alloc(size_t bytes, bool lazy) override;
   void synchronize() override {}
@@ -36,8 +49,8 @@ class GuardedCpuBackend final : public CpuBackend {
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 
- protected:
-  bool owns(const void* p) const override;  // inside one of the allocations
+ private:
+  std::unique_ptr<CpuBackend> cpu_;
 };
 
 }  // namespace attnres

@@ -11,7 +11,9 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/fast_exp.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
 namespace {
 // Rows per chunk: 256, fewer for a large vocabulary so that one chunk's logits
@@ -24,12 +26,12 @@ int64_t chunk_rows(int64_t V) {
 
 // Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C)
 // and of dlogits, as they are (rows, V) and transposed (V, rows).
-int64_t CpuBackend::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
+int64_t CpuKernels::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
   const int64_t rows = chunk_rows(V);
   return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + 2 * bf16_floats(rows * V) : 0);
 }
 
-double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+double CpuKernels::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                                 int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
   ATTNRES_CHECK(W.fits(V, C), "lm_head_loss: a ", W.rows, " x ", W.cols, " head for ", V, " x ", C);
   const int64_t kChunk = chunk_rows(V);
@@ -109,4 +111,6 @@ double CpuBackend::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
   return total;
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"

@@ -7,16 +7,23 @@
 // backend writes by hand, and the *_workspace sizes, which touch no memory.
 #pragma once
 
-#define ATTNRES_BACKEND_OPS(X)                                                                                     \
-  X(void, copy, (float* dst, const float* src, int64_t n), (dst, src, n))                                          \
-  X(void, fill, (float* dst, float value, int64_t n), (dst, value, n))                                             \
+#define ATTNRES_BACKEND_OPS(X) ATTNRES_PRODUCT_OPS(X) ATTNRES_KERNEL_OPS(X)
+
+// The products (matmul.cpp): BLAS and oneDNN calls, compiled once.
+#define ATTNRES_PRODUCT_OPS(X)                                                                                     \
   X(void, to_bf16, (bf16* dst, const float* src, int64_t n), (dst, src, n))                                        \
   X(void, matmul_forward, (float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O),               \
     (out, inp, W, N, I, O))                                                                                        \
   X(void, matmul_backward,                                                                                         \
     (float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N, int64_t I, int64_t O,       \
      bool accumulate_dinp),                                                                                        \
-    (dinp, dW, dout, inp, W, N, I, O, accumulate_dinp))                                                            \
+    (dinp, dW, dout, inp, W, N, I, O, accumulate_dinp))
+
+// Every other op: our own kernels, compiled once per instruction-set level
+// (cpu_level.h) into the CpuKernels of that level (cpu_backend.h).
+#define ATTNRES_KERNEL_OPS(X)                                                                                      \
+  X(void, copy, (float* dst, const float* src, int64_t n), (dst, src, n))                                          \
+  X(void, fill, (float* dst, float value, int64_t n), (dst, value, n))                                             \
   X(void, rmsnorm_forward,                                                                                         \
     (float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps),             \
     (out, rstd, inp, weight, N, C, eps))                                                                           \

@@ -4,9 +4,11 @@
 #include "core/parallel.h"
 #include "ops/cpu/cpu_backend.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
 
-void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
+
+void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                                  int64_t C, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
@@ -24,7 +26,7 @@ void CpuBackend::rmsnorm_forward(float* out, float* rstd, const float* inp, cons
 //   ∂r/∂x = −r³·x/C  ⇒  dx = r·g − r³·x·(g·x)/C = r·(g − x̂·(g·x̂)/C)
 //   dw = Σ_rows dy∘x̂
 // dweight is reduced first, so dinp may alias dout (in-place backward).
-void CpuBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+void CpuKernels::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                   const float* weight, const float* rstd, int64_t N, int64_t C,
                                   bool accumulate_dinp) {
   if (dweight) {
@@ -68,4 +70,6 @@ void CpuBackend::rmsnorm_backward(float* dinp, float* dweight, const float* dout
   }
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"

@@ -3,9 +3,11 @@
 
 #include "ops/cpu/cpu_backend.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
 
-void CpuBackend::rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
+
+void CpuKernels::rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t p = 0; p < P; ++p)
@@ -42,14 +44,16 @@ void rotate(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t
 
 }  // namespace
 
-void CpuBackend::rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+void CpuKernels::rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                               int64_t heads, int64_t hd, const int64_t* pos) {
   rotate(x, cos_t, sin_t, B, T, heads, hd, pos, 1.0f, threads());
 }
 
-void CpuBackend::rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+void CpuKernels::rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                                int64_t heads, int64_t hd) {
   rotate(dx, cos_t, sin_t, B, T, heads, hd, nullptr, -1.0f, threads());
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"

@@ -11,7 +11,9 @@
 
 #include "core/error.h"
 
-namespace attnres {
+#include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+
+namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
 namespace {
 
@@ -124,16 +126,7 @@ inline double dot_row(const float* a, const float* b, int64_t d) {
 
 }  // namespace
 
-void CpuBackend::check_sources(const RouteSource* src, int64_t S, float* const* dsrc) const {
-  ATTNRES_CHECK(S >= 1, "a router needs at least one source");
-  for (int64_t i = 0; i < S; ++i) {
-    ATTNRES_CHECK(i == 0 || !src[i].broadcast, "only source 0 may be broadcast");
-    ATTNRES_CHECK(owns(src[i].v) && owns(src[i].rstd) && (!dsrc || !dsrc[i] || owns(dsrc[i])),
-                  "routing source ", i, " is not memory of this backend");
-  }
-}
-
-void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
+void CpuKernels::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
   for (int64_t n = 0; n < N; ++n) {
     const float* x = v + n * d;
@@ -144,7 +137,7 @@ void CpuBackend::source_rstd(float* rstd, const float* v, int64_t N, int64_t d, 
   }
 }
 
-int64_t CpuBackend::route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const {
+int64_t CpuKernels::route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const {
   return Scratch::head_floats(d) + num_chunks(N) * Scratch(nullptr, d, S, H).chunk_floats;
 }
 
@@ -161,7 +154,7 @@ void check_heads(int64_t H, int64_t d) {
 // slice, stored as float), α_h = softmax(z_h),  out = a·base + c·R with
 // R[slice h] = Σ α_hi v_hi.  The source rows of one token (S·d floats) stay
 // in cache between the two passes.
-void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H,
+void CpuKernels::route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H,
                                const float* w, const float* gamma, const float* base, const float* gate,
                                Combine combine, int64_t N, int64_t d, double* stats) {
   check_sources(src, S);
@@ -265,7 +258,7 @@ void CpuBackend::route_forward(float* out, float* logits, const RouteSource* src
   }
 }
 
-void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+void CpuKernels::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                            const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
   check_heads(H, d);
@@ -286,7 +279,7 @@ void CpuBackend::route_mix(float* out, const float* logits, const RouteSource* s
   }
 }
 
-void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+void CpuKernels::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                                   const float* gate, int64_t N, int64_t d) {
   check_sources(src, S);
   check_heads(H, d);
@@ -334,7 +327,7 @@ void CpuBackend::route_mix_stream(float* out, const float* logits, const RouteSo
 // Per token: pass 1 computes dα_hi (dot_row; and R when gated), pass 2 the
 // source gradients (float) and this token's share of dq (float over the
 // sources, then double into the chunk's partial).
-void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
+void CpuKernels::route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
                                 const float* dout, const float* logits, const RouteSource* src, int64_t S,
                                 int64_t H, const float* w, const float* gamma, const float* base, const float* gate,
                                 Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
@@ -487,4 +480,6 @@ void CpuBackend::route_backward(float* const* dsrc, float* dbase, float* dw, flo
   if (gate) *dgate += static_cast<float>(dg);
 }
 
-}  // namespace attnres
+}  // namespace attnres::ATTNRES_ISA
+
+#include "ops/cpu/isa_end.h"
