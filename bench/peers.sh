@@ -88,9 +88,15 @@ for part in "${parts[@]}"; do
       for p in fp32 bf16; do
         build/attnres bench --generate --config "$GEN_CONFIG" --precision "$p" --json | tag generate attnres
       done
-      "${py2[@]}" bench/pytorch_generate.py --config "$GEN_CONFIG" --configs "$CONFIGS" | tag generate -
-      "${py2[@]}" bench/pytorch_generate.py --config "$GEN_CONFIG" --impl transformers --configs "$CONFIGS" |
-        tag generate -
+      # eager: prefill and decode; compiled: the prefill alone (--prefill-only says why)
+      eager=$(echo "$CONFIGS" | tr ',' '\n' | grep '^eager' | paste -sd, || true)
+      compiled=$(echo "$CONFIGS" | tr ',' '\n' | grep -v '^eager' | paste -sd, || true)
+      for impl in hand transformers; do
+        [ -n "$eager" ] && "${py2[@]}" bench/pytorch_generate.py --config "$GEN_CONFIG" --impl $impl --configs "$eager" |
+          tag generate -
+        [ -n "$compiled" ] && "${py2[@]}" bench/pytorch_generate.py --config "$GEN_CONFIG" --impl $impl \
+          --configs "$compiled" --prefill-only | tag generate -
+      done
       if [ -n "$py113" ]; then
         $py113 bench/pytorch_generate.py --config "$GEN_CONFIG" --configs eager-fp32,eager-bf16 | tag generate -
       fi ;;

@@ -61,7 +61,7 @@ def main():
                     f" | {ratio} | {rss} |") if a else f"| {mode} | {prec} | - | {cells} | - | - | {rss} |"
             if part == "generate":
                 k = "decode_tok_per_s_b1"
-                bd = max(v2, key=lambda r: r[k]) if v2 else None
+                bd = max((r for r in v2 if r.get(k) is not None), key=lambda r: r[k], default=None)  # --prefill-only: none
                 line += (f" {ours[0][k]:.1f} / {bd[k]:.1f} ({label(bd)}) = {ours[0][k] / bd[k]:.2f}x |"
                          if ours and bd else " - |")
             print(line)

@@ -614,8 +614,10 @@ def bench(a):
         assert bool(torch.isfinite(logits).all())
         del cache
         t0 = time.perf_counter()
-        b1 = decode_tok_per_s(forward, cfg, 1, a.decode_prompt_len, a.new_tokens, gen, a.impl)
-        bn = decode_tok_per_s(forward, cfg, a.decode_batch, a.decode_prompt_len, a.new_tokens, gen, a.impl)
+        b1 = bn = None                                        # --prefill-only: not measured
+        if not a.prefill_only:
+            b1 = decode_tok_per_s(forward, cfg, 1, a.decode_prompt_len, a.new_tokens, gen, a.impl)
+            bn = decode_tok_per_s(forward, cfg, a.decode_batch, a.decode_prompt_len, a.new_tokens, gen, a.impl)
         decode_wall_s = time.perf_counter() - t0
     out = {"peer": PC.peer(torch, a.impl, a.config_name, attention=a.attention if a.impl == "hand" else "sdpa",
                            env=PC.env_note()),
@@ -641,6 +643,9 @@ def main():
     ap.add_argument("--decode-prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=32)
     ap.add_argument("--decode-batch", type=int, default=8)
+    ap.add_argument("--prefill-only", action="store_true",
+                    help="time the prefill alone (torch.compile(dynamic=True) of the decode loop recompiles as the "
+                         "cache grows and took more than 4 minutes on 2 cores)")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import peer_configs as PC
     PC.add_args(ap, default="eager-fp32,eager-bf16,compile-fp32,compile-bf16")
