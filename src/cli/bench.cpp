@@ -3,7 +3,7 @@
 //
 // Each mode runs in a process of its own (posix_spawn of this binary), so its peak RSS is its
 // own and not the largest of the modes before it.  MFU is measured against the
-// product rate of the precision the step ran in — SGEMM (fp32) or oneDNN's
+// product rate of the precision the step ran in — the float32 library's (oneDNN, or SGEMM) or oneDNN's
 // bf16 matmul (bf16), both timed here on 2048³ — unless --peak-gflops is given.
 #include <cblas.h>
 #include <omp.h>
@@ -11,8 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -33,6 +34,7 @@
 #include "model/model.h"
 #include "model/modes.h"
 #include "ops/cpu/blas_kernels.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include "model/presets.h"
 #include "train/optimizer.h"
@@ -78,6 +80,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"steps", steps},
           {"threads", ctx.threads()},
           {"kernels", ctx.ops().kernels()},
+          {"fp32_gemm", fp32_gemm_name(choose_fp32_gemm())},
           {"loss", loss}};
 }
 
@@ -90,7 +93,7 @@ struct BenchFlags {
   std::string precision, precision_flag;  // a list; the spelling it was given as (--precision or --dtype)
   bool precision_given = false, config_given = false;
   double peak_gflops = 0;
-  bool json = false, generate = false;
+  bool json = false, generate = false, gemm = false;
   int64_t prompt_len = 0, decode_prompt_len = 0, new_tokens = 0, decode_batch = 0;
   bool no_train_forward = false, worker = false;
   std::string measure;
@@ -327,6 +330,105 @@ int bench_generate(const BenchFlags& f, Context& ctx) {
   return 0;
 }
 
+// ---- bench --gemm ----------------------------------------------------------------
+//
+// The float32 products of one training step, shape by shape, through
+// OpenBLAS's SGEMM and through oneDNN's matmul, as gemm() runs them (the same
+// fixed tiles on the same threads): the measurement that chooses the fp32
+// library (docs/performance.md).  Per layer, for each linear W[O,I] on N = B·T
+// rows: the forward out = x·Wᵀ (N, O, I), the input gradient dx = dy·W
+// (N, I, O) and the weight gradient dW += dyᵀ·x (O, I, N); the LM head's the
+// same per chunk of rows.  Attention's tile products (OpenBLAS called per
+// tile inside its kernel) are not among them.
+
+struct GemmShape {
+  std::string what;
+  bool ta, tb;
+  int64_t M, N, K;
+  bool accumulate;
+  int64_t per_step;  // calls in one step
+};
+
+std::vector<GemmShape> step_gemm_shapes(const Config& c, int64_t N) {
+  std::vector<GemmShape> out;
+  auto linear = [&](const std::string& name, int64_t O, int64_t I, int64_t count, int64_t rows) {
+    out.push_back({name + " forward", false, true, rows, O, I, false, count});
+    out.push_back({name + " dx", false, false, rows, I, O, false, count});
+    out.push_back({name + " dW", true, false, O, I, rows, true, count});
+  };
+  linear("q", c.H * c.hd, c.d, c.L, N);
+  linear("k,v", c.KV * c.hd, c.d, 2 * c.L, N);
+  linear("o", c.d, c.H * c.hd, c.L, N);
+  linear("gate,up", c.F, c.d, 2 * c.L, N);
+  linear("down", c.d, c.F, c.L, N);
+  // The LM head's chunks (ops/cpu/lm_head.cpp: 256 rows, fewer for a large vocabulary).
+  const int64_t rows = std::clamp<int64_t>((int64_t{16} << 20) / c.V, 16, 256);
+  linear("lm_head", c.V, c.d, (N + rows - 1) / rows, std::min(rows, N));
+  return out;
+}
+
+int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
+  auto* cpu = dynamic_cast<CpuBackend*>(&ctx.ops());
+  if (!cpu) fail("bench --gemm measures the CPU's libraries: use --device cpu");
+  if (!onednn::available()) fail("bench --gemm: this attnres was built without oneDNN (libdnnl-dev)");
+  std::vector<std::string> configs;
+  std::string list = f.config_given ? f.config : "bench-small,qwen3-0.6b";
+  for (size_t a = 0; a <= list.size();) {
+    const size_t b = std::min(list.find(',', a), list.size());
+    if (b > a) configs.push_back(list.substr(a, b - a));
+    a = b + 1;
+  }
+  const int reps = static_cast<int>(std::max<int64_t>(f.steps, 1));
+  for (const std::string& config : configs) {
+    BenchFlags g = f;
+    g.config = config;
+    const Config c = bench_config(g, "");
+    // The fine-tuning shape of a published model is one sequence (B 1) unless --batch says otherwise.
+    const int64_t B = batch_given || config == "bench-small" || config == "tiny" ? f.batch : 1;
+    const int64_t N = batch_tokens(B, f.seq_len);
+    double total[2] = {0, 0};
+    if (!f.json)
+      std::printf("bench --gemm: %s, N = B·T = %lld x %lld, %d threads, OpenBLAS core %s%s, oneDNN %s; "
+                  "fastest of %d\n%-16s %6s %6s %6s %8s %12s %12s %8s\n",
+                  config.c_str(), static_cast<long long>(B), static_cast<long long>(f.seq_len), ctx.threads(),
+                  openblas_core().c_str(), std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "",
+                  onednn::isa().c_str(), reps, "product", "M", "N", "K", "per step", "OpenBLAS GF/s",
+                  "oneDNN GF/s", "oneDNN/OB");
+    for (const GemmShape& s : step_gemm_shapes(c, N)) {
+      const double flop = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
+      double sec[2];
+      for (int lib = 0; lib < 2; ++lib)
+        sec[lib] = cpu->time_gemm(lib ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas, s.ta, s.tb, s.M, s.N, s.K,
+                                  s.accumulate, reps);
+      for (int lib = 0; lib < 2; ++lib) total[lib] += sec[lib] * static_cast<double>(s.per_step);
+      if (f.json) {
+        std::printf("%s\n", nlohmann::json{{"config", config}, {"product", s.what}, {"M", s.M}, {"N", s.N},
+                                           {"K", s.K}, {"ta", s.ta}, {"tb", s.tb}, {"accumulate", s.accumulate},
+                                           {"per_step", s.per_step}, {"threads", ctx.threads()},
+                                           {"openblas_gflops", flop / sec[0] / 1e9},
+                                           {"onednn_gflops", flop / sec[1] / 1e9},
+                                           {"openblas_core", openblas_core()}, {"onednn_isa", onednn::isa()}}
+                                          .dump()
+                                          .c_str());
+      } else {
+        std::printf("%-16s %6lld %6lld %6lld %8lld %12.1f %12.1f %7.2fx\n", s.what.c_str(),
+                    static_cast<long long>(s.M), static_cast<long long>(s.N), static_cast<long long>(s.K),
+                    static_cast<long long>(s.per_step), flop / sec[0] / 1e9, flop / sec[1] / 1e9, sec[0] / sec[1]);
+      }
+      std::fflush(stdout);
+    }
+    if (f.json)
+      std::printf("%s\n", nlohmann::json{{"config", config}, {"step_products_s_openblas", total[0]},
+                                         {"step_products_s_onednn", total[1]}, {"threads", ctx.threads()}}
+                                        .dump()
+                                        .c_str());
+    else
+      std::printf("the products of one step: OpenBLAS %.3f s, oneDNN %.3f s (oneDNN %.2fx the speed)\n\n", total[0],
+                  total[1], total[0] / total[1]);
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -363,6 +465,10 @@ int cmd_bench(int argc, char** argv) {
   opts.add(f.new_tokens, {"new-tokens", "32", "--generate: decoded tokens per sequence"});
   opts.add(f.decode_batch, {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"});
   opts.add(f.no_train_forward, {"no-train-forward", "false", "--generate: skip the training-forward comparison"});
+  opts.add(f.gemm, {"gemm", "false",
+                    "time the float32 products of a training step, shape by shape, through OpenBLAS and oneDNN "
+                    "(--config may list several; default with --gemm: bench-small,qwen3-0.6b at B 1; --steps: "
+                    "timed repeats)"});
   opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
   opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});
   if (!opts.parse(argc, argv)) return 0;
@@ -381,6 +487,7 @@ int cmd_bench(int argc, char** argv) {
     return 0;
   }
   if (f.generate) return bench_generate(f, ctx);
+  if (f.gemm) return bench_gemm(f, ctx, opts.given("batch"));
   const int threads = ctx.threads();
   batch_tokens(f.batch, f.seq_len);
   if (f.steps <= 0 || f.warmup_steps < 0) fail("--steps must be positive and --warmup-steps not negative");
@@ -408,10 +515,10 @@ int cmd_bench(int argc, char** argv) {
   const double sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
   const double bf16 = !bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
   if (!json) {
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, SGEMM peak %.1f GFLOP/s",
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, %s peak %.1f GFLOP/s",
                 f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
-                ctx.ops().kernels(), sgemm);
-    if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, dnnl_bf16::isa().c_str());
+                ctx.ops().kernels(), peak_name(Precision::kF32), sgemm);
+    if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, onednn::isa().c_str());
     std::printf("\n");
   }
   // --rounds R: every (precision, mode) runs R times, the runs of a round one

@@ -249,6 +249,7 @@ std::string attn_case_name(const AttnCase& c) {
 }
 
 class Attention : public testing::OnBackendWith<AttnCase> {};
+class AttentionLong : public testing::OnBackend {};
 
 TEST_P(Attention, ForwardMatchesReference) {
   const auto [B, T, H, KV, hd] = shape();
@@ -284,11 +285,29 @@ TEST_P(Attention, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(all_close(to_double(dv.host()), fd_gradient(v_d, loss), kFdAtol, kFdRtol));
 }
 
-// T = 70 spans two query tiles (64 rows each); KV = H is plain MHA; odd hd.
+// T = 70 and 67 span two query tiles (64 rows each); KV = H is plain MHA;
+// odd hd, and hd 16 and 48 (whole vectors of the vectorised softmax levels).
 ATTNRES_ON_BACKENDS_WITH(Attention, AttnCase,
                          ::testing::Values(AttnCase{1, 1, 1, 1, 2}, AttnCase{2, 5, 4, 2, 6}, AttnCase{1, 70, 2, 1, 4},
-                                           AttnCase{1, 9, 3, 3, 5}),
+                                           AttnCase{1, 9, 3, 3, 5}, AttnCase{1, 70, 2, 1, 16},
+                                           AttnCase{1, 67, 2, 1, 48}),
                          attn_case_name);
+
+// Longer rows against the reference (the forward alone: finite differences
+// of T = 200 would take minutes): four query tiles, the last partial, hd 64.
+TEST_P(AttentionLong, ForwardMatchesReference) {
+  const int64_t B = 1, T = 200, H = 2, KV = 1, hd = 64;
+  ctx.reserve(ops.attention_workspace(T));
+  auto q = randn(B * T * H * hd, 24), k = randn(B * T * KV * hd, 25), v = randn(B * T * KV * hd, 26);
+  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v);
+  DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T);
+  ops.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
+                        hd);
+  std::vector<double> lse_ref;
+  EXPECT_TRUE(all_close(to_double(y.host()), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
+  EXPECT_TRUE(all_close(to_double(lse.host()), lse_ref, 1e-5, 1e-5));
+}
+ATTNRES_ON_BACKENDS(AttentionLong);
 
 // Attention of a block of queries over a KV cache (KeyValues with slots and
 // positions): each batch row's output is the last T rows of a causal
@@ -302,7 +321,8 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
   };
   // B = 2 both; the second: T = 70 spans two query tiles at a start past 0.
   const CacheCase cases[] = {{3, 3, 12, {1, 0}, {5, 3}}, {70, 3, 80, {0, 2}, {9, 0}}};
-  const int64_t H = 4, KV = 2, hd = 6;
+  const int64_t H = 4, KV = 2;
+  for (int64_t hd : {6, 32})
   for (const CacheCase& c : cases) {
     const int64_t B = static_cast<int64_t>(c.slot.size()), T = c.T, row = KV * hd, stride = c.P * row;
     int64_t max_keys = 0;

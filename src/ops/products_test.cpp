@@ -17,7 +17,10 @@
 
 #include "core/bf16.h"
 #include "core/context.h"
+#include "core/error.h"
 #include "ops/backend.h"
+#include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/dnnl_matmul.h"
 #include "testing/check.h"
 
 namespace attnres {
@@ -232,6 +235,98 @@ TEST_P(Products, LmHeadMatchesReference) {
 
 ATTNRES_ON_BACKENDS_WITH(Products, Precision, ::testing::Values(Precision::kF32, Precision::kBF16),
                          [](Precision p) { return precision_name(p); });
+
+// ---- float32 products through either library (cpu_backend.h, Fp32Gemm) --------
+
+// OpenBLAS's SGEMM and oneDNN's float32 matmul run the same tiles, each one
+// call on one thread: each gives the product of the float32 inputs within the
+// fp32 tolerance, and the same bits on 1 and 3 threads.  (The Products tests
+// above run the default, oneDNN where the build has it.)  On the plain CPU
+// configurations: the guarded one wraps a CpuBackend of its own.
+class ProductsByLibrary : public testing::OnBackend {
+ protected:
+  void SetUp() override {
+    cpu = dynamic_cast<CpuBackend*>(&ops);
+    if (!cpu) GTEST_SKIP() << "the guarded backend's kernels are a CpuBackend of its own";
+  }
+  void TearDown() override {
+    if (cpu) cpu->set_fp32_gemm(choose_fp32_gemm());
+  }
+  static std::vector<Fp32Gemm> libraries() {
+    if (!onednn::available()) return {Fp32Gemm::kOpenBlas};
+    return {Fp32Gemm::kOpenBlas, Fp32Gemm::kOneDnn};
+  }
+  CpuBackend* cpu = nullptr;
+};
+
+TEST_P(ProductsByLibrary, ForwardAndBackwardMatchTheReference) {
+  const double rtol = testing::product_tolerance(GetParam(), Precision::kF32).sums;
+  for (Fp32Gemm lib : libraries()) {
+    cpu->set_fp32_gemm(lib);
+    for (int64_t N : {17, 70, 600}) {
+      const int64_t I = 70, O = 131;
+      const auto x = randn(N * I, 60 + N), w = randn(O * I, 61), G = randn(N * O, 62);
+      const auto dx0 = randn(N * I, 63), dw0 = randn(O * I, 64);
+      auto x_d = dev(ops, x), w_d = dev(ops, w), G_d = dev(ops, G), dx = dev(ops, dx0), dw = dev(ops, dw0);
+      DeviceVec<float> out(ops, N * O);
+      ops.matmul_forward(out.data(), x_d.data(), Weight(w_d.data()), N, I, O);
+      EXPECT_TRUE(product_matches(
+          out.host(), N, O, I, [&](int64_t n, int64_t i) { return x[n * I + i]; },
+          [&](int64_t i, int64_t o) { return w[o * I + i]; }, rtol))
+          << fp32_gemm_name(lib) << " forward, N=" << N;
+      ops.matmul_backward(dx.data(), dw.data(), G_d.data(), x_d.data(), Weight(w_d.data()), N, I, O,
+                          /*accumulate_dinp=*/true);
+      EXPECT_TRUE(product_matches(
+          dx.host(), N, I, O, [&](int64_t n, int64_t o) { return G[n * O + o]; },
+          [&](int64_t o, int64_t i) { return w[o * I + i]; }, rtol, &dx0))
+          << fp32_gemm_name(lib) << " dinp (accumulated), N=" << N;
+      EXPECT_TRUE(product_matches(
+          dw.host(), O, I, N, [&](int64_t o, int64_t n) { return G[n * O + o]; },
+          [&](int64_t n, int64_t i) { return x[n * I + i]; }, rtol, &dw0))
+          << fp32_gemm_name(lib) << " dW, N=" << N;
+    }
+  }
+}
+
+TEST_P(ProductsByLibrary, ThreadCountDoesNotChangeTheBits) {
+  const int64_t N = 600, I = 200, O = 300;
+  const auto x = randn(N * I, 70), w = randn(O * I, 71), G = randn(N * O, 72);
+  for (Fp32Gemm lib : libraries()) {
+    std::vector<float> results[2][3];
+    for (int t = 0; t < 2; ++t) {
+      Context c(t == 0 ? 1 : 3, "cpu", GetParam().level);
+      dynamic_cast<CpuBackend&>(c.ops()).set_fp32_gemm(lib);
+      Backend& o = c.ops();
+      auto x_d = dev(o, x), w_d = dev(o, w), G_d = dev(o, G);
+      DeviceVec<float> out(o, N * O), dx(o, N * I), dw(o, O * I);
+      o.matmul_forward(out.data(), x_d.data(), Weight(w_d.data()), N, I, O);
+      o.matmul_backward(dx.data(), dw.data(), G_d.data(), x_d.data(), Weight(w_d.data()), N, I, O);
+      results[t][0] = out.host();
+      results[t][1] = dx.host();
+      results[t][2] = dw.host();
+    }
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(results[0][k], results[1][k])
+          << fp32_gemm_name(lib) << ": output " << k << " (out, dinp, dW) differs between 1 and 3 threads";
+  }
+}
+
+ATTNRES_ON_BACKENDS(ProductsByLibrary);
+
+TEST(Fp32Gemm, ABadLibraryNameIsAClearError) {
+  ::setenv("ATTNRES_FP32_GEMM", "mkl", 1);
+  try {
+    choose_fp32_gemm();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "ATTNRES_FP32_GEMM 'mkl' is not a library (openblas, onednn)");
+  }
+  EXPECT_THROW(Context(1), Error);
+  ::setenv("ATTNRES_FP32_GEMM", "openblas", 1);
+  EXPECT_EQ(choose_fp32_gemm(), Fp32Gemm::kOpenBlas);
+  ::unsetenv("ATTNRES_FP32_GEMM");  // unset: oneDNN where the build has it
+  EXPECT_EQ(choose_fp32_gemm(), onednn::available() ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas);
+}
 
 // ---- rounding, and the copies the optimizer writes ---------------------------------
 

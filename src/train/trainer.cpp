@@ -469,7 +469,7 @@ void Run::build() {
                 ctx_->ops().name(), ctx_->ops().kernels());
   if (!quiet_ && opt_.peak_gflops <= 0)
     std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
-                precision == Precision::kBF16 ? "bf16 matmul (oneDNN)" : "SGEMM", peak_flops_ / 1e9,
+                peak_name(precision), peak_flops_ / 1e9,
                 ranks_ > 1 ? " per rank" : "");
   peak_flops_ *= ranks_;
   std::fflush(stdout);

@@ -572,12 +572,13 @@ def fewshot_seed(pool, k):
 
 
 def run_test(a):
+    # accelerate (and its psutil): lm-eval's HFLM imports them.  A missing package
+    # first: one line naming the install.
+    torch, np, transformers, _, lm_eval = require("torch", "numpy", "transformers", "accelerate", "lm_eval")
     if not os.path.exists(a.tokenizer):
         print("lm_eval_interop: skipped (no Qwen3 tokenizer.json fixture: scripts/fetch_tokenizer_fixtures.sh)")
         return 77
     t0 = time.time()
-    # accelerate (and its psutil): lm-eval's HFLM imports them.
-    torch, np, transformers, _, lm_eval = require("torch", "numpy", "transformers", "accelerate", "lm_eval")
     torch.set_num_threads(1)
     sys.path.insert(0, os.path.join(ROOT, "tests", "oracle"))
     import oracle as O  # the attnres layout of every tensor (tests/oracle/oracle.py)

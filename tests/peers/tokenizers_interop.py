@@ -514,10 +514,10 @@ def main():
     ap.add_argument("--random-texts", type=int, default=400)
     ap.add_argument("--random-seqs", type=int, default=600)
     args = ap.parse_args()
+    tokenizers = require("tokenizers")  # a missing package first: one line naming the install
     if not os.path.isfile(args.tokenizer):
         print(f"SKIP: {args.tokenizer} is missing (run scripts/fetch_tokenizer_fixtures.sh)")
         return 77
-    tokenizers = require("tokenizers")
     t0 = time.time()
     rng = random.Random(SEED)
 

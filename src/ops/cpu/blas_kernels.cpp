@@ -7,9 +7,11 @@
 
 #include <cstdlib>
 #include <map>
+#include <utility>
 
 #include "core/buffer.h"
 #include "core/timer.h"
+#include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include <cstring>
 #include <initializer_list>
@@ -37,6 +39,11 @@ void use_best_blas_kernels(char** argv) {
   ::execv("/proc/self/exe", argv);  // returns only on failure: carry on with the generic kernels
 }
 
+std::string openblas_core() {
+  const char* core = openblas_get_corename();
+  return core ? core : "unknown";
+}
+
 double measure_sgemm_gflops(int threads) {
   static std::map<int, double> measured;  // once per thread count and process
   if (auto it = measured.find(threads); it != measured.end()) return it->second;
@@ -57,10 +64,16 @@ double measure_sgemm_gflops(int threads) {
 }
 
 double measure_peak_gflops(Precision p, int threads) {
-  if (p == Precision::kF32) return measure_sgemm_gflops(threads);
-  static std::map<int, double> measured;
-  if (auto it = measured.find(threads); it != measured.end()) return it->second;
-  return measured[threads] = dnnl_bf16::measure_gflops(threads);
+  const bool onednn_f32 = p == Precision::kF32 && choose_fp32_gemm() == Fp32Gemm::kOneDnn;
+  if (p == Precision::kF32 && !onednn_f32) return measure_sgemm_gflops(threads);
+  static std::map<std::pair<int, bool>, double> measured;
+  if (auto it = measured.find({threads, onednn_f32}); it != measured.end()) return it->second;
+  return measured[{threads, onednn_f32}] = onednn::measure_gflops(threads, onednn_f32);
+}
+
+const char* peak_name(Precision p) {
+  if (p == Precision::kBF16) return "bf16 matmul (oneDNN)";
+  return choose_fp32_gemm() == Fp32Gemm::kOneDnn ? "float32 matmul (oneDNN)" : "SGEMM (OpenBLAS)";
 }
 
 }  // namespace attnres

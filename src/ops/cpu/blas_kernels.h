@@ -9,6 +9,8 @@
 // load time, so the program restarts itself once with it set.
 #pragma once
 
+#include <string>
+
 #include "core/precision.h"
 
 namespace attnres {
@@ -20,12 +22,18 @@ namespace attnres {
 // needs doing (or the restart failed).  Call first thing in main().
 void use_best_blas_kernels(char** argv);
 
+// The kernels OpenBLAS runs here ("Haswell", "SkylakeX", …).
+std::string openblas_core();
+
 // This machine's SGEMM rate on 2048³ with `threads` threads, best of three
 // (about a third of a second): the peak that fp32 MFU figures are measured against.
 double measure_sgemm_gflops(int threads);  // measured once per thread count and process
 
-// The peak of products in precision p that MFU is against: SGEMM (fp32), or
-// oneDNN's bf16 matmul (bf16), on 2048³, once per precision, thread count and process.
+// The peak of products in precision p that MFU is against: the float32
+// products' library (cpu_backend.h, Fp32Gemm: oneDNN's matmul, or SGEMM), or
+// oneDNN's bf16 matmul, on 2048³, once per precision, thread count and process.
 double measure_peak_gflops(Precision p, int threads);
+// What that peak is of, in words ("float32 matmul (oneDNN)", …).
+const char* peak_name(Precision p);
 
 }  // namespace attnres

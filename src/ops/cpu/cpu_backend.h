@@ -44,7 +44,16 @@ inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 // dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
 
-class CpuBackend : public Backend {
+// The library of float32 products: OpenBLAS's SGEMM, or oneDNN's matmul
+// (ATTNRES_FP32_GEMM=openblas|onednn; `bench --gemm` measures both on the
+// shapes of a step).  Either runs as the same fixed tiles (gemm() below).
+enum class Fp32Gemm { kOpenBlas, kOneDnn };
+const char* fp32_gemm_name(Fp32Gemm g);
+// $ATTNRES_FP32_GEMM, else the default; an unknown name, or onednn in a build
+// without it, is an Error.
+Fp32Gemm choose_fp32_gemm();
+
+class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wraps one
  public:
   const char* name() const override { return "cpu"; }
   const char* kernels() const override { return cpu_level_name(level_); }
@@ -69,6 +78,14 @@ class CpuBackend : public Backend {
   // What the routing ops accept as memory of this backend: every pointer on
   // the plain CPU; the guarded backend (guarded_backend.h) sets its check.
   void check_memory_with(bool (*owns)(const void*)) { owns_ = owns; }
+
+  // The float32 products' library (Fp32Gemm), and a change of it (bench).
+  Fp32Gemm fp32_gemm() const { return fp32_gemm_; }
+  void set_fp32_gemm(Fp32Gemm g) { fp32_gemm_ = g; }
+  // Seconds of one C[M,N] (+)= op(A)·op(B) as gemm() runs it through `g`, on
+  // this backend's threads: the fastest of `reps` after one warm-up, on
+  // operands of its own (bench --gemm).
+  double time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
 
  protected:
   CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level) {}
@@ -96,7 +113,12 @@ class CpuBackend : public Backend {
   // that streams each weight row once (decoding); scratch: matmul_workspace.
   void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
 
+  // gemm() through oneDNN's float32 matmul: the same tiles, one plan per tile shape.
+  void gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                   const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const;
+
   CpuLevel level_;
+  Fp32Gemm fp32_gemm_ = choose_fp32_gemm();
   bool (*owns_)(const void*) = nullptr;
 };
 

@@ -14,8 +14,9 @@
 #include <omp.h>
 
 #include <algorithm>
-
+#include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
@@ -301,8 +302,24 @@ void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols,
 }
 
 
+const char* fp32_gemm_name(Fp32Gemm g) { return g == Fp32Gemm::kOneDnn ? "onednn" : "openblas"; }
+
+Fp32Gemm choose_fp32_gemm() {
+  const char* env = std::getenv("ATTNRES_FP32_GEMM");
+  const std::string want = env ? env : "";
+  if (want == "openblas") return Fp32Gemm::kOpenBlas;
+  // oneDNN where this build has it: `bench --gemm` measured it 1.13-1.19x
+  // OpenBLAS's best kernels on a step's shapes (docs/performance.md).
+  if (want.empty()) return onednn::available() ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas;
+  if (want == "onednn") {
+    if (!onednn::available()) fail("ATTNRES_FP32_GEMM onednn: this attnres was built without oneDNN (libdnnl-dev)");
+    return Fp32Gemm::kOneDnn;
+  }
+  fail("ATTNRES_FP32_GEMM '", want, "' is not a library (openblas, onednn)");
+}
+
 std::string CpuBackend::unsupported(Precision p) const {
-  return p == Precision::kBF16 ? dnnl_bf16::unsupported() : std::string();
+  return p == Precision::kBF16 ? onednn::unsupported() : std::string();
 }
 
 void CpuBackend::to_bf16(bf16* dst, const float* src, int64_t n) {
@@ -325,6 +342,10 @@ void CpuBackend::blas_single_thread() const {
 // round differently.)
 void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
                       const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+  if (fp32_gemm_ == Fp32Gemm::kOneDnn) {
+    gemm_onednn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
   const Tiling t = tiling(M, N, kGemmTiles);
   blas_single_thread();  // a lone tile runs outside a parallel region
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
@@ -338,6 +359,48 @@ void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
   }
 }
 
+// The tiles of gemm() through oneDNN's float32 matmul (beta 0 or 1: the
+// product, or its sum into C).  Planned before the parallel region, as
+// gemm_bf16 does.
+void CpuBackend::gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                             int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
+  ATTNRES_CHECK(beta == 0.0f || beta == 1.0f, "gemm through oneDNN takes beta 0 or 1, not ", beta);
+  const Tiling t = tiling(M, N, kGemmTiles);
+  const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
+  const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
+  blas_single_thread();
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 2; ++c)
+      if ((r || t.tm > 1) && (c || t.tn > 1))
+        plans[r][c] = &onednn::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, beta == 1.0f,
+                                     /*f32=*/true, alpha});
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
+  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
+    const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
+    const float* a = ta ? A + i0 : A + i0 * lda;
+    const float* b = tb ? B + j0 * ldb : B + j0;
+    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
+  }
+}
+
+double CpuBackend::time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate,
+                             int reps) {
+  // Operands as the products store them: A [M,K] (or [K,M]), B [K,N] (or [N,K]), C [M,N].
+  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N)), c(static_cast<size_t>(M * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = 1e-3f * static_cast<float>(i % 97) - 0.05f;
+  for (size_t i = 0; i < b.size(); ++i) b[i] = 1e-3f * static_cast<float>(i % 89) - 0.04f;
+  const Fp32Gemm was = fp32_gemm_;
+  fp32_gemm_ = g;
+  double best = 1e30;
+  for (int rep = 0; rep <= reps; ++rep) {  // the first one plans and warms up
+    const double t0 = omp_get_wtime();
+    gemm(ta, tb, M, N, K, 1.0f, a.data(), ta ? M : K, b.data(), tb ? K : N, accumulate ? 1.0f : 0.0f, c.data(), N);
+    if (rep > 0) best = std::min(best, omp_get_wtime() - t0);
+  }
+  fp32_gemm_ = was;
+  return best;
+}
+
 // bf16 tiles through oneDNN (tiling_bf16).  A tile's plan depends on its
 // shape, and the tiles have at most four shapes (full, the last row of tiles,
 // the last column, the corner): planned here, before the parallel region.
@@ -345,18 +408,18 @@ void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
                            const bf16* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
   const Tiling t = tiling_bf16(M, N, kGemmTiles);
   const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
-  const dnnl_bf16::Plan* plans[2][2] = {};  // [last row of tiles][last column]
+  const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
   blas_single_thread();                      // plans are made for one thread
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 2; ++c)
       if ((r || t.tm > 1) && (c || t.tn > 1))
-        plans[r][c] = &dnnl_bf16::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, accumulate});
+        plans[r][c] = &onednn::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, accumulate});
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
   for (int64_t i = 0; i < t.tm * t.tn; ++i) {
     const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
     const bf16* a = ta ? A + i0 : A + i0 * lda;
     const bf16* b = tb ? B + j0 * ldb : B + j0;
-    dnnl_bf16::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
+    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
   }
 }
 
