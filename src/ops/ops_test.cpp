@@ -251,8 +251,9 @@ std::string attn_case_name(const AttnCase& c) {
 class Attention : public testing::OnBackendWith<AttnCase> {};
 class AttentionLong : public testing::OnBackend {};
 
-TEST_P(Attention, ForwardMatchesReference) {
-  const auto [B, T, H, KV, hd] = shape();
+// The forward of (B, T, H, KV, hd) on ops against attention_ref: y and lse.
+void expect_forward_matches_reference(Context& ctx, Backend& ops, int64_t B, int64_t T, int64_t H, int64_t KV,
+                                      int64_t hd) {
   ctx.reserve(ops.attention_workspace(T));
   auto q = randn(B * T * H * hd, 14), k = randn(B * T * KV * hd, 15), v = randn(B * T * KV * hd, 16);
   auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v);
@@ -262,6 +263,11 @@ TEST_P(Attention, ForwardMatchesReference) {
   std::vector<double> lse_ref;
   EXPECT_TRUE(all_close(to_double(y.host()), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
   EXPECT_TRUE(all_close(to_double(lse.host()), lse_ref, 1e-5, 1e-5));
+}
+
+TEST_P(Attention, ForwardMatchesReference) {
+  const auto [B, T, H, KV, hd] = shape();
+  expect_forward_matches_reference(ctx, ops, B, T, H, KV, hd);
 }
 
 TEST_P(Attention, BackwardMatchesFiniteDifferences) {
@@ -295,18 +301,7 @@ ATTNRES_ON_BACKENDS_WITH(Attention, AttnCase,
 
 // Longer rows against the reference (the forward alone: finite differences
 // of T = 200 would take minutes): four query tiles, the last partial, hd 64.
-TEST_P(AttentionLong, ForwardMatchesReference) {
-  const int64_t B = 1, T = 200, H = 2, KV = 1, hd = 64;
-  ctx.reserve(ops.attention_workspace(T));
-  auto q = randn(B * T * H * hd, 24), k = randn(B * T * KV * hd, 25), v = randn(B * T * KV * hd, 26);
-  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v);
-  DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T);
-  ops.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
-                        hd);
-  std::vector<double> lse_ref;
-  EXPECT_TRUE(all_close(to_double(y.host()), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
-  EXPECT_TRUE(all_close(to_double(lse.host()), lse_ref, 1e-5, 1e-5));
-}
+TEST_P(AttentionLong, ForwardMatchesReference) { expect_forward_matches_reference(ctx, ops, 1, 200, 2, 1, 64); }
 ATTNRES_ON_BACKENDS(AttentionLong);
 
 // Attention of a block of queries over a KV cache (KeyValues with slots and
