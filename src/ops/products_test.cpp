@@ -241,7 +241,7 @@ ATTNRES_ON_BACKENDS_WITH(Products, Precision, ::testing::Values(Precision::kF32,
 // OpenBLAS's SGEMM and oneDNN's float32 matmul run the same tiles, each one
 // call on one thread: each gives the product of the float32 inputs within the
 // fp32 tolerance, and the same bits on 1 and 3 threads.  (The Products tests
-// above run the default, oneDNN where the build has it.)  On the plain CPU
+// above run the default, OpenBLAS.)  On the plain CPU
 // configurations: the guarded one wraps a CpuBackend of its own.
 class ProductsByLibrary : public testing::OnBackend {
  protected:
@@ -324,8 +324,8 @@ TEST(Fp32Gemm, ABadLibraryNameIsAClearError) {
   EXPECT_THROW(Context(1), Error);
   ::setenv("ATTNRES_FP32_GEMM", "openblas", 1);
   EXPECT_EQ(choose_fp32_gemm(), Fp32Gemm::kOpenBlas);
-  ::unsetenv("ATTNRES_FP32_GEMM");  // unset: oneDNN where the build has it
-  EXPECT_EQ(choose_fp32_gemm(), onednn::available() ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas);
+  ::unsetenv("ATTNRES_FP32_GEMM");  // unset: OpenBLAS (cpu_backend.h says why)
+  EXPECT_EQ(choose_fp32_gemm(), Fp32Gemm::kOpenBlas);
 }
 
 // ---- rounding, and the copies the optimizer writes ---------------------------------

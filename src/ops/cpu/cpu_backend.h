@@ -49,7 +49,7 @@ void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols,
 // shapes of a step).  Either runs as the same fixed tiles (gemm() below).
 enum class Fp32Gemm { kOpenBlas, kOneDnn };
 const char* fp32_gemm_name(Fp32Gemm g);
-// $ATTNRES_FP32_GEMM, else the default; an unknown name, or onednn in a build
+// $ATTNRES_FP32_GEMM, else OpenBLAS (matmul.cpp says why); an unknown name, or onednn in a build
 // without it, is an Error.
 Fp32Gemm choose_fp32_gemm();
 
