@@ -41,7 +41,7 @@ for ((k = 1; k <= kills; ++k)); do
     else "$bin" train --resume "$w/run" --threads $((k % 2 + 1)) >/dev/null 2>&1 &
     fi
   else
-    "$bin" train "${flags[@]}" --out "$w/run" >/dev/null 2>&1 &
+    "$bin" train "${flags[@]}" --out "$w/run" --overwrite >/dev/null 2>&1 &  # killed before its first checkpoint: its log goes
   fi
   pid=$!
 done

@@ -301,8 +301,10 @@ int cmd_compare(int argc, char** argv) {
       } else {
         if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
         else args.insert(args.end(), {"--config", o.config});
+        // --overwrite: what a start of this run killed before its first checkpoint left (its log) goes.
         args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
-                                 run.dir, "--steps", cat(steps), "--seed", cat(run.seed), "--precision", precision});
+                                 run.dir, "--overwrite", "--steps", cat(steps), "--seed", cat(run.seed),
+                                 "--precision", precision});
         TrainOptions::each(t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
           if (const auto it = computed.find(key); it != computed.end())
             args.insert(args.end(), {"--" + option_flag(key), it->second});

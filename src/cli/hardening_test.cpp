@@ -21,6 +21,8 @@
 
 #include "cli/cli_test_util.h"
 #include "core/file_util.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
 
 namespace attnres {
 namespace {
@@ -446,6 +448,51 @@ TEST_F(Round3, MessagesNameTheFileAndEchoNoRawBytes) {
   expect_clear_error(run("compare --modes baseline --steps 2 --data " + dir_ + "/ok.bin --val-data " + dir_ +
                          "/ok.bin --out " + dir_ + "/ok.bin"),
                      {dir_ + "/ok.bin: is a file; --out names the comparison's directory"});
+}
+
+// ---- round 4 (issue 33) -------------------------------------------------------------
+
+// 1. A new run into an --out that holds a run is refused, and that run stays
+// as it was; --overwrite deletes it first and the directory then holds the
+// new run alone; --overwrite never goes with --resume, nor deletes an --init
+// inside --out.
+TEST_F(Cli, ANewRunNeverWritesIntoAnotherRun) {
+  write_file_atomic(dir_ + "/cfg.json", cfg_.to_json().dump());
+  const std::string train =
+      "train --config " + dir_ + "/cfg.json --data " + dir_ + "/ok.bin --batch 2 --seq-len 8 --out " + dir_ + "/run";
+  Result r = run(train + " --steps 4 --ckpt-every 2 --keep-checkpoints 0 --mode block");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string log = read_file(dir_ + "/run/log.jsonl");
+  const std::string weights = read_file(dir_ + "/run/step_00000004/model.safetensors");
+
+  r = run(train + " --steps 2");
+  expect_clear_error(r, {dir_ + "/run holds a run (a log.jsonl, 2 checkpoints)", "resume it with --resume",
+                         "or choose another --out", "--overwrite"});
+  EXPECT_EQ(read_file(dir_ + "/run/log.jsonl"), log);
+  EXPECT_EQ(read_file(dir_ + "/run/step_00000004/model.safetensors"), weights);
+  EXPECT_EQ(read_file(dir_ + "/run/latest"), "step_00000004\n");
+
+  r = run(train + " --steps 2 --overwrite");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("--overwrite: deleted the run that was in " + dir_ + "/run (a log.jsonl, 2 checkpoints)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(list_checkpoints(dir_ + "/run").size(), 1u);
+  EXPECT_EQ(read_file(dir_ + "/run/latest"), "step_00000002\n");
+  int64_t last_step = 0;  // the log is the new run's alone
+  std::istringstream lines(read_file(dir_ + "/run/log.jsonl"));
+  for (std::string line; std::getline(lines, line);)
+    if (const auto j = nlohmann::json::parse(line); j.contains("step")) last_step = std::max(last_step, j["step"].get<int64_t>());
+  EXPECT_EQ(last_step, 2);
+  EXPECT_EQ(Config::load(dir_ + "/run/step_00000002/config.json").mode, Mode::kBaseline);
+
+  expect_clear_error(run("train --resume " + dir_ + "/run --steps 3 --overwrite"),
+                     {"--overwrite starts a new run in --out; it does not go with --resume"});
+  const std::string kept = read_file(dir_ + "/run/step_00000002/model.safetensors");
+  expect_clear_error(run("train --init " + dir_ + "/run --data " + dir_ + "/ok.bin --batch 2 --seq-len 8 --steps 2 "
+                         "--out " + dir_ + "/run --overwrite"),
+                     {"--overwrite would delete --init", "choose another --out"});
+  EXPECT_EQ(read_file(dir_ + "/run/step_00000002/model.safetensors"), kept);
 }
 
 }  // namespace

@@ -125,6 +125,9 @@ int cmd_train(int argc, char** argv) {
                       "checkpoint or run directory to continue, bit-identically; every option not given is the "
                       "run's own"});
   add_train_options(opts, o);
+  opts.add(o.overwrite, {"overwrite", "false",
+                         "a new run into an --out that holds a run deletes that run's log and checkpoints first "
+                         "(without it such an --out is refused)"});
   if (!opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).

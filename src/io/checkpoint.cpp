@@ -161,6 +161,15 @@ int remove_stray_checkpoint_dirs(const std::string& out_dir) {
   return removed;
 }
 
+std::vector<std::string> previous_run_files(const std::string& out_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const char* name : {"/log.jsonl", "/latest"})
+    if (fs::exists(out_dir + name, ec) || fs::is_symlink(out_dir + name, ec)) out.push_back(out_dir + name);
+  for (const std::string& c : list_checkpoints(out_dir)) out.push_back(c);
+  return out;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& out_dir) {
   std::vector<std::string> out;
   std::error_code ec;

@@ -115,5 +115,9 @@ int remove_stray_checkpoint_dirs(const std::string& out_dir);
 void set_checkpoint_fault_for_testing(int k);
 // The step_* checkpoint directories of a run directory, oldest first.
 std::vector<std::string> list_checkpoints(const std::string& out_dir);
+// What a run left in a directory: its log.jsonl, its `latest` pointer and its
+// step_* checkpoints (empty: no run there).  A new run may not write among
+// them (train --overwrite removes them first).
+std::vector<std::string> previous_run_files(const std::string& out_dir);
 
 }  // namespace attnres

@@ -41,6 +41,7 @@ struct TrainOptions {
   Config model;             // the model trained (stored whole with the settings)
   std::string resume;       // checkpoint or run directory to continue from ("" = a new run)
   bool quiet = false;       // no stdout (tests)
+  bool overwrite = false;   // a new run may replace the run in `out` (train --overwrite; not a setting of the run)
 
   std::string init;         // model dir to fine-tune from ("" = random init)
   std::string data;         // token file or glob of shards

@@ -377,6 +377,32 @@ void Run::claim_output() {
   lock_ = std::make_unique<DirLock>(opt_.out);
   if (const int n = remove_stray_checkpoint_dirs(opt_.out); n > 0 && !quiet_)
     std::printf("removed %d unfinished checkpoint director%s left by an interrupted run\n", n, n == 1 ? "y" : "ies");
+  // A new run never writes among another run's files (a mixed directory
+  // would resume into two runs' checkpoints): refused, or, when the user
+  // said so, that run is deleted first.
+  if (!opt_.resume.empty()) {
+    if (opt_.overwrite) fail("--overwrite starts a new run in --out; it does not go with --resume");
+    return;
+  }
+  const std::vector<std::string> old = previous_run_files(opt_.out);
+  if (old.empty()) return;
+  const int64_t ckpts = static_cast<int64_t>(list_checkpoints(opt_.out).size());
+  const std::string what = cat(std::filesystem::exists(opt_.out + "/log.jsonl") ? "a log.jsonl, " : "", ckpts,
+                               " checkpoint", ckpts == 1 ? "" : "s");
+  if (!opt_.overwrite)
+    fail(opt_.out, " holds a run (", what, "): resume it with --resume ", opt_.out,
+         ", or choose another --out (--overwrite deletes that run and starts a new one)");
+  if (!opt_.init.empty()) {  // never delete what this run is to start from
+    std::error_code e1, e2;
+    const auto init = std::filesystem::weakly_canonical(opt_.init, e1).string() + "/";
+    const auto out = std::filesystem::weakly_canonical(opt_.out, e2).string() + "/";
+    if (!e1 && !e2 && init.rfind(out, 0) == 0)
+      fail("--overwrite would delete --init ", opt_.init, ", which is inside --out ", opt_.out,
+           ": choose another --out");
+  }
+  for (const std::string& p : old) std::filesystem::remove_all(p, ec);
+  if (ec) fail(opt_.out, ": cannot delete the previous run (", ec.message(), ")");
+  if (!quiet_) std::printf("--overwrite: deleted the run that was in %s (%s)\n", opt_.out.c_str(), what.c_str());
 }
 
 // Every rank draws every window of a step (ranks × accum micro-batches of B)
