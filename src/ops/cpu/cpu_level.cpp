@@ -20,8 +20,7 @@ const char* cpu_level_name(CpuLevel l) {
 // operating system saves the wide registers (XGETBV), as libgcc's resolver does.
 CpuLevel cpu_level_detected() {
   __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-                    __builtin_cpu_supports("f16c");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   return avx512 ? CpuLevel::kAvx512 : avx2 ? CpuLevel::kAvx2 : CpuLevel::kX86_64;

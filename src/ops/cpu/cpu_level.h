@@ -6,7 +6,7 @@
 // cross-entropy, AdamW…) three times, each copy compiled with its own flags
 // (CMakeLists.txt, ATTNRES_ISA_LEVELS) into a namespace of its own:
 //   x86-64   the baseline every x86-64 CPU has (SSE2: 4 float lanes, no FMA)
-//   avx2     AVX2 + FMA + F16C (8 lanes, fused multiply-add)
+//   avx2     AVX2 + FMA (8 lanes, fused multiply-add)
 //   avx512   AVX-512 F/BW/VL/DQ as well (16 lanes)
 // The CPU's best level is taken unless ATTNRES_CPU_LEVEL (or Context's
 // cpu_level) names a lower one, which tests use to run the per-op case tables

@@ -13,16 +13,16 @@
 // No include guard: every kernel file includes it once.
 #if defined(__clang__)
 #if defined(ATTNRES_ISA_AVX512)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq"))), \
+#pragma clang attribute push(__attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq"))), \
                              apply_to = function)
 #elif defined(ATTNRES_ISA_AVX2)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("avx2,fma"))), apply_to = function)
 #endif
 #else
 #pragma GCC push_options
 #if defined(ATTNRES_ISA_AVX512)
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")
+#pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,prefer-vector-width=512")
 #elif defined(ATTNRES_ISA_AVX2)
-#pragma GCC target("avx2,fma,f16c")
+#pragma GCC target("avx2,fma")
 #endif
 #endif
