@@ -371,13 +371,7 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
   auto* cpu = dynamic_cast<CpuBackend*>(&ctx.ops());
   if (!cpu) fail("bench --gemm measures the CPU's libraries: use --device cpu");
   if (!onednn::available()) fail("bench --gemm: this attnres was built without oneDNN (libdnnl-dev)");
-  std::vector<std::string> configs;
-  std::string list = f.config_given ? f.config : "bench-small,qwen3-0.6b";
-  for (size_t a = 0; a <= list.size();) {
-    const size_t b = std::min(list.find(',', a), list.size());
-    if (b > a) configs.push_back(list.substr(a, b - a));
-    a = b + 1;
-  }
+  const std::vector<std::string> configs = split_commas(f.config_given ? f.config : "bench-small,qwen3-0.6b");
   const int reps = static_cast<int>(std::max<int64_t>(f.steps, 1));
   for (const std::string& config : configs) {
     BenchFlags g = f;

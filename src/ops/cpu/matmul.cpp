@@ -285,6 +285,32 @@ Tiling tiling_bf16(int64_t M, int64_t N, int64_t want) {
   return {mb, N, (M + mb - 1) / mb, 1};
 }
 
+// C[M,N] (+)= op(A)·op(B) as the tiles of t through oneDNN, one plan per tile
+// shape — at most four (full, the last row of tiles, the last column, the
+// corner), planned before the parallel region on one thread — and one tile
+// per call.  `s` holds what every tile shares (ta, tb, K, strides,
+// accumulate, f32, alpha); its M and N are the whole product's.
+template <class T>
+void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, float* C, int threads) {
+  const int64_t m_last = s.M - (t.tm - 1) * t.mb, n_last = s.N - (t.tn - 1) * t.nb;
+  const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 2; ++c)
+      if ((r || t.tm > 1) && (c || t.tn > 1)) {
+        onednn::Shape tile = s;
+        tile.M = r ? m_last : t.mb;
+        tile.N = c ? n_last : t.nb;
+        plans[r][c] = &onednn::plan(tile);
+      }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (t.tm * t.tn > 1)
+  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
+    const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
+    const T* a = s.ta ? A + i0 : A + i0 * s.lda;
+    const T* b = s.tb ? B + j0 * s.ldb : B + j0;
+    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * s.ldc + j0);
+  }
+}
+
 }  // namespace
 
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
@@ -362,27 +388,13 @@ void CpuBackend::gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float a
 }
 
 // The tiles of gemm() through oneDNN's float32 matmul (beta 0 or 1: the
-// product, or its sum into C).  Planned before the parallel region, as
-// gemm_bf16 does.
+// product, or its sum into C).
 void CpuBackend::gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const {
   ATTNRES_CHECK(beta == 0.0f || beta == 1.0f, "gemm through oneDNN takes beta 0 or 1, not ", beta);
-  const Tiling t = tiling(M, N, kGemmTiles);
-  const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
-  const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
-  blas_single_thread();
-  for (int r = 0; r < 2; ++r)
-    for (int c = 0; c < 2; ++c)
-      if ((r || t.tm > 1) && (c || t.tn > 1))
-        plans[r][c] = &onednn::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, beta == 1.0f,
-                                     /*f32=*/true, alpha});
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
-  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
-    const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
-    const float* a = ta ? A + i0 : A + i0 * lda;
-    const float* b = tb ? B + j0 * ldb : B + j0;
-    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
-  }
+  blas_single_thread();  // plans are made for one thread
+  onednn_tiles(tiling(M, N, kGemmTiles), {ta, tb, M, N, K, lda, ldb, ldc, beta == 1.0f, /*f32=*/true, alpha}, A, B,
+               C, threads());
 }
 
 double CpuBackend::time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate,
@@ -403,26 +415,11 @@ double CpuBackend::time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N,
   return best;
 }
 
-// bf16 tiles through oneDNN (tiling_bf16).  A tile's plan depends on its
-// shape, and the tiles have at most four shapes (full, the last row of tiles,
-// the last column, the corner): planned here, before the parallel region.
+// bf16 tiles through oneDNN (tiling_bf16).
 void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
                            const bf16* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
-  const Tiling t = tiling_bf16(M, N, kGemmTiles);
-  const int64_t m_last = M - (t.tm - 1) * t.mb, n_last = N - (t.tn - 1) * t.nb;
-  const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
-  blas_single_thread();                      // plans are made for one thread
-  for (int r = 0; r < 2; ++r)
-    for (int c = 0; c < 2; ++c)
-      if ((r || t.tm > 1) && (c || t.tn > 1))
-        plans[r][c] = &onednn::plan({ta, tb, r ? m_last : t.mb, c ? n_last : t.nb, K, lda, ldb, ldc, accumulate});
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads()) if (t.tm * t.tn > 1)
-  for (int64_t i = 0; i < t.tm * t.tn; ++i) {
-    const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
-    const bf16* a = ta ? A + i0 : A + i0 * lda;
-    const bf16* b = tb ? B + j0 * ldb : B + j0;
-    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * ldc + j0);
-  }
+  blas_single_thread();  // plans are made for one thread
+  onednn_tiles(tiling_bf16(M, N, kGemmTiles), {ta, tb, M, N, K, lda, ldb, ldc, accumulate}, A, B, C, threads());
 }
 
 // Scratch of bf16 products: the bf16 copies of the input (N, I) and, in the
