@@ -36,6 +36,7 @@
 #include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dnnl_matmul.h"
+#include "ops/timed_backend.h"
 #include "model/presets.h"
 #include "train/optimizer.h"
 #include "train/trainer.h"
@@ -60,13 +61,28 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
     std::copy(tokens.begin() + N, tokens.end(), tg);
   };
   double seconds = 0, loss = 0;
+  OpTimes* times = op_times(ctx);  // --profile
   for (int64_t s = 0; s < warmup + steps; ++s) {
     for (auto& t : tokens) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.V)));
+    if (times && s == warmup) times->reset();
     const double t0 = now_seconds();
     loss = train_step(model, adamw, next, 1, 1e-4, s + 1, 1.0).loss;
     if (s >= warmup) seconds += now_seconds() - t0;
   }
   const double tok_s = static_cast<double>(N * steps) / seconds;
+  nlohmann::json profile;
+  if (times) {
+    // ms per step in each family of ops, and outside them (host code between the ops).
+    const double per = 1e3 / static_cast<double>(steps);
+    for (int i = 0; i < kOpFamilies; ++i)
+      profile[op_family_name(static_cast<OpFamily>(i))] = times->seconds[static_cast<size_t>(i)] * per;
+    profile["outside_ops"] = (seconds - times->total()) * per;
+  }
+  nlohmann::json ops_profile;  // the same per op: which op of a family
+  if (times)
+    for (int i = 0; i < kOps; ++i)
+      if (times->op_calls[static_cast<size_t>(i)] > 0)
+        ops_profile[op_name(static_cast<Op>(i))] = times->op_seconds[static_cast<size_t>(i)] * 1e3 / static_cast<double>(steps);
   return {{"mode", c.mode_label()},
           {"routing_heads", c.routing_heads},
           {"precision", precision_name(precision)},
@@ -81,7 +97,9 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"threads", ctx.threads()},
           {"kernels", ctx.ops().kernels()},
           {"fp32_gemm", fp32_gemm_name(choose_fp32_gemm())},
-          {"loss", loss}};
+          {"loss", loss},
+          {"profile_ms_per_step", profile},
+          {"ops_ms_per_step", ops_profile}};
 }
 
 // bench's options (cmd_bench binds them to its flags).
@@ -93,7 +111,7 @@ struct BenchFlags {
   std::string precision, precision_flag;  // a list; the spelling it was given as (--precision or --dtype)
   bool precision_given = false, config_given = false;
   double peak_gflops = 0;
-  bool json = false, generate = false, gemm = false;
+  bool json = false, generate = false, gemm = false, profile = false;
   int64_t prompt_len = 0, decode_prompt_len = 0, new_tokens = 0, decode_batch = 0;
   bool no_train_forward = false, worker = false;
   std::string measure;
@@ -136,6 +154,7 @@ nlohmann::json bench_in_child(const std::string& mode, Precision p, const BenchF
   if (f.routing_heads && mode != "baseline") args.insert(args.end(), {"--routing-heads", cat(*f.routing_heads)});
   args.insert(args.end(), {"--config", f.config, "--batch", cat(f.batch), "--seq-len", cat(f.seq_len), "--steps",
                            cat(f.steps), "--warmup-steps", cat(f.warmup_steps), "--threads", cat(f.threads)});
+  if (f.profile) args.push_back("--profile");
   return run_worker(f, args, cat("mode ", mode));
 }
 
@@ -330,6 +349,28 @@ int bench_generate(const BenchFlags& f, Context& ctx) {
   return 0;
 }
 
+// ---- bench --profile --------------------------------------------------------------
+
+// The families' ms per step, averaged over the rounds' runs of one mode.
+nlohmann::json mean_profile(const std::vector<nlohmann::json>& runs) {
+  nlohmann::json out = nlohmann::json::object();
+  for (const auto& r : runs)
+    for (const auto& [family, ms] : r["profile_ms_per_step"].items())
+      out[family] = out.value(family, 0.0) + ms.get<double>() / static_cast<double>(runs.size());
+  return out;
+}
+
+// One line under a mode's: each family's share of the step, largest first.
+void print_profile(const nlohmann::json& profile, double ms_per_step) {
+  std::vector<std::pair<double, std::string>> parts;
+  for (const auto& [family, ms] : profile.items())
+    if (family != "communication" || ms.get<double>() > 0) parts.emplace_back(ms.get<double>(), family);
+  std::sort(parts.rbegin(), parts.rend());
+  std::printf("    where the step goes:");
+  for (const auto& [ms, family] : parts) std::printf(" %s %.1f%%", family.c_str(), 100 * ms / ms_per_step);
+  std::printf("\n");
+}
+
 // ---- bench --gemm ----------------------------------------------------------------
 //
 // The float32 products of one training step, shape by shape, through
@@ -463,13 +504,21 @@ int cmd_bench(int argc, char** argv) {
                     "time the float32 products of a training step, shape by shape, through OpenBLAS and oneDNN "
                     "(--config may list several; default with --gemm: bench-small,qwen3-0.6b at B 1; --steps: "
                     "timed repeats)"});
+  opts.add(f.profile, {"profile", "false",
+                       "also say where a step's time goes: ms per step in each family of ops (products, attention, "
+                       "routing, norms and elementwise, LM head + loss, optimizer), timed by the op interface "
+                       "(ops/timed_backend.h), and outside them"});
   opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
   opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});
   if (!opts.parse(argc, argv)) return 0;
   f.precision_given = opts.given("precision");
   f.config_given = opts.given("config");
   // --precision may list several: each is checked against the device where it is run.
-  const std::unique_ptr<Context> ctx_ptr = open_context({f.threads, f.device, Precision::kF32});
+  if (f.profile && (f.generate || f.gemm)) fail("--profile times training steps: not with --generate or --gemm");
+  // The workers time their ops with --profile; the parent runs none.
+  ContextOptions co{f.threads, f.device, Precision::kF32};
+  co.time_ops = f.profile && f.worker;
+  const std::unique_ptr<Context> ctx_ptr = open_context(co);
   Context& ctx = *ctx_ptr;
   if (!f.measure.empty()) {
     const std::string what = f.measure;
@@ -548,6 +597,7 @@ int cmd_bench(int argc, char** argv) {
       r["tok_per_s"] = median(tok);
       r["ms_per_step"] = median(ms);
       r["peak_rss_bytes"] = median(rss);
+      if (f.profile) r["profile_ms_per_step"] = mean_profile(runs[pi][i]);
       r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
       r["rounds"] = rounds;
       if (rounds > 1) r["tok_per_s_runs"] = tok;
@@ -579,6 +629,7 @@ int cmd_bench(int argc, char** argv) {
                       r["rss_vs_baseline"].get<double>());
         if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());
         std::printf("\n");
+        if (f.profile) print_profile(r["profile_ms_per_step"], r["ms_per_step"].get<double>());
       }
       std::fflush(stdout);
     }

@@ -335,6 +335,41 @@ TEST_F(Cli, BenchJson) {
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 1e6);
 }
 
+// bench --profile: the step's time by family of ops, from the op interface's
+// timers; the families and the time outside them add up to the step, and a
+// routed mode's routing shows.  train --profile says the same at the end.
+TEST_F(Cli, ProfileSaysWhereTheStepGoes) {
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  Result r = run("bench --config " + dir_ + "/bench.json --mode delta --batch 1 --seq-len 8 --steps 2 "
+                 "--peak-gflops 100 --profile --json");
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  const nlohmann::json& p = j["profile_ms_per_step"];
+  double sum = 0;
+  for (const char* f : {"products", "attention", "routing", "norms_elementwise", "lm_head_loss", "optimizer",
+                        "communication", "outside_ops"}) {
+    ASSERT_TRUE(p.contains(f)) << f << " in " << p.dump();
+    sum += p[f].get<double>();
+  }
+  EXPECT_NEAR(sum, j["ms_per_step"].get<double>(), 1e-6 * j["ms_per_step"].get<double>());
+  for (const char* f : {"products", "attention", "routing", "lm_head_loss", "optimizer"})
+    EXPECT_GT(p[f].get<double>(), 0) << f;
+  EXPECT_EQ(p["communication"].get<double>(), 0);  // one process
+  EXPECT_GT(j["ops_ms_per_step"]["route_backward"].get<double>(), 0);
+  Result text = run("bench --config " + dir_ + "/bench.json --mode delta --batch 1 --seq-len 8 --steps 1 "
+                    "--peak-gflops 100 --profile");
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("where the step goes: "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("routing "), std::string::npos) << text.out;
+  expect_clear_error(run("bench --generate --profile --config " + dir_ + "/bench.json"),
+                     {"--profile times training steps: not with --generate or --gemm"});
+  Result t = run("train --data " + dir_ + "/ok.bin --steps 2 --batch 1 --seq-len 8 --threads 1 --profile --out " +
+                 dir_ + "/profiled");
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("where the steps went: products "), std::string::npos) << t.out;
+  EXPECT_NE(read_file(dir_ + "/profiled/log.jsonl").find("\"profile_seconds_per_rank\""), std::string::npos);
+}
+
 TEST_F(Cli, BenchGenerateJson) {
   write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
   const std::string cmd = "bench --generate --config " + dir_ + "/bench.json --dtype f32,bf16 --prompt-len 8 "

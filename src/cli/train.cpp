@@ -128,6 +128,9 @@ int cmd_train(int argc, char** argv) {
   opts.add(o.overwrite, {"overwrite", "false",
                          "a new run into an --out that holds a run deletes that run's log and checkpoints first "
                          "(without it such an --out is refused)"});
+  opts.add(o.profile, {"profile", "false",
+                       "say at the end where the steps' time went: each family of ops (products, attention, routing, "
+                       "norms and elementwise, LM head + loss, optimizer, communication), timed by the op interface"});
   if (!opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).

@@ -23,8 +23,11 @@ class Context {
  public:
   // threads: 0 = every core of this machine.  backend: "cpu" or "cpu-guarded".
   // cpu_level: the CPU kernels' instruction-set level, "" for $ATTNRES_CPU_LEVEL
-  // or else the best this CPU has (ops/cpu/cpu_level.h).
-  explicit Context(int threads = 0, const std::string& backend = "cpu", const std::string& cpu_level = "");
+  // or else the best this CPU has (ops/cpu/cpu_level.h).  time_ops: run the
+  // backend under a TimedBackend (ops/timed_backend.h), which adds each op's
+  // time to its family (bench --profile, train --profile).
+  explicit Context(int threads = 0, const std::string& backend = "cpu", const std::string& cpu_level = "",
+                   bool time_ops = false);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/guarded_backend.h"
+#include "ops/timed_backend.h"
 
 namespace attnres {
 
@@ -30,7 +31,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, con
 }
 
 std::unique_ptr<Context> open_context(const ContextOptions& o) {
-  auto ctx = std::make_unique<Context>(o.threads, o.device);
+  auto ctx = std::make_unique<Context>(o.threads, o.device, "", o.time_ops);
   if (const std::string why = ctx->ops().unsupported(o.precision); !why.empty())
     fail("--precision ", precision_name(o.precision), ": ", why);
   return ctx;
@@ -41,11 +42,12 @@ int hardware_threads() {
   return n > 0 ? n : 1;
 }
 
-Context::Context(int threads, const std::string& backend, const std::string& cpu_level)
+Context::Context(int threads, const std::string& backend, const std::string& cpu_level, bool time_ops)
     : threads_(threads > 0 ? threads : hardware_threads()) {
   if (threads < 0) fail("--threads must be 0 (all cores) or positive, got ", threads);
   if (threads_ > 1024) fail("--threads ", threads_, " is more than 1024");
   ops_ = make_backend(backend, *this, cpu_level);
+  if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
 }
 
 Context::~Context() = default;

@@ -338,6 +338,7 @@ struct ContextOptions {
   int threads = 0;             // 0 = every core of this machine
   std::string device = "cpu";  // a name of backend_names()
   Precision precision = Precision::kF32;
+  bool time_ops = false;       // each op's time added to its family (ops/timed_backend.h)
 };
 // The one place a command's Context is built from them: an unknown device is
 // an Error listing the known ones, and a precision the device cannot run here

@@ -42,6 +42,7 @@ struct TrainOptions {
   std::string resume;       // checkpoint or run directory to continue from ("" = a new run)
   bool quiet = false;       // no stdout (tests)
   bool overwrite = false;   // a new run may replace the run in `out` (train --overwrite; not a setting of the run)
+  bool profile = false;     // time the ops by family (train --profile; not a setting of the run)
 
   std::string init;         // model dir to fine-tune from ("" = random init)
   std::string data;         // token file or glob of shards

@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "model/modes.h"
 #include "ops/cpu/blas_kernels.h"
+#include "ops/timed_backend.h"
 #include "train/data_loader.h"
 
 namespace attnres {
@@ -312,6 +313,7 @@ class Run {
   void build();
   void step_loop();
   TrainResult finish();
+  void report_profile(const OpTimes& times);
 
  private:
   const TrainOptions& opt_;
@@ -429,7 +431,9 @@ void Run::build() {
   settings_ = plan_.settings.is_null() ? run_settings(opt_) : plan_.settings;  // a new run's: its data fingerprinted
   if (!quiet_ && !plan_.threads_note.empty()) std::printf("threads: %d per rank (%s)\n", plan_.threads, plan_.threads_note.c_str());
   const Precision precision = parse_precision(opt_.precision);
-  ctx_ = open_context({plan_.threads, opt_.device, precision});
+  ContextOptions co{plan_.threads, opt_.device, precision};
+  co.time_ops = opt_.profile;
+  ctx_ = open_context(co);
   // A conversion is measured first, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
   if (!plan_.init_dir.empty()) {
@@ -734,6 +738,7 @@ void Run::step_loop() {
     const double comm_s = comm_.take_seconds();
     const double dt = now_seconds() - t0;
     step_seconds_ += dt;
+    if (OpTimes* times = op_times(*ctx_)) times->add(OpFamily::kCommunication, comm_s);  // --profile
     const double tok_s = static_cast<double>(tokens_per_step_) / dt;
     const double mfu = tok_s * flops_per_token_ / peak_flops_;
     const int64_t done = step + 1;
@@ -801,6 +806,41 @@ void Run::step_loop() {
   }
 }
 
+std::string percent(double share) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100 * share);
+  return buf;
+}
+
+// train --profile: where this run's steps went, per family of ops
+// (ops/timed_backend.h), each rank's, on stdout (rank 0) and in the log.  The
+// timed ops include the validations' and the conversion report's; "outside"
+// is the steps' wall time not spent in an op.
+void Run::report_profile(const OpTimes& times) {
+  std::vector<double> mine(times.seconds.begin(), times.seconds.end());
+  mine.push_back(step_seconds_);
+  const std::vector<double> all = comm_.all_gather(mine, "the end of the run: the op profile of each rank");
+  nlohmann::json per_rank = nlohmann::json::array();
+  for (int q = 0; q < ranks_; ++q) {
+    const double* r = all.data() + static_cast<size_t>(q) * mine.size();
+    const double steps_s = r[kOpFamilies];
+    nlohmann::json fam;
+    double in_ops = 0;
+    std::string line = ranks_ > 1 ? cat("where the steps went (rank ", q, "):") : "where the steps went:";
+    for (int i = 0; i < kOpFamilies; ++i) {
+      fam[op_family_name(static_cast<OpFamily>(i))] = r[i];
+      in_ops += r[i];
+      if (r[i] > 0) line += cat(" ", op_family_name(static_cast<OpFamily>(i)), " ", percent(r[i] / steps_s));
+    }
+    fam["outside_ops"] = steps_s - in_ops;
+    fam["steps"] = steps_s;
+    line += cat(" outside ops ", percent((steps_s - in_ops) / steps_s));
+    if (!quiet_) std::printf("%s\n", line.c_str());
+    per_rank.push_back(fam);
+  }
+  log_line({{"step", step_}, {"profile_seconds_per_rank", per_rank}});
+}
+
 // The run's end: the last validation (not after a stop signal), the last
 // checkpoint, and every rank's peak memory.
 TrainResult Run::finish() {
@@ -819,6 +859,7 @@ TrainResult Run::finish() {
   }
   if (!quiet_) std::printf("%s\n", rss_line.c_str());
   log_line({{"step", step_}, {"peak_rss_bytes_per_rank", per_rank}});
+  if (OpTimes* times = op_times(*ctx_)) report_profile(*times);
   if (!quiet_) std::printf("checkpoint: %s\n", result_.last_checkpoint.c_str());
   std::fflush(stdout);
   return result_;

@@ -190,6 +190,22 @@ def test_pieces(r):
         check(f.read() == g.read(), "pieces: the final weights are the same bytes")
 
 
+def test_profile(r):
+    # train --profile: each rank's time by family of ops, communication included; timing changes no bit.
+    for name, extra in (("plain", []), ("profiled", ["--profile"])):
+        p = r.run(2, r.args(f"pf-{name}", mode="full", steps=5, extra=["--batch", "2"] + extra))
+        if not check(p.returncode == 0, f"profile: 2 ranks train ({name})"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            return
+    check(r.losses("pf-plain") == r.losses("pf-profiled"), "profile: the same losses with --profile")
+    check("where the steps went (rank 1): " in p.stdout and " communication " in p.stdout,
+          "profile: each rank's families on stdout, communication among them")
+    with open(os.path.join(r.tmp, "pf-profiled", "log.jsonl")) as f:
+        prof = [json.loads(l)["profile_seconds_per_rank"] for l in f if "profile_seconds_per_rank" in l]
+    check(len(prof) == 1 and len(prof[0]) == 2 and all(q["communication"] > 0 and q["routing"] > 0 for q in prof[0]),
+          "profile: the log has both ranks' families, with communication and routing time")
+
+
 def test_frozen_base(r):
     # Fine-tuning the routing parameters only: their gradients travel packed; the base stays bit-identical.
     init = "fz-init"
@@ -526,7 +542,7 @@ def main():
         if "built without MPI" in p.stderr:
             print("SKIP: attnres was built without MPI")
             return 77
-        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "frozen": test_frozen_base, "guarded": test_guarded, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
+        tests = {"equivalence": test_equivalence, "pieces": test_pieces, "profile": test_profile, "frozen": test_frozen_base, "guarded": test_guarded, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
                  "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):

@@ -1,0 +1,101 @@
+// timed_backend.h — where a step's time goes, measured by the op interface
+// itself: a Backend that runs another (any device) and adds each op's wall
+// time, up to its synchronize(), to the op's family.  `bench --profile` and
+// `train --profile` build their Context with it (ContextOptions::time_ops),
+// so a regression or a gap names itself without `perf`.
+//
+// The families (OpFamily) follow what a step is made of:
+//   products    matmul_forward/backward and the bf16 weight copies (to_bf16)
+//   attention   attention_forward/backward with their tile products, RoPE, the KV-cache store
+//   routing     source_rstd and the route_* ops
+//   norms       RMSNorm, SwiGLU, embedding, and the elementwise ops (copy, fill, add, sub, scale)
+//   lm_head     the LM head's products fused with the softmax cross-entropy (lm_head_loss)
+//   optimizer   adamw_update and the gradient norm (sum_squares)
+//   communication  the trainer's reduce-scatters and all-gathers between ranks (timed by the trainer)
+// What a step spends outside all of these (host code between the ops, data)
+// is its wall time minus their sum: the caller's to report.
+//
+// The timing adds two clock reads per op (some 40 ns against ops of
+// microseconds to milliseconds); memory, transfers and host views pass through
+// untimed.
+#pragma once
+
+#include <array>
+#include <memory>
+
+#include "ops/backend.h"
+#include "ops/cpu/op_list.h"  // the list of ops (device-independent macros)
+
+namespace attnres {
+
+enum class OpFamily { kProducts, kAttention, kRouting, kNorms, kLmHead, kOptimizer, kCommunication, kCount };
+constexpr int kOpFamilies = static_cast<int>(OpFamily::kCount);
+// "products", "attention", … (the names of the list above; JSON keys of bench --profile).
+const char* op_family_name(OpFamily f);
+// The family of an op of ops/cpu/op_list.h by its name; an op the table does
+// not know is an internal error (a new op must be given a family).
+OpFamily op_family(const char* op);
+
+// Every op of the list by number (Op::k_matmul_forward …), and its name.
+enum class Op {
+#define ATTNRES_OP_ENUM(ret, name, params, args) k_##name,
+  ATTNRES_BACKEND_OPS(ATTNRES_OP_ENUM)
+#undef ATTNRES_OP_ENUM
+      kCount
+};
+constexpr int kOps = static_cast<int>(Op::kCount);
+const char* op_name(Op op);
+
+// Seconds per family, and per op, since the last reset().
+struct OpTimes {
+  std::array<double, kOpFamilies> seconds{};
+  std::array<double, kOps> op_seconds{};
+  std::array<int64_t, kOps> op_calls{};
+  void add(OpFamily f, double s) { seconds[static_cast<size_t>(f)] += s; }
+  void add(Op op, OpFamily f, double s) {
+    add(f, s);
+    op_seconds[static_cast<size_t>(op)] += s;
+    ++op_calls[static_cast<size_t>(op)];
+  }
+  double total() const;
+  void reset() { *this = OpTimes{}; }
+};
+
+class TimedBackend final : public Backend {
+ public:
+  TimedBackend(Context& ctx, std::unique_ptr<Backend> inner);
+  const char* name() const override { return inner_->name(); }
+  const char* kernels() const override { return inner_->kernels(); }
+  std::string unsupported(Precision p) const override { return inner_->unsupported(p); }
+  Backend& inner() const { return *inner_; }
+  OpTimes& times() { return times_; }
+
+  int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
+    return inner_->matmul_workspace(N, I, O, p);
+  }
+  int64_t attention_workspace(int64_t max_keys) const override { return inner_->attention_workspace(max_keys); }
+  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override {
+    return inner_->lm_head_workspace(C, V, p);
+  }
+  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override {
+    return inner_->route_workspace(N, d, S, H);
+  }
+  Buffer alloc(size_t bytes, bool lazy) override { return inner_->alloc(bytes, lazy); }
+  void synchronize() override { inner_->synchronize(); }
+  void* map(void* p, size_t bytes) override { return inner_->map(p, bytes); }
+  void unmap(void* p, size_t bytes) override { inner_->unmap(p, bytes); }
+  void upload(void* dst, const void* host_src, size_t bytes) override { inner_->upload(dst, host_src, bytes); }
+  void download(void* host_dst, const void* src, size_t bytes) override { inner_->download(host_dst, src, bytes); }
+#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+  ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
+#undef ATTNRES_DECLARE
+
+ private:
+  std::unique_ptr<Backend> inner_;
+  OpTimes times_;
+};
+
+// The op timings of a Context built with time_ops, else null.
+OpTimes* op_times(Context& ctx);
+
+}  // namespace attnres
