@@ -208,7 +208,10 @@ TEST(InferenceBf16, LogitsCloseToF32) {
 // prefill of 40 positions (oneDNN's matmul) read the same rounded operands
 // and sum in float32 in different orders; where a sum lands on the other
 // side of a bf16 rounding the next product's input moves by one bf16 unit.
-// Measured on these models: 1.3e-4 to 3.3e-3 between the two (logits up to 2.5).
+// Measured on these models: 1.2e-4 to 3.3e-3 between the two (logits up to
+// 2.5); 1.7e-2 in full after the routing kernel's dot products changed their
+// summation order (2026-12-04): one bf16 flip at position 7 of the cache,
+// carried by attention into every later position (2e-3 to 9e-3 each).
 TEST(InferenceBf16, CachedDecodingMatchesALongPrefill) {
   if (const std::string why = testing::bf16_here(); !why.empty()) GTEST_SKIP() << why;
   for (const std::string name : {"baseline_untied", "delta_block_true", "full"}) {
@@ -230,7 +233,7 @@ TEST(InferenceBf16, CachedDecodingMatchesALongPrefill) {
       worst = std::max(worst, max_abs_diff(row.data(), want.data() + t * V, V));
     }
     std::printf("bf16 decoding vs a 40-position prefill, %s: max |diff| %.2g\n", name.c_str(), worst);
-    EXPECT_LE(worst, 1e-2) << name;
+    EXPECT_LE(worst, 2.5e-2) << name;
   }
 }
 

@@ -172,14 +172,20 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
     take("xb", xb_, N * d);
   if (mode.routed()) take("null_rstd", null_rstd_, K);
+  // The routers' logits: kept for the backward in training, except in full,
+  // whose routers read every earlier output: (N, H, S) of them per router
+  // add up to (N, H, K²/2), so its backward computes them again from the
+  // source rows it reads anyway (route_backward with null logits).
+  const bool keep_logits = train && c.mode != Mode::kFull;
   int64_t S_max = 1;
   for (auto& r : routers_) {
     const int64_t S = static_cast<int64_t>(r.index.size());
-    if (train) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);  // kept for the backward
+    r.logits_kept = keep_logits;
+    if (keep_logits) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);
     S_max = std::max(S_max, S);
   }
-  float* shared_logits = nullptr;  // inference: one buffer for every router's logits
-  if (!train && mode.routed()) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
+  float* shared_logits = nullptr;  // one buffer for every router's logits where none are kept
+  if (!keep_logits && mode.routed()) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
   acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));
   for (size_t i = 0; i < slots.size(); ++i) *slots[i] = acts_.data() + arena_[i].offset;
   tokens_ = reinterpret_cast<int32_t*>(tokens);
@@ -193,7 +199,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       }
       a = shared;
     }
-  if (!train)
+  if (!keep_logits)
     for (auto& r : routers_) r.logits = shared_logits;
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
@@ -685,6 +691,11 @@ void Model::route_(int r, float* out, const float* base) {
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
+  if (!R.logits_kept) {  // the forward again (its logits into the shared buffer): route_mix's bits
+    ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj,
+                       R.w->norm, base, R.w->alpha, combine_, rows(), cfg_.d);
+    return;
+  }
   ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base, R.w->alpha, combine_,
                  rows(), cfg_.d);
 }
@@ -703,14 +714,15 @@ void Model::route_backward_(int r, bool first) {
   const int rj = j >= 0 ? router_of_[j] : -1;
   if (!mode_spec(cfg_.mode).stores_inputs && rj >= 0) {
     const Router& P = routers_[rj];
-    rb = {u_, P.logits, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads, gate_base_(rj), P.w->alpha,
-          combine_, false};
+    rb = {u_, P.logits_kept ? P.logits : nullptr, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads,
+          gate_base_(rj), P.w->alpha, combine_, false, P.w->proj, P.w->norm};
     if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
   }
-  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits, R.src_list,
+  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits_kept ? R.logits : nullptr,
+                      R.src_list,
                       static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.w->alpha,
                       combine_,
                       rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
@@ -853,6 +865,7 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
         // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
         // after the null one, summed in one pass as the forward's stream was.
         const Router& R = routers_[r];
+        ATTNRES_CHECK(R.logits_kept, "delta's routers keep their logits");
         ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->alpha, rows(),
                               cfg_.d);
       }

@@ -15,7 +15,7 @@
 //      baseline     the input of every sublayer (2L·N·d);
 //      full, delta  every source — e and each sublayer output (2L+1) — and their
 //                   gradients; sublayer inputs are NOT stored but rebuilt in
-//                   the backward from the stored logits and the sources (delta's
+//                   the backward from the logits and the sources (delta's
 //                   stream x rebuilt by summing its sources in the forward's
 //                   order, in the same pass, so bit-identically);
 //      block        every partial block sum P_k (2L+1: the blocks are the P_k at
@@ -23,7 +23,10 @@
 //                   inputs rebuilt;
 //      delta_block  the sublayer inputs (2L, as baseline) and the block sources
 //                   with their gradients.
-//    Plus the logits z (N·S floats per router) and r (N per source).
+//    Plus the logits z (N·H·S floats per router) and r (N per source) —
+//    except in full, whose routers read every earlier output: its backward
+//    computes each router's z again from the rows it reads anyway
+//    (route_backward with null logits), and the forward's share one buffer.
 //  - inference: one layer's activations, shared by all layers, no gradients;
 //    only the routing sources (which later routers read) are kept across
 //    depth.  Optionally a KV cache (keys after k_norm and RoPE, and values,
@@ -138,6 +141,8 @@ struct Router {
   const RouteSource* src_list = nullptr;  // (S)
   float* const* dsrc_list = nullptr;      // (S) training
   float* logits = nullptr;                // (N, H, S) routing logits z of the last forward (α = softmax(z), per head)
+  bool logits_kept = false;               // training keeps them for the backward; else every router's
+                                          // share one buffer and the backward computes them again
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
 };
 

@@ -280,6 +280,11 @@ class Backend {
   //   dw, dgamma (d)                      += ∂/∂w, ∂/∂γ
   //   dgate   ()                          += ∂/∂g     (only with a gate)
   // base is read only for kReplace with a gate (dg needs R − base).
+  // logits: route_forward's, or null — then each token's are computed again
+  // from w, γ and the source rows (the forward's arithmetic: the same bits),
+  // in the pass that reads those rows anyway, so a model need not keep
+  // (N, H, S) of them per router; a rebuild with null logits does the same
+  // from its own w and γ.
   // Per head h (slice h of every d-vector; H = 1: the whole of it), with
   // z_hi = r_i (q_h·v_hi):  dα_hi = c·dout_h·v_hi;  dz_hi = α_hi (dα_hi − Σ_j α_hj dα_hj);
   //   dv_i[slice h] += α_hi c dout_h + dz_hi r_i q_h,  and over the full d (r_i reads all of v_i)

@@ -75,7 +75,7 @@ struct RouteStats {
 // The struct is the op's argument (host); what it points to is backend memory.
 struct RouteRebuild {
   float* out = nullptr;              // (N, d); must not alias anything route_backward reads
-  const float* logits = nullptr;     // (N, H, S) that router's stored logits
+  const float* logits = nullptr;     // (N, H, S) that router's stored logits, or null: computed again (w, gamma)
   const RouteSource* src = nullptr;  // (S) its source list (backend memory); S ≤ the backward's S
   int64_t S = 0;
   int64_t H = 1;                     // its routing heads
@@ -83,6 +83,10 @@ struct RouteRebuild {
   const float* gate = nullptr;
   Combine combine = Combine::kReplace;
   bool stream = false;               // kAdd, base = Σ of the non-broadcast sources (route_mix_stream)
+  // Its query and norm weight (d each): with logits null the logits are
+  // computed again from them, as route_backward's own (see there).
+  const float* w = nullptr;
+  const float* gamma = nullptr;
 };
 
 }  // namespace attnres

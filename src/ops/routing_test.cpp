@@ -475,6 +475,46 @@ TEST_P(RoutingHelpers, BackwardRebuildsTheNextInput) {
   }
 }
 
+// A backward without stored logits computes them again, its rebuilt
+// router's too: the same bits as with them stored, for every level.
+TEST_P(RoutingHelpers, BackwardWithoutStoredLogitsIsTheSame) {
+  for (int64_t H : {1, 8})
+  for (bool stream : {false, true}) {
+    const Case k{"recompute", 70, H == 1 ? 37 : 40, 6, stream, stream ? Combine::kAdd : Combine::kReplace, true, false, H};
+    Data D(k, 31);
+    Kernel A(D, ops), B(D, ops);
+    A.forward(k);
+    B.forward(k);
+    const int64_t S2 = k.S - 1;  // the rebuilt router: S−1 sources, a query of its own
+    Data D2(k, 37);
+    Kernel P(D2, ops);
+    ops.route_forward(P.out.data(), P.logits.data(), P.src.data(), S2, H, P.w.data(), P.gamma.data(), P.base.data(),
+                      P.g.data(), k.combine, k.N, k.d);
+    DeviceVec<float> stored(ops, k.N * k.d), again(ops, k.N * k.d);
+    RouteRebuild ra{stored.data(), P.logits.data(), P.src.data(), S2, H, stream ? nullptr : P.base.data(), P.g.data(),
+                    k.combine, stream};
+    RouteRebuild rb = ra;
+    rb.out = again.data();
+    rb.logits = nullptr;
+    rb.w = P.w.data();
+    rb.gamma = P.gamma.data();
+    ops.route_backward(A.dsrc_ptr.data(), A.dbase.data(), A.dw.data(), A.dgamma.data(), A.dg.data(), A.dout.data(),
+                       A.logits.data(), A.src.data(), k.S, H, A.w.data(), A.gamma.data(), A.base.data(), A.g.data(),
+                       k.combine, k.N, k.d, &ra);
+    ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
+                       nullptr, B.src.data(), k.S, H, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
+                       k.combine, k.N, k.d, &rb);
+    const std::string what = cat(stream ? "stream, " : "", H, " heads");
+    EXPECT_TRUE(same_bits(again.host(), stored.host())) << what;
+    EXPECT_TRUE(same_bits(A.dw.host(), B.dw.host())) << what;
+    EXPECT_TRUE(same_bits(A.dgamma.host(), B.dgamma.host())) << what;
+    EXPECT_EQ(A.dg.host()[0], B.dg.host()[0]) << what;
+    EXPECT_TRUE(same_bits(A.dbase.host(), B.dbase.host())) << what;
+    const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
+    for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << what << ", source " << i;
+  }
+}
+
 // accumulate_src = false assigns the (N, d) source gradients (the broadcast
 // null source, a parameter gradient, still accumulates).
 TEST_P(RoutingHelpers, FirstRouterAssigns) {

@@ -113,6 +113,8 @@ void check_arg(const char* op, const RouteRebuild* r) {  // a host record: its p
   expect_inside(op, r->src, "rebuild.src");
   expect_inside(op, r->base, "rebuild.base");
   expect_inside(op, r->gate, "rebuild.gate");
+  expect_inside(op, r->w, "rebuild.w");
+  expect_inside(op, r->gamma, "rebuild.gamma");
 }
 template <class... A>
 void check_args(const char* op, const A&... args) {

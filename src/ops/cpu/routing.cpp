@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "ops/cpu/fast_exp.h"
 
 #include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
 
@@ -22,20 +23,22 @@ constexpr int64_t kChunk = 64;
 int64_t num_chunks(int64_t N) { return (N + kChunk - 1) / kChunk; }
 int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every region 64-byte aligned
 
-// The scratch, in floats:  q (d doubles) | q (d floats) | per chunk:
+// The scratch, in floats:  q (d doubles) | q (d floats) | q2 (d floats) | per chunk:
 //   dq (d doubles) | dnull (d doubles) | alpha (H·S doubles) | da (H·S doubles) |
-//   stats (S + 3 + kMaxWeightBins + route_head_stats_size doubles) | dg (1 double) | tmp (d floats) | tq (d floats)
+//   stats (S + 3 + kMaxWeightBins + route_head_stats_size doubles) | dg (1 double) | tmp (d floats) | tq (d floats) |
+//   z (H·S floats)
 // Each region is used with one type only.
 struct Scratch {
   int64_t d, S, hs, stats_doubles, chunk_floats;
   float* base;
   Scratch(float* p, int64_t d_, int64_t S_, int64_t H)
       : d(d_), S(S_), hs(H * S_), stats_doubles(S_ + 3 + kMaxWeightBins + route_head_stats_size(S_, H)),
-        chunk_floats(2 * pad16(2 * d_) + 2 * pad16(2 * hs) + pad16(2 * stats_doubles) + 16 + 2 * pad16(d_)),
+        chunk_floats(2 * pad16(2 * d_) + 2 * pad16(2 * hs) + pad16(2 * stats_doubles) + 16 + 2 * pad16(d_) + pad16(hs)),
         base(p) {}
-  static int64_t head_floats(int64_t d) { return pad16(2 * d) + pad16(d); }
+  static int64_t head_floats(int64_t d) { return pad16(2 * d) + 2 * pad16(d); }
   double* qd() const { return reinterpret_cast<double*>(base); }
   float* qf() const { return base + pad16(2 * d); }
+  float* q2f() const { return qf() + pad16(d); }  // a rebuilt router's query (route_backward)
   float* chunk(int64_t ch) const { return base + head_floats(d) + ch * chunk_floats; }
   double* dq(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch)); }
   double* dnull(int64_t ch) const { return reinterpret_cast<double*>(chunk(ch) + pad16(2 * d)); }
@@ -45,6 +48,7 @@ struct Scratch {
   double* dg(int64_t ch) const { return stats(ch) + pad16(2 * stats_doubles) / 2; }
   float* tmp(int64_t ch) const { return reinterpret_cast<float*>(dg(ch) + 8); }
   float* tq(int64_t ch) const { return tmp(ch) + pad16(d); }
+  float* z(int64_t ch) const { return tq(ch) + pad16(d); }  // one token's logits, computed again
 };
 
 inline const float* row(const RouteSource& s, int64_t n, int64_t d) { return s.broadcast ? s.v : s.v + n * d; }
@@ -69,11 +73,15 @@ void fold_query(const Scratch& sc, const float* w, const float* gamma) {
 
 // α = softmax of one token's stored logits (S), in double.  Every user of the
 // stored logits goes through this, so forward, mix and backward agree bit for bit.
+// The exponentials are vectorised (exp_nonpositive); their sum stays in source order.
 inline void softmax_row(double* alpha, const float* z, int64_t S) {
   float zmax = z[0];
   for (int64_t i = 1; i < S; ++i) zmax = z[i] > zmax ? z[i] : zmax;
+#pragma omp simd
+  for (int64_t i = 0; i < S; ++i) alpha[i] = exp_nonpositive(static_cast<double>(z[i]) - zmax);
   double sum = 0.0;
-  for (int64_t i = 0; i < S; ++i) sum += (alpha[i] = std::exp(static_cast<double>(z[i]) - zmax));
+  for (int64_t i = 0; i < S; ++i) sum += alpha[i];
+#pragma omp simd
   for (int64_t i = 0; i < S; ++i) alpha[i] /= sum;
 }
 
@@ -81,23 +89,26 @@ inline void softmax_row(double* alpha, const float* z, int64_t S) {
 // the H heads (alpha: (H, S)), out = a·base + c·tmp.  The sum over sources is
 // a float axpy per source (S terms per element, SIMD over the slice).
 // Shared by route_forward and route_mix so both give the same bits.
+//
+// Sources outer, heads inner: each source row is read once, front to back
+// (the hardware prefetcher's pattern), and every element still sums its S
+// terms in source order.
 inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSource* src, int64_t S, int64_t H,
                     int64_t n, const float* base_row, Mix m, int64_t d) {
   const int64_t dh = d / H;
-  for (int64_t h = 0; h < H; ++h) {
-    const double* ah = alpha + h * S;
-    float* t = tmp + h * dh;
-    {
-      const float* v = row(src[0], n, d) + h * dh;
-      const float al = static_cast<float>(ah[0]);
+  for (int64_t i = 0; i < S; ++i) {
+    const float* vi = row(src[i], n, d);
+    for (int64_t h = 0; h < H; ++h) {
+      const float* v = vi + h * dh;
+      float* t = tmp + h * dh;
+      const float al = static_cast<float>(alpha[h * S + i]);
+      if (i == 0) {
 #pragma omp simd
-      for (int64_t c = 0; c < dh; ++c) t[c] = al * v[c];
-    }
-    for (int64_t i = 1; i < S; ++i) {
-      const float* v = row(src[i], n, d) + h * dh;
-      const float al = static_cast<float>(ah[i]);
+        for (int64_t c = 0; c < dh; ++c) t[c] = al * v[c];
+      } else {
 #pragma omp simd
-      for (int64_t c = 0; c < dh; ++c) t[c] += al * v[c];
+        for (int64_t c = 0; c < dh; ++c) t[c] += al * v[c];
+      }
     }
   }
   if (m.a == 0.0f) {
@@ -109,19 +120,40 @@ inline void mix_row(float* out, float* tmp, const double* alpha, const RouteSour
   }
 }
 
-// a·b for one row: float SIMD within blocks of 64 elements, the blocks summed
-// in double — near double accuracy at float speed (each SIMD lane adds at
-// most 64/width float products).
+// a·b for one row: float sums within blocks of 64 elements, the blocks summed
+// in double — near double accuracy at float speed.  Within a block, 16 lanes
+// (lane l takes the elements ≡ l mod 16) are added as a tree, 8 + 8, 4 + 4, …:
+// one order written here, which every level's vectors follow (a compiler's
+// reduction epilogue added the 16 lanes one after the other: a chain that
+// cost more than the products with routing heads of 32 channels).
 inline double dot_row(const float* a, const float* b, int64_t d) {
   double acc = 0.0;
   for (int64_t c0 = 0; c0 < d; c0 += 64) {
     const int64_t c1 = c0 + 64 < d ? c0 + 64 : d;
-    float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-    for (int64_t c = c0; c < c1; ++c) s += a[c] * b[c];
-    acc += s;
+    float lane[16] = {};
+    int64_t c = c0;
+    for (; c + 16 <= c1; c += 16)
+#pragma omp simd
+      for (int l = 0; l < 16; ++l) lane[l] += a[c + l] * b[c + l];
+    for (int l = 0; c < c1; ++c, ++l) lane[l] += a[c] * b[c];
+    for (int w = 8; w > 0; w /= 2)
+#pragma omp simd
+      for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+    acc += lane[0];
   }
   return acc;
+}
+
+// One token's logits z[h·S + i] = r_i·(q_h·v_hi), as route_forward computes
+// and stores them (the same expression, so the same bits).
+inline void token_logits(float* z, const float* q, const RouteSource* src, int64_t S, int64_t H, int64_t n,
+                         int64_t d) {
+  const int64_t dh = d / H;
+  for (int64_t i = 0; i < S; ++i) {  // each source row once, front to back
+    const float* v = row(src[i], n, d);
+    const float r = rstd_at(src[i], n);
+    for (int64_t h = 0; h < H; ++h) z[h * S + i] = static_cast<float>(r * dot_row(q + h * dh, v + h * dh, dh));
+  }
 }
 
 }  // namespace
@@ -180,11 +212,7 @@ void CpuKernels::route_forward(float* out, float* logits, const RouteSource* src
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       float* z = logits + n * H * S;
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t i = 0; i < S; ++i) {
-          const float* v = row(src[i], n, d) + h * dh;
-          z[h * S + i] = static_cast<float>(rstd_at(src[i], n) * dot_row(q + h * dh, v, dh));
-        }
+      token_logits(z, q, src, S, H, n, d);
       for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
       mix_row(out + n * d, tmp, alpha, src, S, H, n, base ? base + n * d : nullptr, m, d);
 
@@ -353,6 +381,14 @@ void CpuKernels::route_backward(float* const* dsrc, float* dbase, float* dw, flo
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H2)), d, S, H2);
   fold_query(sc, w, gamma);
   const float* qf = sc.qf();
+  // Logits not stored (null): each token's computed again from q and its
+  // source rows, which the backward reads anyway.  The rebuilt router's too.
+  const bool rebuild_logits = rebuild && !rebuild->logits;
+  if (rebuild_logits) {
+    ATTNRES_CHECK(rebuild->w && rebuild->gamma, "rebuild: no logits and no query to compute them from");
+    for (int64_t c = 0; c < d; ++c)
+      sc.q2f()[c] = static_cast<float>(static_cast<double>(rebuild->w[c]) * rebuild->gamma[c]);  // as fold_query
+  }
   const int64_t dh = d / H;
   const int64_t nc = num_chunks(N);
   const bool null0 = src[0].broadcast;
@@ -371,17 +407,19 @@ void CpuKernels::route_backward(float* const* dsrc, float* dbase, float* dw, flo
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n) {
       const float* go = dout + n * d;
-      const float* z = logits + n * H * S;
-      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
-      // Pass 1: dα_hi = c·(dout_h·v_hi) and s_h = Σ_i α_hi dα_hi; R for the gate.
+      // Pass 1: dα_hi = c·(dout_h·v_hi) (and z_hi where not stored), then α
+      // and s_h = Σ_i α_hi dα_hi; R for the gate.
+      if (!logits) token_logits(sc.z(ch), qf, src, S, H, n, d);
+      const float* z = logits ? logits + n * H * S : sc.z(ch);
       double s[kMaxRoutingHeads];
+      for (int64_t i = 0; i < S; ++i) {  // each source row once, front to back (in cache when just read)
+        const float* v = row(src[i], n, d);
+        for (int64_t h = 0; h < H; ++h) da[h * S + i] = m.c * dot_row(go + h * dh, v + h * dh, dh);
+      }
+      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
       for (int64_t h = 0; h < H; ++h) {
         s[h] = 0.0;
-        for (int64_t i = 0; i < S; ++i) {
-          const float* v = row(src[i], n, d) + h * dh;
-          da[h * S + i] = m.c * dot_row(go + h * dh, v, dh);
-          s[h] += alpha[h * S + i] * da[h * S + i];
-        }
+        for (int64_t i = 0; i < S; ++i) s[h] += alpha[h * S + i] * da[h * S + i];
       }
       if (gate) mix_row(tmp, tmp, alpha, src, S, H, n, nullptr, {0.0f, 1.0f}, d);  // tmp = R
       // Pass 2: source gradients and this token's dq.
@@ -454,7 +492,9 @@ void CpuKernels::route_backward(float* const* dsrc, float* dbase, float* dw, flo
           }
           base2 = tq;
         }
-        for (int64_t h = 0; h < rb.H; ++h) softmax_row(alpha2 + h * rb.S, rb.logits + (n * rb.H + h) * rb.S, rb.S);
+        if (rebuild_logits) token_logits(sc.z(ch), sc.q2f(), rb.src, rb.S, rb.H, n, d);  // z is free again
+        const float* z2 = rebuild_logits ? sc.z(ch) : rb.logits + n * rb.H * rb.S;
+        for (int64_t h = 0; h < rb.H; ++h) softmax_row(alpha2 + h * rb.S, z2 + h * rb.S, rb.S);
         mix_row(rb.out + n * d, tmp, alpha2, rb.src, rb.S, rb.H, n, base2, m2, d);
       }
     }
