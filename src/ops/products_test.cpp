@@ -10,9 +10,14 @@
 // there — its backward is held against the reference of its rounded operands.
 // bf16 cases skip, with the reason, on a CPU without bf16 matrix instructions.
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <signal.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "core/bf16.h"
@@ -313,6 +318,52 @@ TEST_P(ProductsByLibrary, ThreadCountDoesNotChangeTheBits) {
 
 ATTNRES_ON_BACKENDS(ProductsByLibrary);
 
+// oneDNN's float32 GEMM kernels point rsp into the heap while they run
+// (dnnl_matmul.cpp): a signal handled on that thread would write its frame
+// over the heap.  Signals sent to the thread running products, thousands of
+// them, with a handler installed, change no result and corrupt nothing (the
+// corruption aborted the process in malloc, or changed results, before the
+// products blocked signals).
+std::atomic<int64_t> g_signals_handled{0};
+extern "C" void count_signal(int) { g_signals_handled.fetch_add(1, std::memory_order_relaxed); }
+
+TEST(OneDnnProducts, SignalsDuringAProductCorruptNothing) {
+  if (!onednn::available()) GTEST_SKIP() << "built without oneDNN";
+  struct sigaction sa {}, old {};
+  sa.sa_handler = count_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
+  const int64_t N = 96, I = 256, O = 384;
+  const auto x = randn(N * I, 80), w = randn(O * I, 81);
+  Context c(1);
+  dynamic_cast<CpuBackend&>(c.ops()).set_fp32_gemm(Fp32Gemm::kOneDnn);
+  Backend& o = c.ops();
+  auto x_d = dev(o, x), w_d = dev(o, w);
+  DeviceVec<float> out(o, N * O);
+  o.matmul_forward(out.data(), x_d.data(), Weight(w_d.data()), N, I, O);
+  const std::vector<float> want = out.host();
+  const pthread_t self = pthread_self();
+  std::atomic<bool> done{false};
+  std::thread sender([&] {
+    while (!done.load()) {
+      pthread_kill(self, SIGUSR2);
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+    }
+  });
+  int64_t differ = 0;
+  for (int rep = 0; rep < 3000; ++rep) {
+    o.matmul_forward(out.data(), x_d.data(), Weight(w_d.data()), N, I, O);
+    std::vector<float> got = out.host();  // a heap allocation and release each time
+    differ += got != want;
+  }
+  done = true;
+  sender.join();
+  ::sigaction(SIGUSR2, &old, nullptr);
+  EXPECT_EQ(differ, 0);
+  EXPECT_GT(g_signals_handled.load(), 1000);  // the signals did arrive
+}
+
 TEST(Fp32Gemm, ABadLibraryNameIsAClearError) {
   ::setenv("ATTNRES_FP32_GEMM", "mkl", 1);
   try {
@@ -324,8 +375,8 @@ TEST(Fp32Gemm, ABadLibraryNameIsAClearError) {
   EXPECT_THROW(Context(1), Error);
   ::setenv("ATTNRES_FP32_GEMM", "openblas", 1);
   EXPECT_EQ(choose_fp32_gemm(), Fp32Gemm::kOpenBlas);
-  ::unsetenv("ATTNRES_FP32_GEMM");  // unset: OpenBLAS (cpu_backend.h says why)
-  EXPECT_EQ(choose_fp32_gemm(), Fp32Gemm::kOpenBlas);
+  ::unsetenv("ATTNRES_FP32_GEMM");  // unset: oneDNN where built with it (cpu_backend.h says why)
+  EXPECT_EQ(choose_fp32_gemm(), onednn::available() ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas);
 }
 
 // ---- rounding, and the copies the optimizer writes ---------------------------------

@@ -1,7 +1,8 @@
 // cpu_backend.h — the CPU backend: the ops of ops/backend.h (where their math
-// is written down) as OpenMP kernels, with every fp32 matmul through CBLAS
-// (OpenBLAS, its OpenMP build) and every bf16 one through oneDNN's matmul on
-// the CPU's matrix units (AMX-BF16 or AVX512-BF16; dnnl_matmul.h).  One file
+// is written down) as OpenMP kernels, with every matmul through oneDNN's
+// matmul — fp32, and bf16 on the CPU's matrix units (AMX-BF16 or
+// AVX512-BF16; dnnl_matmul.h) — or fp32 through CBLAS (OpenBLAS, its OpenMP
+// build) where asked (Fp32Gemm below), and attention's tiles through CBLAS.  One file
 // per op family in this directory.
 //
 // Two classes: CpuBackend holds memory, the products and what the kernels
@@ -49,8 +50,8 @@ void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols,
 // shapes of a step).  Either runs as the same fixed tiles (gemm() below).
 enum class Fp32Gemm { kOpenBlas, kOneDnn };
 const char* fp32_gemm_name(Fp32Gemm g);
-// $ATTNRES_FP32_GEMM, else OpenBLAS (matmul.cpp says why); an unknown name, or onednn in a build
-// without it, is an Error.
+// $ATTNRES_FP32_GEMM, else oneDNN where the build has it (matmul.cpp says why), else OpenBLAS;
+// an unknown name, or onednn in a build without it, is an Error.
 Fp32Gemm choose_fp32_gemm();
 
 class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wraps one

@@ -2,6 +2,8 @@
 #include "ops/cpu/dnnl_matmul.h"
 
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <bit>
@@ -42,6 +44,30 @@ struct ShapeHash {
 
 }  // namespace
 
+// oneDNN's float32 GEMM kernels (jit_avx512_common_gemm_f32, jit_avx_gemm_f32;
+// oneDNN issue #4845, fixed in 3.11.1 — Debian 12 ships 2.6.3) point rsp
+// into a heap buffer while they run: a signal handled on that thread then has
+// its frame written there, over the heap ("corrupted size vs. prev_size" when
+// a run was stopped by SIGTERM, tests/distributed/mpi.py).  So each thread
+// blocks the asynchronous signals while it runs a primitive; one that arrives
+// meanwhile is delivered when it returns (the faults stay unblocked: blocked,
+// they would end the process without their handlers).
+class SignalsBlocked {
+ public:
+  SignalsBlocked() {
+    sigset_t all;
+    sigfillset(&all);
+    for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, sig);
+    pthread_sigmask(SIG_BLOCK, &all, &old_);
+  }
+  ~SignalsBlocked() { pthread_sigmask(SIG_SETMASK, &old_, nullptr); }
+  SignalsBlocked(const SignalsBlocked&) = delete;
+  SignalsBlocked& operator=(const SignalsBlocked&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
 class Plan {
  public:
   explicit Plan(const Shape& s)
@@ -65,6 +91,7 @@ class Plan {
 
   bool f32() const { return f32_; }
   void run(const void* A, const void* B, float* C) const {
+    const SignalsBlocked quiet;
     thread_local std::vector<uint8_t> scratch;  // grows to the largest plan a thread ran
     thread_local dnnl::stream stream(engine());
     if (scratch.size() < scratch_) scratch.resize(scratch_);
@@ -165,8 +192,11 @@ double measure_gflops(int threads, bool f32) {
   double best = 0;
   for (int rep = 0; rep < 4; ++rep) {  // the first one warms up
     const auto t0 = std::chrono::steady_clock::now();
-    mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
-    stream.wait();
+    {
+      const SignalsBlocked quiet;
+      mm.execute(stream, {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+      stream.wait();
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::max(best, 2.0 * n * n * n / s / 1e9);
   }

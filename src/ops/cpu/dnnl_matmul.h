@@ -1,7 +1,7 @@
 // dnnl_matmul.h — bfloat16 products on this CPU's matrix units (AMX-BF16 or
 // AVX512-BF16) through oneDNN's matmul primitive, and float32 products through
-// the same primitive (ATTNRES_FP32_GEMM=onednn, and `bench --gemm`, which
-// measures them against OpenBLAS: cpu_backend.h, Fp32Gemm).
+// the same primitive (the default; `bench --gemm` measures them against
+// OpenBLAS: cpu_backend.h, Fp32Gemm).
 //
 // This is the only place that calls oneDNN (its descriptor API changed in
 // 3.x).  What it gives the CPU backend is one product of a fixed shape,

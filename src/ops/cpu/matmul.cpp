@@ -333,12 +333,12 @@ const char* fp32_gemm_name(Fp32Gemm g) { return g == Fp32Gemm::kOneDnn ? "onednn
 Fp32Gemm choose_fp32_gemm() {
   const char* env = std::getenv("ATTNRES_FP32_GEMM");
   const std::string want = env ? env : "";
-  // OpenBLAS unless asked.  `bench --gemm` measured oneDNN 1.13-1.19x
-  // OpenBLAS's best kernels on a step's shapes (docs/performance.md), but a
-  // 2-rank run stopped by SIGTERM (tests/distributed/mpi.py) aborted inside
-  // oneDNN's float32 matmul with a corrupted heap: it becomes the default
-  // once that is understood.
-  if (want.empty() || want == "openblas") return Fp32Gemm::kOpenBlas;
+  // oneDNN where this build has it: `bench --gemm` measured it 1.13-1.19x
+  // OpenBLAS's best kernels over a step's shapes, and 1.8-2x the kernels an
+  // OPENBLAS_CORETYPE may force (docs/performance.md).  Its float32 kernels
+  // run with signals blocked (dnnl_matmul.cpp: SignalsBlocked says why).
+  if (want.empty()) return onednn::available() ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas;
+  if (want == "openblas") return Fp32Gemm::kOpenBlas;
   if (want == "onednn") {
     if (!onednn::available()) fail("ATTNRES_FP32_GEMM onednn: this attnres was built without oneDNN (libdnnl-dev)");
     return Fp32Gemm::kOneDnn;
