@@ -78,6 +78,23 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
       profile[op_family_name(static_cast<OpFamily>(i))] = times->seconds[static_cast<size_t>(i)] * per;
     profile["outside_ops"] = (seconds - times->total()) * per;
   }
+  if (times && !model.routers().empty()) {
+    // The routing ops' bytes per token, the least they can move: every
+    // router's forward reads its S' token-row sources (the broadcast null
+    // source aside) and writes its output; its backward reads the sources and
+    // dout, and reads and writes each source's gradient (3 S' + 1 rows).
+    // Against the routing time this is the bandwidth the routers run at.
+    double rows = 0;
+    for (const Router& r : model.routers()) {
+      int64_t S = 0;
+      for (const RouteSource& s : r.src) S += s.broadcast ? 0 : 1;
+      rows += static_cast<double>((S + 1) + (3 * S + 1));
+    }
+    const double bytes = rows * static_cast<double>(c.d) * 4.0;
+    profile["routing_bytes_per_token"] = bytes;
+    profile["routing_gb_per_s"] =
+        bytes * static_cast<double>(N * steps) / times->seconds[static_cast<size_t>(OpFamily::kRouting)] / 1e9;
+  }
   nlohmann::json ops_profile;  // the same per op: which op of a family
   if (times)
     for (int i = 0; i < kOps; ++i)
@@ -363,11 +380,16 @@ nlohmann::json mean_profile(const std::vector<nlohmann::json>& runs) {
 // One line under a mode's: each family's share of the step, largest first.
 void print_profile(const nlohmann::json& profile, double ms_per_step) {
   std::vector<std::pair<double, std::string>> parts;
-  for (const auto& [family, ms] : profile.items())
+  for (const auto& [family, ms] : profile.items()) {
+    if (family.rfind("routing_", 0) == 0) continue;  // the routing bandwidth, below
     if (family != "communication" || ms.get<double>() > 0) parts.emplace_back(ms.get<double>(), family);
+  }
   std::sort(parts.rbegin(), parts.rend());
   std::printf("    where the step goes:");
   for (const auto& [ms, family] : parts) std::printf(" %s %.1f%%", family.c_str(), 100 * ms / ms_per_step);
+  if (profile.contains("routing_gb_per_s"))
+    std::printf(" | routing moves >= %.0f KB/token at %.1f GB/s", profile["routing_bytes_per_token"].get<double>() / 1e3,
+                profile["routing_gb_per_s"].get<double>());
   std::printf("\n");
 }
 
@@ -557,7 +579,10 @@ int cmd_bench(int argc, char** argv) {
   const bool bf16_here = ctx.ops().unsupported(Precision::kBF16).empty();
   const double sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
   const double bf16 = !bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
+  // --profile: the machine's copy bandwidth beside the routers' (which are memory-bound).
+  const double copy_gb_per_s = f.profile ? measured(f, "copy") : 0;
   if (!json) {
+    if (f.profile) std::printf("bench --profile: STREAM-like copy bandwidth %.1f GB/s\n", copy_gb_per_s);
     std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, %s peak %.1f GFLOP/s",
                 f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
                 ctx.ops().kernels(), peak_name(Precision::kF32), sgemm);
@@ -597,7 +622,10 @@ int cmd_bench(int argc, char** argv) {
       r["tok_per_s"] = median(tok);
       r["ms_per_step"] = median(ms);
       r["peak_rss_bytes"] = median(rss);
-      if (f.profile) r["profile_ms_per_step"] = mean_profile(runs[pi][i]);
+      if (f.profile) {
+        r["profile_ms_per_step"] = mean_profile(runs[pi][i]);
+        r["copy_gb_per_s"] = copy_gb_per_s;
+      }
       r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
       r["rounds"] = rounds;
       if (rounds > 1) r["tok_per_s_runs"] = tok;
