@@ -194,7 +194,6 @@ void CpuKernels::route_forward(float* out, float* logits, const RouteSource* src
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
-  const int64_t dh = d / H;
   const double inv_h = 1.0 / static_cast<double>(H);
   fold_query(sc, w, gamma);
   const float* q = sc.qf();
