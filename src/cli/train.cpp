@@ -49,7 +49,7 @@ struct ConfigFlags {
 
 void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.config, {"config", "tiny",
-                      "preset name (tiny, bench-small) or path to a config.json "
+                      "preset name (tiny, tiny-deep, bench-small, qwen3-0.6b) or path to a config.json "
                       "(default with --init/--resume: the checkpoint's)"});
   opts.add(m.mode, {"mode", "",
                     "override attnres_mode: baseline, block, full, delta, delta_block, or the reference's "
