@@ -8,14 +8,32 @@
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
+namespace {
+// Σ_c x[c]² in double, over 8 lanes (lane l sums the c ≡ l mod 8, in
+// order) added as a tree, 4 + 4, 2 + 2, 1 + 1: one order, written here, that
+// vectorises (a single running double sum did not: a chain of dependent adds
+// per row).
+inline double sum_squares_lanes(const float* x, int64_t n) {
+  double lane[8] = {};
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8)
+#pragma omp simd
+    for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(x[c + l]) * x[c + l];
+  for (int l = 0; c < n; ++c, ++l) lane[l] += static_cast<double>(x[c]) * x[c];
+  for (int w = 4; w > 0; w /= 2)
+#pragma omp simd
+    for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+  return lane[0];
+}
+}  // namespace
+
 void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
                                  int64_t C, float eps) {
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
     float* y = out + i * C;
-    double ss = 0.0;
-    for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(x[c]) * x[c];
+    const double ss = sum_squares_lanes(x, C);
     const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
     for (int64_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
     if (rstd) rstd[i] = r;
@@ -58,8 +76,19 @@ void CpuKernels::rmsnorm_backward(float* dinp, float* dweight, const float* dout
       const float* dy = dout + i * C;
       float* dx = dinp + i * C;
       const float r = rstd[i];
-      double dot = 0.0;  // g · x̂
-      for (int64_t c = 0; c < C; ++c) dot += static_cast<double>(dy[c]) * weight[c] * x[c] * r;
+      // g · x̂ = Σ dy·w·x·r in double, over 8 lanes added as a tree (as above)
+      double dot = 0.0;
+      {
+        double lane[8] = {};
+        int64_t c = 0;
+        for (; c + 8 <= C; c += 8)
+#pragma omp simd
+          for (int l = 0; l < 8; ++l) lane[l] += static_cast<double>(dy[c + l]) * weight[c + l] * x[c + l] * r;
+        for (int l = 0; c < C; ++c, ++l) lane[l] += static_cast<double>(dy[c]) * weight[c] * x[c] * r;
+        for (int w = 4; w > 0; w /= 2)
+          for (int l = 0; l < w; ++l) lane[l] += lane[l + w];
+        dot = lane[0];
+      }
       const float m = static_cast<float>(dot / static_cast<double>(C));
       if (accumulate_dinp) {
         for (int64_t c = 0; c < C; ++c) dx[c] += r * (dy[c] * weight[c] - x[c] * r * m);
