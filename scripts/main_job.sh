@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job — the paper in miniature: set everything up, prepare the
 # built-in default corpus (real English text from Debian packages, tokenized
-# with a BPE trained on it), then train the tiny-deep model (8 layers) in several routing
+# with a BPE trained on it), then train the tiny-deep model (12 layers) in several routing
 # modes on the same tokens in the same order from the same initial weights
 # (`attnres compare`), print the table, and write an HTML report.
 #
@@ -11,7 +11,7 @@
 #   --tokens N    training tokens per run (default 524288: 128 steps of 16 × 256)
 #   --modes LIST  default baseline,block,delta_block
 #   --seeds S     runs per mode (default 2: the table says whether a difference is beyond the seeds' spread)
-#   --config C    model preset or config.json (default tiny-deep: 8 layers of d 128)
+#   --config C    model preset or config.json (default tiny-deep: 12 layers of d 128)
 #   --precision P fp32, bf16 or auto (default: bf16 where the CPU has bf16 matrix instructions)
 # A rerun resumes an unfinished job; a finished one is kept and a new
 # directory (runs/main-DATE-TIME) is used.
