@@ -78,6 +78,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
       profile[op_family_name(static_cast<OpFamily>(i))] = times->seconds[static_cast<size_t>(i)] * per;
     profile["outside_ops"] = (seconds - times->total()) * per;
   }
+  nlohmann::json routing_traffic;
   if (times && !model.routers().empty()) {
     // The routing ops' bytes per token, the least they can move: every
     // router's forward reads its S' token-row sources (the broadcast null
@@ -91,8 +92,8 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
       rows += static_cast<double>((S + 1) + (3 * S + 1));
     }
     const double bytes = rows * static_cast<double>(c.d) * 4.0;
-    profile["routing_bytes_per_token"] = bytes;
-    profile["routing_gb_per_s"] =
+    routing_traffic["bytes_per_token"] = bytes;
+    routing_traffic["gb_per_s"] =
         bytes * static_cast<double>(N * steps) / times->seconds[static_cast<size_t>(OpFamily::kRouting)] / 1e9;
   }
   nlohmann::json ops_profile;  // the same per op: which op of a family
@@ -116,6 +117,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"fp32_gemm", fp32_gemm_name(choose_fp32_gemm())},
           {"loss", loss},
           {"profile_ms_per_step", profile},
+          {"routing_traffic", routing_traffic},
           {"ops_ms_per_step", ops_profile}};
 }
 
@@ -368,28 +370,26 @@ int bench_generate(const BenchFlags& f, Context& ctx) {
 
 // ---- bench --profile --------------------------------------------------------------
 
-// The families' ms per step, averaged over the rounds' runs of one mode.
-nlohmann::json mean_profile(const std::vector<nlohmann::json>& runs) {
+// The object `key` of the rounds' runs of one mode, each number averaged.
+nlohmann::json mean_over_runs(const std::vector<nlohmann::json>& runs, const char* key) {
   nlohmann::json out = nlohmann::json::object();
   for (const auto& r : runs)
-    for (const auto& [family, ms] : r["profile_ms_per_step"].items())
-      out[family] = out.value(family, 0.0) + ms.get<double>() / static_cast<double>(runs.size());
+    for (const auto& [name, v] : r[key].items())
+      out[name] = out.value(name, 0.0) + v.get<double>() / static_cast<double>(runs.size());
   return out;
 }
 
 // One line under a mode's: each family's share of the step, largest first.
-void print_profile(const nlohmann::json& profile, double ms_per_step) {
+void print_profile(const nlohmann::json& profile, const nlohmann::json& routing_traffic, double ms_per_step) {
   std::vector<std::pair<double, std::string>> parts;
-  for (const auto& [family, ms] : profile.items()) {
-    if (family.rfind("routing_", 0) == 0) continue;  // the routing bandwidth, below
+  for (const auto& [family, ms] : profile.items())
     if (family != "communication" || ms.get<double>() > 0) parts.emplace_back(ms.get<double>(), family);
-  }
   std::sort(parts.rbegin(), parts.rend());
   std::printf("    where the step goes:");
   for (const auto& [ms, family] : parts) std::printf(" %s %.1f%%", family.c_str(), 100 * ms / ms_per_step);
-  if (profile.contains("routing_gb_per_s"))
-    std::printf(" | routing moves >= %.0f KB/token at %.1f GB/s", profile["routing_bytes_per_token"].get<double>() / 1e3,
-                profile["routing_gb_per_s"].get<double>());
+  if (routing_traffic.contains("gb_per_s"))
+    std::printf(" | routing moves >= %.0f KB/token at %.1f GB/s", routing_traffic["bytes_per_token"].get<double>() / 1e3,
+                routing_traffic["gb_per_s"].get<double>());
   std::printf("\n");
 }
 
@@ -623,7 +623,8 @@ int cmd_bench(int argc, char** argv) {
       r["ms_per_step"] = median(ms);
       r["peak_rss_bytes"] = median(rss);
       if (f.profile) {
-        r["profile_ms_per_step"] = mean_profile(runs[pi][i]);
+        r["profile_ms_per_step"] = mean_over_runs(runs[pi][i], "profile_ms_per_step");
+        r["routing_traffic"] = mean_over_runs(runs[pi][i], "routing_traffic");
         r["copy_gb_per_s"] = copy_gb_per_s;
       }
       r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
@@ -657,7 +658,7 @@ int cmd_bench(int argc, char** argv) {
                       r["rss_vs_baseline"].get<double>());
         if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());
         std::printf("\n");
-        if (f.profile) print_profile(r["profile_ms_per_step"], r["ms_per_step"].get<double>());
+        if (f.profile) print_profile(r["profile_ms_per_step"], r["routing_traffic"], r["ms_per_step"].get<double>());
       }
       std::fflush(stdout);
     }

@@ -356,11 +356,14 @@ TEST_F(Cli, ProfileSaysWhereTheStepGoes) {
     EXPECT_GT(p[f].get<double>(), 0) << f;
   EXPECT_EQ(p["communication"].get<double>(), 0);  // one process
   EXPECT_GT(j["ops_ms_per_step"]["route_backward"].get<double>(), 0);
+  EXPECT_GT(j["routing_traffic"]["bytes_per_token"].get<double>(), 0);  // beside the ms, not among them
+  EXPECT_GT(j["routing_traffic"]["gb_per_s"].get<double>(), 0);
   Result text = run("bench --config " + dir_ + "/bench.json --mode delta --batch 1 --seq-len 8 --steps 1 "
                     "--peak-gflops 100 --profile");
   ASSERT_EQ(text.status, 0) << text.err;
   EXPECT_NE(text.out.find("where the step goes: "), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("routing "), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find(" | routing moves >= "), std::string::npos) << text.out;
   expect_clear_error(run("bench --generate --profile --config " + dir_ + "/bench.json"),
                      {"--profile times training steps: not with --generate or --gemm"});
   Result t = run("train --data " + dir_ + "/ok.bin --steps 2 --batch 1 --seq-len 8 --threads 1 --profile --out " +
