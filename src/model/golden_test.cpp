@@ -87,7 +87,15 @@ constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 
 // product is held to 1e-5 by the per-op tests (ops/products_test.cpp), and
 // that the right operands are rounded, over all cases, by
 // GoldenBf16.CloserToTheOraclesBf16ThanBf16IsToFloat64 below.
-constexpr GoldenTolerance kBf16{7e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 8e-2, 3};
+// Since attention's products became bf16 products (2026-12-04: their
+// operands Q, K, V, P, dY and dS are rounded too, in the oracle as in the
+// engine) full_alpha's chaotic ten steps end 6.7e-2 to 8.4e-2 from the
+// oracle's bf16 in the final loss over the five configurations (its
+// trajectory losses 5.4e-2 to 6.3e-2, every other case's final loss ≤ 4e-3;
+// the oracle's own bf16 run ends 7.5e-2 from its float64 one there, where the
+// engine's ends 6.3e-3 from it): the final loss's bound is 2× that worst,
+// 0.17 (it was 8e-2), the only bound that moved.
+constexpr GoldenTolerance kBf16{7e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 0.17, 3};
 // bf16 against the float64 oracle: the size of bf16 itself.  The oracle's
 // bf16 mode differs from its float64 run by up to 5.6e-2 in the logits (of
 // |logit| ≤ 2.9), 2.3e-3 in the loss, 3.4e-2 in a gradient (of |g| ≤ 0.7),

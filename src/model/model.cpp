@@ -207,7 +207,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
 
   // The workspace every op of this model may ask for.
   const int64_t widest = std::max({d, qd, F});
-  int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len)),
+  int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len), c.hd, o.precision),
                          ops_.lm_head_workspace(d, c.V, o.precision),
                          ops_.matmul_workspace(N, widest, widest, o.precision)});
   if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, cfg_.routing_heads));
@@ -616,7 +616,7 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
     ops_.kv_cache_store(v_cache_[l], a.v, seq_slot_, seq_pos_, B, T, C, kvd);
     kv = {k_cache_[l], v_cache_[l], C * kvd, seq_slot_, seq_pos_};
   }
-  ops_.attention_forward(a.att, a.lse, qr_, kv, B, T, c.H, c.KV, c.hd);
+  ops_.attention_forward(a.att, a.lse, qr_, kv, B, T, c.H, c.KV, c.hd, opt_.precision);
   ops_.matmul_forward(out, a.att, W_(w.wo), N, qd, d);
 }
 
@@ -649,7 +649,8 @@ void Model::attention_backward_(int64_t l, const float* dout, const float* x, fl
   ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd);
 
   ops_.matmul_backward(datt_, g.wo, dout, a.att, W_(w.wo), N, qd, d);
-  ops_.attention_backward(dq_, dk_, dv_, datt_, qr_, kr_, a.v, a.att, a.lse, B, T, c.H, c.KV, c.hd);
+  ops_.attention_backward(dq_, dk_, dv_, datt_, qr_, kr_, a.v, a.att, a.lse, B, T, c.H, c.KV, c.hd,
+                          opt_.precision);
   ops_.rope_backward(dq_, rope_cos_, rope_sin_, B, T, c.H, c.hd);
   ops_.rope_backward(dk_, rope_cos_, rope_sin_, B, T, c.KV, c.hd);
   ops_.rmsnorm_backward(dq_, g.q_norm, dq_, a.q, w.q_norm, a.q_rstd, N * c.H, c.hd);  // in place

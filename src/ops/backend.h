@@ -177,16 +177,20 @@ class Backend {
   // KV head h/(H/KV)), and, when lse is not null, lse[B,H,T]: the log-sum-exp
   // of each scaled score row, kept so the backward can rebuild P.
   // max_keys: the most keys one sequence will have (pos + T).
-  virtual int64_t attention_workspace(int64_t max_keys) const = 0;
+  // In bf16 (p) the products QKᵀ, PV and the four of the backward read bf16
+  // operands and sum in float32 (docs/DESIGN.md §6); the softmax stays float32.
+  virtual int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const = 0;
   virtual void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
-                                 int64_t T, int64_t H, int64_t KV, int64_t hd) = 0;
+                                 int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) = 0;
   // Keys of the block itself (training).  S = s·QKᵀ (s = hd^-½), P = softmax(S)
   // (causal), Y = PV.  With D = rowsum(dY∘Y):
   //   dP = dY Vᵀ,  dS = P∘(dP − D),  dQ = s·dS K,  dK = s·dSᵀQ,  dV = PᵀdY.
+  // In bf16 every operand of those products is rounded: dP = r(dY) r(V)ᵀ,
+  // dQ = s·r(dS) r(K), dK = s·r(dS)ᵀ r(Q), dV = r(P)ᵀ r(dY).
   // dq, dk, dv are assigned.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                   const float* k, const float* v, const float* y, const float* lse, int64_t B,
-                                  int64_t T, int64_t H, int64_t KV, int64_t hd) = 0;
+                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) = 0;
 
   // ---- SwiGLU: h = silu(g)∘u over n elements ----
   virtual void swiglu_forward(float* h, const float* g, const float* u, int64_t n) = 0;

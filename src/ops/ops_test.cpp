@@ -254,12 +254,12 @@ class AttentionLong : public testing::OnBackend {};
 // The forward of (B, T, H, KV, hd) on ops against attention_ref: y and lse.
 void expect_forward_matches_reference(Context& ctx, Backend& ops, int64_t B, int64_t T, int64_t H, int64_t KV,
                                       int64_t hd) {
-  ctx.reserve(ops.attention_workspace(T));
+  ctx.reserve(ops.attention_workspace(T, hd, Precision::kF32));
   auto q = randn(B * T * H * hd, 14), k = randn(B * T * KV * hd, 15), v = randn(B * T * KV * hd, 16);
   auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v);
   DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T);
   ops.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
-                        hd);
+                        hd, Precision::kF32);
   std::vector<double> lse_ref;
   EXPECT_TRUE(all_close(to_double(y.host()), attention_ref(q, k, v, B, T, H, KV, hd, &lse_ref), 1e-5, 1e-4));
   EXPECT_TRUE(all_close(to_double(lse.host()), lse_ref, 1e-5, 1e-5));
@@ -272,18 +272,18 @@ TEST_P(Attention, ForwardMatchesReference) {
 
 TEST_P(Attention, BackwardMatchesFiniteDifferences) {
   const auto [B, T, H, KV, hd] = shape();
-  ctx.reserve(ops.attention_workspace(T));
+  ctx.reserve(ops.attention_workspace(T, hd, Precision::kF32));
   auto q = randn(B * T * H * hd, 17), k = randn(B * T * KV * hd, 18), v = randn(B * T * KV * hd, 19);
   auto G = randn(q.size(), 20);
   auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v), G_d = dev(ops, G);
   DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), dq(ops, q.size());
   auto dk = dev(ops, filled(k.size(), 7.f)), dv = dev(ops, filled(v.size(), 7.f));
   const KeyValues kv{k_d.data(), v_d.data(), T * KV * hd};
-  ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
+  ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd, Precision::kF32);
   ops.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
-                         lse.data(), B, T, H, KV, hd);
+                         lse.data(), B, T, H, KV, hd, Precision::kF32);
   auto loss = [&] {
-    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
+    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd, Precision::kF32);
     return dot(y, G);
   };
   EXPECT_TRUE(all_close(to_double(dq.host()), fd_gradient(q_d, loss), kFdAtol, kFdRtol));
@@ -298,6 +298,103 @@ ATTNRES_ON_BACKENDS_WITH(Attention, AttnCase,
                                            AttnCase{1, 9, 3, 3, 5}, AttnCase{1, 70, 2, 1, 16},
                                            AttnCase{1, 67, 2, 1, 48}),
                          attn_case_name);
+
+// ---- attention in bf16 ------------------------------------------------------------
+
+// The bf16 attention of backend.h in double, every product operand rounded as
+// the kernel rounds it (bf16 = false: the float32 definition, unrounded):
+//   S = s·r(Q)r(K)ᵀ, P = softmax(S) (causal), y = r(P)r(V);
+//   D = rowsum(dY∘y), dP = r(dY)r(V)ᵀ, dS = P∘(dP − D),
+//   dQ = s·r(dS)r(K), dK = s·Σ_h r(dS)ᵀr(Q), dV = Σ_h r(P)ᵀr(dY).
+struct AttnResult {
+  std::vector<double> y, lse, dq, dk, dv;
+};
+AttnResult attention_bf16_ref(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                              const std::vector<float>& dy, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                              bool bf16) {
+  auto r = [bf16](double x) { return bf16 ? static_cast<double>(round_bf16(static_cast<float>(x))) : x; };
+  AttnResult o{std::vector<double>(q.size()), std::vector<double>(B * H * T), std::vector<double>(q.size()),
+               std::vector<double>(k.size()), std::vector<double>(v.size())};
+  const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+  auto qi = [&](int64_t b, int64_t t, int64_t h, int64_t j) { return ((b * T + t) * H + h) * hd + j; };
+  auto ki = [&](int64_t b, int64_t t, int64_t g, int64_t j) { return ((b * T + t) * KV + g) * hd + j; };
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KV);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<double> P(t + 1), dP(t + 1);
+        double mx = -1e300, sum = 0.0, D = 0.0;
+        for (int64_t u = 0; u <= t; ++u) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < hd; ++j) acc += r(q[qi(b, t, h, j)]) * r(k[ki(b, u, g, j)]);
+          P[u] = acc * scale;
+          mx = std::max(mx, P[u]);
+        }
+        for (auto& e : P) sum += (e = std::exp(e - mx));
+        for (auto& e : P) e /= sum;
+        o.lse[(b * H + h) * T + t] = mx + std::log(sum);
+        for (int64_t j = 0; j < hd; ++j) {
+          double acc = 0.0;
+          for (int64_t u = 0; u <= t; ++u) acc += r(P[u]) * r(v[ki(b, u, g, j)]);
+          o.y[qi(b, t, h, j)] = acc;
+          D += static_cast<double>(dy[qi(b, t, h, j)]) * acc;
+        }
+        for (int64_t u = 0; u <= t; ++u) {
+          double acc = 0.0;
+          for (int64_t j = 0; j < hd; ++j) acc += r(dy[qi(b, t, h, j)]) * r(v[ki(b, u, g, j)]);
+          dP[u] = P[u] * (acc - D);  // dS
+        }
+        for (int64_t u = 0; u <= t; ++u)
+          for (int64_t j = 0; j < hd; ++j) {
+            o.dq[qi(b, t, h, j)] += scale * r(dP[u]) * r(k[ki(b, u, g, j)]);
+            o.dk[ki(b, u, g, j)] += scale * r(dP[u]) * r(q[qi(b, t, h, j)]);
+            o.dv[ki(b, u, g, j)] += r(P[u]) * r(dy[qi(b, t, h, j)]);
+          }
+      }
+    }
+  return o;
+}
+
+// The largest |a − b| over the elements.
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  double m = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// In bf16 the kernel computes its definition: within float32's sums and the
+// rare operand (P, dS) that the kernel's float32 value rounds to the other
+// bf16 neighbour than the double one does (one bf16 unit, 2⁻⁸, of one term),
+// and 20× closer to it than bf16's rounding moves the result from float32's —
+// the rounding is there, of the right operands.  Every level runs it: VDPBF16PS
+// at avx512 where the CPU has AVX512-BF16, the float sums elsewhere.
+TEST_P(Attention, Bf16IsItsDefinition) {
+  const auto [B, T, H, KV, hd] = shape();
+  ctx.reserve(ops.attention_workspace(T, hd, Precision::kBF16));
+  auto q = randn(B * T * H * hd, 21), k = randn(B * T * KV * hd, 22), v = randn(B * T * KV * hd, 23);
+  auto G = randn(q.size(), 24);
+  auto q_d = dev(ops, q), k_d = dev(ops, k), v_d = dev(ops, v), G_d = dev(ops, G);
+  DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), dq(ops, q.size());
+  auto dk = dev(ops, filled(k.size(), 7.f)), dv = dev(ops, filled(v.size(), 7.f));
+  ops.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
+                        hd, Precision::kBF16);
+  ops.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
+                         lse.data(), B, T, H, KV, hd, Precision::kBF16);
+  const AttnResult want = attention_bf16_ref(q, k, v, G, B, T, H, KV, hd, true);
+  const AttnResult f32 = attention_bf16_ref(q, k, v, G, B, T, H, KV, hd, false);
+  const AttnResult got{to_double(y.host()), to_double(lse.host()), to_double(dq.host()), to_double(dk.host()),
+                       to_double(dv.host())};
+  const char* names[] = {"y", "lse", "dq", "dk", "dv"};
+  const std::vector<double> AttnResult::*fields[] = {&AttnResult::y, &AttnResult::lse, &AttnResult::dq,
+                                                     &AttnResult::dk, &AttnResult::dv};
+  for (int i = 0; i < 5; ++i) {
+    const auto &g = got.*fields[i], &w = want.*fields[i], &f = f32.*fields[i];
+    EXPECT_TRUE(all_close(g, w, 2e-3, 2e-3)) << names[i];
+    if (T > 1 || i != 0) {  // (one key: y = r(V) exactly in both)
+      EXPECT_LT(max_diff(g, w), 0.05 * max_diff(w, f)) << names[i] << ": bf16's rounding is not what it should be";
+    }
+  }
+}
 
 // Longer rows against the reference (the forward alone: finite differences
 // of T = 200 would take minutes): four query tiles, the last partial, hd 64.
@@ -317,20 +414,22 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
   // B = 2 both; the second: T = 70 spans two query tiles at a start past 0.
   const CacheCase cases[] = {{3, 3, 12, {1, 0}, {5, 3}}, {70, 3, 80, {0, 2}, {9, 0}}};
   const int64_t H = 4, KV = 2;
+  for (Precision p : {Precision::kF32, Precision::kBF16})
   for (int64_t hd : {6, 32})
   for (const CacheCase& c : cases) {
+    const bool bf16 = p == Precision::kBF16;
     const int64_t B = static_cast<int64_t>(c.slot.size()), T = c.T, row = KV * hd, stride = c.P * row;
     int64_t max_keys = 0;
     for (int64_t b = 0; b < B; ++b) max_keys = std::max(max_keys, c.pos[b] + T);
-    ctx.reserve(ops.attention_workspace(max_keys));
+    ctx.reserve(ops.attention_workspace(max_keys, hd, p));
     // Past max_keys the cache holds unrelated values, which a causal query never reads.
     auto kc = randn(c.seqs * stride, 50 + T), vc = randn(c.seqs * stride, 51 + T), q = randn(B * T * H * hd, 52 + T);
     auto kc_d = dev(ops, kc), vc_d = dev(ops, vc), q_d = dev(ops, q);
     DeviceVec<float> y(ops, q.size()), lse(ops, B * H * T), y_nolse(ops, q.size());
     const auto slot_d = dev(ops, c.slot), pos_d = dev(ops, c.pos);
     const KeyValues kv{kc_d.data(), vc_d.data(), stride, slot_d.data(), pos_d.data()};
-    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd);
-    ops.attention_forward(y_nolse.data(), nullptr, q_d.data(), kv, B, T, H, KV, hd);
+    ops.attention_forward(y.data(), lse.data(), q_d.data(), kv, B, T, H, KV, hd, p);
+    ops.attention_forward(y_nolse.data(), nullptr, q_d.data(), kv, B, T, H, KV, hd, p);
     const auto y_h = y.host(), lse_h = lse.host();
     EXPECT_TRUE(same_bits(y_nolse.host(), y_h)) << "T=" << T << ": lse = null changes y";
     for (int64_t b = 0; b < B; ++b) {
@@ -341,10 +440,17 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
       std::memcpy(&qw[p0 * H * hd], &q[b * T * H * hd], T * H * hd * sizeof(float));
       const std::vector<float> kw(kc.begin() + c.slot[b] * stride, kc.begin() + c.slot[b] * stride + L * row);
       const std::vector<float> vw(vc.begin() + c.slot[b] * stride, vc.begin() + c.slot[b] * stride + L * row);
-      std::vector<double> lse_ref;
-      const auto yw = attention_ref(qw, kw, vw, 1, L, H, KV, hd, &lse_ref);
+      std::vector<double> lse_ref, yw;
+      if (bf16) {  // the bf16 definition (attention_bf16_ref), within its rare flips
+        AttnResult r = attention_bf16_ref(qw, kw, vw, std::vector<float>(qw.size()), 1, L, H, KV, hd, true);
+        yw = std::move(r.y);
+        lse_ref = std::move(r.lse);
+      } else {
+        yw = attention_ref(qw, kw, vw, 1, L, H, KV, hd, &lse_ref);
+      }
       const std::vector<double> want(yw.begin() + p0 * H * hd, yw.end());
-      EXPECT_TRUE(all_close(to_double(&y_h[b * T * H * hd], T * H * hd), want, 1e-5, 1e-4)) << "T=" << T << " b " << b;
+      EXPECT_TRUE(all_close(to_double(&y_h[b * T * H * hd], T * H * hd), want, bf16 ? 2e-3 : 1e-5, bf16 ? 2e-3 : 1e-4))
+          << "T=" << T << " b " << b << " " << precision_name(p);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t t = 0; t < T; ++t)
           EXPECT_NEAR(lse_h[(b * H + h) * T + t], lse_ref[h * L + p0 + t],
@@ -409,9 +515,9 @@ TEST(GuardedBackend, AnOpGivenHostMemoryIsAnError) {
   const auto pos_d = dev(ops, pos);
   ops.rope_forward(x.data(), cos_t.data(), sin_t.data(), 1, 4, 1, 6, pos_d.data());  // backend positions: fine
   DeviceVec<float> k(ops, 4 * 6), y(ops, 4 * 6);
-  ctx.reserve(ops.attention_workspace(4));
+  ctx.reserve(ops.attention_workspace(4, 6, Precision::kF32));
   EXPECT_THROW(ops.attention_forward(y.data(), nullptr, x.data(), KeyValues{k.data(), k.data(), 24, nullptr, pos.data()},
-                                     1, 4, 1, 1, 6),
+                                     1, 4, 1, 1, 6, Precision::kF32),
                InternalError);
   // A routing source list: in host memory, or in backend memory naming a host row.
   DeviceVec<float> rstd(ops, 4), w(ops, 6), gamma(ops, 6), out(ops, 4 * 6), logits(ops, 4);
@@ -443,12 +549,12 @@ TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
     EXPECT_THROW(bare.workspace(1), InternalError);
     DeviceVec<float> q(bare.ops(), B * T * H * hd), kv_rows(bare.ops(), B * T * KV * hd), y(bare.ops(), q.size());
     EXPECT_THROW(bare.ops().attention_forward(y.data(), nullptr, q.data(),
-                                              KeyValues{kv_rows.data(), kv_rows.data(), T * KV * hd}, B, T, H, KV, hd),
+                                              KeyValues{kv_rows.data(), kv_rows.data(), T * KV * hd}, B, T, H, KV, hd, Precision::kF32),
                  InternalError);
   }
   Context ctx(1);
   Backend& ops = ctx.ops();
-  const int64_t need = ops.attention_workspace(T);
+  const int64_t need = ops.attention_workspace(T, hd, Precision::kF32);
   ctx.reserve(need);  // exactly what one thread's attention takes, nothing more
   EXPECT_EQ(ctx.reserved(), need);
   float* const ws = ctx.workspace(need);
@@ -465,9 +571,9 @@ TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
     Backend& o = c.ops();
     DeviceVec<float> y(o, q.size()), lse(o, B * H * T), dq(o, q.size()), dk(o, k.size()), dv(o, v.size());
     o.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
-                        hd);
+                        hd, Precision::kF32);
     o.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
-                         lse.data(), B, T, H, KV, hd);
+                         lse.data(), B, T, H, KV, hd, Precision::kF32);
     return Result{y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
   };
   const Result one = run(ctx, 1);
@@ -488,13 +594,36 @@ TEST(Context, KernelsUseTheContextsThreadsNotOpenMPs) {
   // The other way round: built for three threads, run under OpenMP's one.
   // Every (batch, head) is one thread's work, so the bits do not change.
   Context three(3);
-  three.reserve(three.ops().attention_workspace(T));
+  three.reserve(three.ops().attention_workspace(T, hd, Precision::kF32));
   const Result other = run(three, 1);
   EXPECT_TRUE(same_bits(other.y, one.y));
   EXPECT_TRUE(same_bits(other.dq, one.dq));
   EXPECT_TRUE(same_bits(other.dk, one.dk));
   EXPECT_TRUE(same_bits(other.dv, one.dv));
   EXPECT_EQ(omp_get_max_threads(), saved);
+}
+
+// bf16 attention gives the same bits for any thread count (each (batch, head)
+// or (batch, KV head) is one thread's work), at every level.
+TEST_P(AttentionLong, Bf16BitsDoNotDependOnThreads) {
+  const int64_t B = 2, T = 140, H = 4, KV = 2, hd = 40;  // three query tiles; hd: two vectors and a part
+  auto q = randn(B * T * H * hd, 80), k = randn(B * T * KV * hd, 81), v = randn(B * T * KV * hd, 82);
+  auto G = randn(q.size(), 83);
+  std::vector<std::vector<float>> first;
+  for (int threads : {1, 2, 3}) {
+    Context c(threads, GetParam().backend, GetParam().level);
+    Backend& o = c.ops();
+    c.reserve(o.attention_workspace(T, hd, Precision::kBF16));
+    auto q_d = dev(o, q), k_d = dev(o, k), v_d = dev(o, v), G_d = dev(o, G);
+    DeviceVec<float> y(o, q.size()), lse(o, B * H * T), dq(o, q.size()), dk(o, k.size()), dv(o, v.size());
+    o.attention_forward(y.data(), lse.data(), q_d.data(), KeyValues{k_d.data(), v_d.data(), T * KV * hd}, B, T, H, KV,
+                        hd, Precision::kBF16);
+    o.attention_backward(dq.data(), dk.data(), dv.data(), G_d.data(), q_d.data(), k_d.data(), v_d.data(), y.data(),
+                         lse.data(), B, T, H, KV, hd, Precision::kBF16);
+    std::vector<std::vector<float>> got = {y.host(), lse.host(), dq.host(), dk.host(), dv.host()};
+    if (first.empty()) first = got;
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(same_bits(got[i], first[i])) << threads << " threads, output " << i;
+  }
 }
 
 // ---- SwiGLU ------------------------------------------------------------------------

@@ -228,6 +228,36 @@ def linear(x, W, bf16=False):
     return _Bf16Linear.apply(x, W) if bf16 else x @ W.T
 
 
+class _Bf16Attention(torch.autograd.Function):
+    """Causal attention with its products as bf16 products (the engine's
+    --precision bf16; ops/backend.h): q, k, v (B, H, T, D) after RoPE, k and v
+    already repeated per query head.  S = s r(q) r(k)^T, P = softmax(S),
+    y = r(P) r(v); the backward, with D = rowsum(dy * y):
+    dP = r(dy) r(v)^T, dS = P * (dP - D), dq = s r(dS) r(k),
+    dk = s r(dS)^T r(q), dv = r(P)^T r(dy).  Sums exact (float64 here)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v):
+        T, D = q.shape[-2], q.shape[-1]
+        scale = 1.0 / math.sqrt(D)
+        qr, kr, vr = round_bf16(q), round_bf16(k), round_bf16(v)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        P = ((qr @ kr.transpose(-1, -2)) * scale).masked_fill(mask, float("-inf")).softmax(-1)
+        y = round_bf16(P) @ vr
+        ctx.save_for_backward(qr, kr, vr, P, y)
+        ctx.scale = scale
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        qr, kr, vr, P, y = ctx.saved_tensors
+        s = ctx.scale
+        g = round_bf16(dy)
+        dS = P * (g @ vr.transpose(-1, -2) - (dy * y).sum(-1, keepdim=True))
+        dSr = round_bf16(dS)
+        return s * dSr @ kr, s * dSr.transpose(-1, -2) @ qr, round_bf16(P).transpose(-1, -2) @ g
+
+
 def embed_table(E, bf16=False):
     """The table the embedding lookup reads: E, or in bf16 its rounded copy
     (the one the tied LM head multiplies with), whose gradient is E's."""
@@ -273,10 +303,13 @@ def attention(P, pre, u, cfg, cos, sin, bf16=False):
     rep = H // KV
     k = k.repeat_interleave(rep, dim=1)   # query head h uses kv head h // rep
     v = v.repeat_interleave(rep, dim=1)
-    att = (q @ k.transpose(-1, -2)) / math.sqrt(D)           # (B,H,T,T)
-    mask = torch.ones(T, T, dtype=torch.bool).triu(1)
-    att = att.masked_fill(mask, float("-inf")).softmax(-1)
-    y = (att @ v).transpose(1, 2).reshape(Bsz, T, H * D)
+    if bf16:
+        y = _Bf16Attention.apply(q, k, v)                     # (B,H,T,D)
+    else:
+        att = (q @ k.transpose(-1, -2)) / math.sqrt(D)        # (B,H,T,T)
+        mask = torch.ones(T, T, dtype=torch.bool).triu(1)
+        y = att.masked_fill(mask, float("-inf")).softmax(-1) @ v
+    y = y.transpose(1, 2).reshape(Bsz, T, H * D)
     return linear(y, P[pre + "o_proj.weight"], bf16)
 
 

@@ -2,7 +2,8 @@
 // is written down) as OpenMP kernels, with every matmul through oneDNN's
 // matmul — fp32, and bf16 on the CPU's matrix units (AMX-BF16 or
 // AVX512-BF16; dnnl_matmul.h) — or fp32 through CBLAS (OpenBLAS, its OpenMP
-// build) where asked (Fp32Gemm below), and attention's tiles through CBLAS.  One file
+// build) where asked (Fp32Gemm below), and attention's tiles through CBLAS in
+// fp32 and a VDPBF16PS kernel of ours in bf16 (attention.cpp).  One file
 // per op family in this directory.
 //
 // Two classes: CpuBackend holds memory, the products and what the kernels
@@ -123,6 +124,10 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   bool (*owns_)(const void*) = nullptr;
 };
 
+// Whether this CPU has VDPBF16PS (AVX512-BF16): the bf16 products of our own
+// kernels (skinny products, attention) use it where it is.
+bool cpu_has_dpbf16();
+
 // The CPU backend whose kernels are compiled for `level` (which this CPU must run).
 std::unique_ptr<CpuBackend> make_cpu_backend(Context& ctx, CpuLevel level);
 
@@ -135,7 +140,7 @@ namespace ATTNRES_ISA {
 class CpuKernels final : public CpuBackend {
  public:
   explicit CpuKernels(Context& ctx) : CpuBackend(ctx, CpuLevel::ATTNRES_ISA_LEVEL) {}
-  int64_t attention_workspace(int64_t max_keys) const override;
+  int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override;
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
 #define ATTNRES_DECLARE(ret, name, params, args) ret name params override;

@@ -31,7 +31,9 @@ class GuardedCpuBackend final : public Backend {
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
     return cpu_->matmul_workspace(N, I, O, p);
   }
-  int64_t attention_workspace(int64_t max_keys) const override { return cpu_->attention_workspace(max_keys); }
+  int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override {
+    return cpu_->attention_workspace(max_keys, hd, p);
+  }
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override {
     return cpu_->lm_head_workspace(C, V, p);
   }

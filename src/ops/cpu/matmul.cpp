@@ -217,13 +217,6 @@ ATTNRES_BF16_ISA void skinny_rows_dpbf16(float* out, const bf16* x16, const bf16
   }
 }
 #undef ATTNRES_BF16_ISA
-bool cpu_has_dpbf16() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return has;
-}
 
 #define ATTNRES_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 ATTNRES_CLONES void round_to_bf16(bf16* dst, const float* src, int64_t n) {
@@ -312,6 +305,14 @@ void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, floa
 }
 
 }  // namespace
+
+bool cpu_has_dpbf16() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+}
 
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
 // makes a product's transposed operand a dense one (blocks of 32 × 32).

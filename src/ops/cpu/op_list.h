@@ -46,12 +46,12 @@
     (cache, x, slot, pos, B, T, P, w))                                                                             \
   X(void, attention_forward,                                                                                       \
     (float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T, int64_t H, int64_t KV,       \
-     int64_t hd),                                                                                                  \
-    (y, lse, q, kv, B, T, H, KV, hd))                                                                              \
+     int64_t hd, Precision p),                                                                                     \
+    (y, lse, q, kv, B, T, H, KV, hd, p))                                                                              \
   X(void, attention_backward,                                                                                      \
     (float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v,             \
-     const float* y, const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd),                   \
-    (dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd))                                                            \
+     const float* y, const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p),      \
+    (dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd, p))                                                            \
   X(void, swiglu_forward, (float* h, const float* g, const float* u, int64_t n), (h, g, u, n))                     \
   X(void, swiglu_backward, (float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n),     \
     (dg, du, dh, g, u, n))                                                                                         \
