@@ -43,6 +43,14 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 15;
 // Floats of workspace that hold n bf16 values, rounded up to a cache line.
 inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 
+// Whether the bf16 weight gradients read doutᵀ from a dense transposed copy
+// (to_bf16_transposed) rather than the row-major bf16 dout read transposed.
+// The copy gave oneDNN 2.6 dense blocks for its AMX kernels on the Intel Xeon
+// (2026-12-01); on the AMD EPYC (AVX512-BF16, no AMX) the transposed read is
+// faster (bench-small bf16 matmul_backward 307 → 238 ms per step, 2026-12-04)
+// and the copy's strided pass cost 8.6 % of the step: the copy only with AMX.
+bool bf16_weight_grads_from_dense_copy();
+
 // dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
 

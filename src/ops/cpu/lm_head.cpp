@@ -98,9 +98,11 @@ double CpuKernels::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       // dx[rows, C] = bf16(dlogits) · W;   dW[V, C] += bf16(dlogits)ᵀ · bf16(x)
       to_bf16(dl16, logits, rows * V);
       gemm_bf16(false, false, rows, C, V, dl16, V, W.b16, C, /*accumulate=*/false, dx + r0 * C, C);
-      if (dW) {  // from a dense transposed copy of dlogits
+      if (dW && bf16_weight_grads_from_dense_copy()) {  // from a dense transposed copy of dlogits
         to_bf16_transposed(dlT16, logits, rows, V, threads());
         gemm_bf16(false, false, V, C, rows, dlT16, rows, x16, C, /*accumulate=*/true, dW, C);
+      } else if (dW) {  // from dl16 read transposed
+        gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);
       }
     } else if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x

@@ -314,6 +314,15 @@ bool cpu_has_dpbf16() {
   return has;
 }
 
+bool bf16_weight_grads_from_dense_copy() {
+#ifdef ATTNRES_HAVE_DNNL
+  static const bool amx = onednn::isa() == "avx512_core_amx";
+  return amx;
+#else
+  return false;
+#endif
+}
+
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
 // makes a product's transposed operand a dense one (blocks of 32 × 32).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads) {
@@ -476,7 +485,6 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, cons
   if (W.b16) {
     float* scratch = ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16));
     bf16* dy16 = reinterpret_cast<bf16*>(scratch);                        // (N, O)
-    bf16* dyT16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (O, N)
     bf16* x16 = reinterpret_cast<bf16*>(scratch + 2 * bf16_floats(N * O));  // (N, I)
     if (dinp) {
       // dinp[N,I] = dy16[N,O] · W[O,I]
@@ -484,10 +492,16 @@ void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, cons
       gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
     }
     if (dW) {
-      // dW[O,I] += dy16ᵀ[O,N] · x16[N,I], doutᵀ rounded into a dense copy
-      to_bf16_transposed(dyT16, dout, N, O, threads());
+      // dW[O,I] += dy16ᵀ[O,N] · x16[N,I]
       to_bf16(x16, inp, N * I);
-      gemm_bf16(false, false, O, I, N, dyT16, N, x16, I, /*accumulate=*/true, dW, I);
+      if (bf16_weight_grads_from_dense_copy()) {
+        bf16* dyT16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (O, N)
+        to_bf16_transposed(dyT16, dout, N, O, threads());
+        gemm_bf16(false, false, O, I, N, dyT16, N, x16, I, /*accumulate=*/true, dW, I);
+      } else {
+        if (!dinp) to_bf16(dy16, dout, N * O);
+        gemm_bf16(true, false, O, I, N, dy16, O, x16, I, /*accumulate=*/true, dW, I);
+      }
     }
     return;
   }
