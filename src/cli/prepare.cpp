@@ -61,6 +61,18 @@ int cmd_prepare(int argc, char** argv) {
   opt.threads = o.threads;
   opt.batch_bytes = size_t(std::clamp<int64_t>(o.batch_mb, 1, int64_t(1) << 20)) << 20;
   opt.shard_tokens = uint64_t(std::max<int64_t>(0, o.shard_tokens));
+  {  // outputs never land on, or inside, what this prepare reads (issue 33)
+    std::vector<NamedPath> inputs;
+    for (const std::string& in : opt.corpus.inputs) inputs.push_back({"--input", in});
+    std::vector<NamedPath> outputs = {{"--out", opt.out_dir}};
+    if (o.vocab_size > 0)
+      outputs.push_back({"--tokenizer", opt.tokenizer});  // written
+    else
+      inputs.push_back({"--tokenizer", opt.tokenizer});   // read
+    check_outputs_apart(outputs, inputs);
+    check_inputs_outside_outputs(opt);
+    clear_previous_prepare(opt.out_dir, /*remove=*/false);  // refused before a tokenizer is trained into it
+  }
 
   if (o.vocab_size > 0) {
     BpeTrainerOptions t;

@@ -115,13 +115,32 @@ bool same_file(const std::string& a, const std::string& b) {
   return !e1 && !e2 && ca == cb;
 }
 
+bool lies_within(const std::string& path, const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code e1, e2;
+  const fs::path p = fs::weakly_canonical(fs::absolute(write_target(path)), e1);
+  const fs::path d = fs::weakly_canonical(fs::absolute(dir), e2);
+  if (e1 || e2) return false;
+  auto di = d.begin(), pi = p.begin();
+  for (; di != d.end(); ++di, ++pi)
+    if (pi == p.end() || *pi != *di) return false;
+  return true;
+}
+
 void check_outputs_apart(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs) {
   for (size_t i = 0; i < outputs.size(); ++i) {
     const NamedPath& o = outputs[i];
     if (o.path.empty()) continue;
-    for (const NamedPath& in : inputs)
-      if (!in.path.empty() && same_file(o.path, in.path))
+    for (const NamedPath& in : inputs) {
+      if (in.path.empty()) continue;
+      if (same_file(o.path, in.path))
         fail(o.what, " ", o.path, " is ", in.what, " ", in.path, ", which this command reads: writing it would destroy it");
+      std::error_code ec;
+      if (std::filesystem::is_directory(in.path, ec) && lies_within(o.path, in.path))
+        fail(o.what, " ", o.path, " lies inside ", in.what, " ", in.path,
+             ", a directory this command reads: its files would be overwritten or read back as input; write it "
+             "elsewhere");
+    }
     for (size_t j = 0; j < i; ++j)
       if (!outputs[j].path.empty() && same_file(o.path, outputs[j].path))
         fail(o.what, " ", o.path, " and ", outputs[j].what, " ", outputs[j].path,

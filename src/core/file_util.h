@@ -32,8 +32,12 @@ bool same_file(const std::string& a, const std::string& b);
 struct NamedPath {
   std::string what, path;
 };
-// Throws an Error naming both when an output is one of the inputs or another
-// output (empty paths are skipped).  Called before anything is written.
+// Whether `path` (symlinks followed) is `dir` or lies anywhere below it.
+bool lies_within(const std::string& path, const std::string& dir);
+// Throws an Error naming both when an output is one of the inputs, lies
+// inside an input that is a directory (whose files the command reads: one
+// rule for every command, issue 33), or is another output (empty paths are
+// skipped).  Called before anything is written.
 void check_outputs_apart(const std::vector<NamedPath>& outputs, const std::vector<NamedPath>& inputs);
 
 // "it needs about 412 MiB; /runs has 3.1 MiB free": for the message of a

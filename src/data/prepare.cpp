@@ -9,6 +9,8 @@
 #include <functional>
 #include <iomanip>
 #include <memory>
+#include <regex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <span>
 
@@ -97,6 +99,63 @@ class SplitWriter {
 
 }  // namespace
 
+// The names prepare gives its token files: train.bin, val.bin, train_000000.bin, …
+bool is_token_file_name(const std::string& name) {
+  static const std::regex re("(train|val)(_[0-9]{6})?\\.bin");
+  return std::regex_match(name, re);
+}
+
+void check_inputs_outside_outputs(const PrepareOptions& opt) {
+  for (const std::string& in : opt.corpus.inputs) {
+    const std::filesystem::path p(write_target(in));
+    if (lies_within(in, opt.out_dir) && (is_token_file_name(p.filename().string()) ||
+                                         p.filename() == "prepare.json" || p.filename() == "tokenizer.json"))
+      fail("--input ", in, " is a file this prepare writes in --out ", opt.out_dir,
+           ": outputs are never inputs; move the corpus or choose another --out");
+  }
+}
+
+// Before a prepare writes into a directory that holds an earlier prepare's
+// outputs, those are removed (prepare.json first, so that a prepare stopped
+// half-way never leaves a manifest naming files that are gone or new), so
+// that the directory, and the documented glob OUT/train_*.bin, end with
+// exactly this prepare's shards.  Token files that no prepare.json there
+// lists are not ours to delete: the directory is refused.
+void clear_previous_prepare(const std::string& out_dir, bool remove) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(out_dir, ec)) return;
+  std::set<std::string> listed;
+  const std::string manifest = out_dir + "/prepare.json";
+  const bool had_manifest = fs::exists(manifest, ec);
+  if (had_manifest) {
+    nlohmann::json m;
+    try {
+      m = nlohmann::json::parse(read_file(manifest));
+      for (const char* split : {"train", "val"})
+        for (const auto& f : m.at(split).at("files")) listed.insert(fs::path(f.get<std::string>()).filename().string());
+    } catch (const nlohmann::json::exception&) {
+      fail(manifest, ": not a prepare.json this version wrote (no train/val file lists); remove the directory's "
+           "token files yourself or choose another --out");
+    }
+  }
+  std::vector<fs::path> ours;
+  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = e.path().filename().string();
+    if (!is_token_file_name(name)) continue;
+    if (!listed.count(name))
+      fail("--out ", out_dir, " holds ", name, ", a token file that ",
+           had_manifest ? "its prepare.json does not list" : "no prepare.json there lists",
+           ": writing beside it would mix another corpus into OUT/train_*.bin; choose another --out or remove it");
+    ours.push_back(e.path());
+  }
+  if (ec) fail(out_dir, ": cannot list the directory: ", ec.message());
+  if (!remove) return;
+  if (had_manifest && !fs::remove(manifest, ec)) fail(manifest, ": cannot remove: ", ec.message());
+  for (const fs::path& f : ours)
+    if (!fs::remove(f, ec)) fail(f.string(), ": cannot remove: ", ec.message());
+}
+
 bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction) {
   if (val_fraction <= 0) return false;
   if (val_fraction >= 1) return true;
@@ -115,6 +174,8 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
   CorpusOptions copt = opt.corpus;
   copt.cut = [&tok](std::string_view t, size_t at) { return tok.cut_point(t, at); };
   CorpusReader reader(copt);
+  check_inputs_outside_outputs(opt);
+  clear_previous_prepare(opt.out_dir, /*remove=*/true);
   std::error_code ec;
   std::filesystem::create_directories(opt.out_dir, ec);
   if (ec) fail(opt.out_dir, ": cannot create directory: ", ec.message());

@@ -46,7 +46,18 @@ struct PrepareSummary {
   std::vector<std::string> files[2];  // the shards written, train and val
 };
 
+// Into a directory holding an earlier prepare's outputs, those are removed
+// first (the directory ends with exactly this prepare's); token files no
+// prepare.json there lists make it an Error.
 PrepareSummary prepare_corpus(const PrepareOptions& opt);
+// An Error when a corpus input is one of the files prepare writes in out_dir.
+void check_inputs_outside_outputs(const PrepareOptions& opt);
+// An Error when out_dir holds token files that no prepare.json there lists;
+// with remove, the earlier prepare's outputs (its manifest and token files)
+// are then removed.
+void clear_previous_prepare(const std::string& out_dir, bool remove);
+// The names of prepare's token files: train.bin, val.bin, train_000000.bin, …
+bool is_token_file_name(const std::string& name);
 
 // Word counts over (the first `max_bytes` of, 0: all) the corpus, then BPE training.
 BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainerOptions& opt, int threads,
