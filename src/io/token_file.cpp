@@ -97,11 +97,13 @@ uint64_t TokenFile::fingerprint() const {
   return h;
 }
 
-void TokenFile::check_vocab(int64_t vocab_size) const {
+void TokenFile::check_vocab(int64_t vocab_size, const std::string& tokenizer) const {
   for (size_t i = 0; i < count_; ++i) {
     const int64_t id = (*this)[i];
-    if (id >= vocab_size)
-      fail(path_, ": token id ", id, " at position ", i, " is >= vocab_size ", vocab_size);
+    if (id < vocab_size) continue;
+    if (tokenizer.empty()) fail(path_, ": token id ", id, " at position ", i, " is >= vocab_size ", vocab_size);
+    fail(path_, ": token id ", id, " at position ", i, " is outside the ", vocab_size, " tokens of ", tokenizer,
+         ", the run's tokenizer: these shards were not made with it (a directory that mixes two prepares?)");
   }
 }
 

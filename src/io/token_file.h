@@ -40,7 +40,8 @@ class TokenFile {
   // Copies tokens [begin, begin+out.size()) into out (as int32 ids).
   void read(size_t begin, std::span<int32_t> out) const;
   // Throws Error naming the file and position of the first id >= vocab_size.
-  void check_vocab(int64_t vocab_size) const;
+  // Every id below vocab_size; tokenizer: the file the bound comes from, named in the error.
+  void check_vocab(int64_t vocab_size, const std::string& tokenizer = "") const;
   // A hash of the count, the format and 17 evenly spaced runs of 4096 tokens
   // (the last run ends at the last token): whether two paths hold the same
   // tokens, at the cost of reading ~0.3 MB however large the file is.

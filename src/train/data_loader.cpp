@@ -43,22 +43,31 @@ DataOrder parse_data_order(const std::string& s) {
 }
 
 DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size, DataOrder order,
-                       Rng* rng, int64_t group)
+                       Rng* rng, int64_t group, int64_t tokenizer_vocab, const std::string& tokenizer)
     : B_(B), T_(T), order_(order), rng_(rng), group_(group), window_(static_cast<size_t>(batch_tokens(B, T) + 1)) {
   ATTNRES_CHECK(order != DataOrder::kRandom || rng != nullptr, "random order needs an Rng");
   ATTNRES_CHECK(group >= 1, "a step has at least one micro-batch");
-  for (const auto& path : expand_glob(pattern)) {
+  // Sequential reads need one step's micro-batches per shard; random windows one window.
+  const int64_t need = order == DataOrder::kSequential ? checked_mul(group, B * T, "a step's tokens") + 1 : T + 1;
+  const char* unit = order == DataOrder::kSequential ? (group > 1 ? "one step's micro-batches" : "one micro-batch")
+                                                     : "one window";
+  const std::vector<std::string> paths = expand_glob(pattern);
+  for (const auto& path : paths) {
     TokenFile f(path);
     f.check_vocab(vocab_size);
-    // Sequential reads need one step's micro-batches per shard; random windows one window.
-    const int64_t need = order == DataOrder::kSequential ? checked_mul(group, B * T, "a step's tokens") + 1 : T + 1;
-    if (static_cast<int64_t>(f.size()) < need)
-      fail(path, ": ", f.size(), " tokens, fewer than ",
-           order == DataOrder::kSequential ? (group > 1 ? "one step's micro-batches" : "one micro-batch")
-                                           : "one window",
-           " need (", need, ")");
+    if (tokenizer_vocab > 0 && tokenizer_vocab < vocab_size) f.check_vocab(tokenizer_vocab, tokenizer);
+    // A shard too short to read from (prepare's last shard may be a few
+    // tokens; an empty one none) is left out with a note: the data prepare
+    // writes always trains.
+    if (static_cast<int64_t>(f.size()) < need) {
+      skipped_.push_back(cat(path, " (", f.size(), " tokens, fewer than ", unit, " needs: ", need, ")"));
+      continue;
+    }
     shards_.push_back(std::move(f));
   }
+  if (shards_.empty())
+    fail(paths.size() == 1 ? paths[0] : cat(pattern, ": every one of its ", paths.size(), " shards"), " holds fewer tokens than ",
+         unit, " needs (", need, "): ", skipped_.front(), "; use a smaller --batch or --seq-len, or more data");
   int64_t total = 0;
   for (const auto& f : shards_) {
     total += static_cast<int64_t>(f.size()) - T;  // starts s with s + T < size

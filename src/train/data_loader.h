@@ -44,8 +44,13 @@ class DataLoader {
   // `rng` (kRandom only) must outlive the loader.
   // `group`: micro-batches per optimizer step (kSequential moves on to the next
   // shard only between groups).
+  // A shard too short for one read is left out (skipped() names it); none
+  // long enough is an Error.  tokenizer_vocab > 0: the ids must also be below
+  // it, the vocabulary of `tokenizer` (the run's tokenizer.json, named in the
+  // error), so that shards of another tokenizer are refused.
   DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t vocab_size,
-             DataOrder order = DataOrder::kSequential, Rng* rng = nullptr, int64_t group = 1);
+             DataOrder order = DataOrder::kSequential, Rng* rng = nullptr, int64_t group = 1,
+             int64_t tokenizer_vocab = 0, const std::string& tokenizer = "");
   // Fills inputs and targets (B·T each).
   void next(int32_t* inputs, int32_t* targets);
   // Moves past one micro-batch without reading it (another rank's).
@@ -53,9 +58,12 @@ class DataLoader {
   LoaderPosition position() const { return pos_; }
   void set_position(const LoaderPosition& p);
   int64_t total_tokens() const;
+  // The shards left out as too short, each with its size and what it lacks.
+  const std::vector<std::string>& skipped() const { return skipped_; }
 
  private:
   std::vector<TokenFile> shards_;
+  std::vector<std::string> skipped_;
   int64_t B_, T_;
   DataOrder order_;
   Rng* rng_;

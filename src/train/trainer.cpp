@@ -251,6 +251,22 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   return train_step(model, adamw, next_batch, so);
 }
 
+// The ids a Hugging Face tokenizer.json defines: one more than the largest
+// in model.vocab and added_tokens (what tokenizer/ counts as its vocabulary;
+// read here from the JSON, as the train layer does not load tokenizers).
+static int64_t tokenizer_ids(const std::string& path) {
+  int64_t top = -1;
+  try {
+    const nlohmann::json j = nlohmann::json::parse(read_file(path));
+    for (const auto& [token, id] : j.at("model").at("vocab").items()) top = std::max(top, id.get<int64_t>());
+    if (j.contains("added_tokens"))
+      for (const auto& t : j["added_tokens"]) top = std::max(top, t.at("id").get<int64_t>());
+  } catch (const nlohmann::json::exception&) {
+    fail(path, ": not a tokenizer.json (no model.vocab of token ids)");
+  }
+  return top + 1;
+}
+
 // ---- train(): settle the run's settings, build, the step loop, the end ----
 
 RunPlan plan_run(const TrainOptions& opt, int local_ranks) {
@@ -422,8 +438,20 @@ void Run::next_batch(int32_t* in, int32_t* tg) {
 // The data, the model and its optimizer, and the weights: a resume's, an
 // init's (converted), or random.
 void Run::build() {
+  // The tokenizer the checkpoints will carry: the data's ids must be its
+  // tokens (issue 33: a directory mixing two prepares trained silently).
+  const int64_t tokenizer_vocab = plan_.tokenizer.empty() ? 0 : tokenizer_ids(plan_.tokenizer);
   loader_ = std::make_unique<DataLoader>(opt_.data, opt_.batch, opt_.seq_len, c_.V, parse_data_order(opt_.data_order),
-                                         &data_rng_, ranks_ * opt_.accum);
+                                         &data_rng_, ranks_ * opt_.accum, tokenizer_vocab, plan_.tokenizer);
+  if (!quiet_) {
+    for (const std::string& s : loader_->skipped()) std::printf("data: left out %s\n", s.c_str());
+    if (tokenizer_vocab > 0 && tokenizer_vocab != c_.V)
+      std::printf("note: the model has %lld vocabulary rows and its tokenizer %s %lld tokens: %s\n",
+                  static_cast<long long>(c_.V), plan_.tokenizer.c_str(), static_cast<long long>(tokenizer_vocab),
+                  tokenizer_vocab < c_.V ? "the rows past the tokenizer's are never a target of this data, and "
+                                           "generate decodes them to nothing (docs/inference.md)"
+                                         : "ids past the model's rows cannot be trained on (the data is checked)");
+  }
   if (!opt_.val_data.empty()) {
     val_ = std::make_unique<TokenFile>(opt_.val_data);
     val_->check_vocab(c_.V);

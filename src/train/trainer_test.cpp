@@ -275,7 +275,7 @@ TEST(Trainer, ResumeIsBitIdentical) {
   write_token_file(dir + "/train.bin", toks);
   write_token_file(dir + "/val.bin", std::vector<uint32_t>(toks.begin(), toks.begin() + 300));
   // The tokenizer beside the data (as prepare writes it) travels into every checkpoint.
-  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true}\n");
+  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true, \"model\": {\"vocab\": {\"a\": 0, \"z\": 99999}}}\n");
 
   TrainOptions o;
   o.model = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
@@ -297,8 +297,8 @@ TEST(Trainer, ResumeIsBitIdentical) {
   EXPECT_EQ(a.steps_done, 6);
   ASSERT_TRUE(fs::exists(dir + "/a/step_00000003/model.safetensors"));
   EXPECT_EQ(slurp(dir + "/a/latest"), "step_00000006\n");
-  EXPECT_EQ(slurp(dir + "/a/step_00000003/tokenizer.json"), "{\"stand-in\": true}\n");
-  EXPECT_EQ(slurp(dir + "/a/step_00000006/tokenizer.json"), "{\"stand-in\": true}\n");
+  EXPECT_EQ(slurp(dir + "/a/step_00000003/tokenizer.json"), "{\"stand-in\": true, \"model\": {\"vocab\": {\"a\": 0, \"z\": 99999}}}\n");
+  EXPECT_EQ(slurp(dir + "/a/step_00000006/tokenizer.json"), "{\"stand-in\": true, \"model\": {\"vocab\": {\"a\": 0, \"z\": 99999}}}\n");
 
   o.out = dir + "/b";
   o.resume = dir + "/a/step_00000003";
@@ -487,7 +487,7 @@ TEST(Trainer, FineTuneWithAFrozenBaseAndCheckpointOptions) {
   TempDir tmp("finetune");
   const std::string dir = tmp.path();
   TrainOptions o = small_run(dir, 4, 11);
-  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true}\n");
+  write_file_atomic(dir + "/tokenizer.json", "{\"stand-in\": true, \"model\": {\"vocab\": {\"a\": 0, \"z\": 99999}}}\n");
   write_file_atomic(dir + "/tokenizer_config.json", "{\"eos_token\": \"x\"}\n");
   o.steps = 2;
   o.out = dir + "/base";
@@ -853,7 +853,7 @@ namespace {
 TEST(Trainer, PlanSettlesTheRunBeforeAnythingIsBuilt) {
   testing::TempDir tmp("plan");
   TrainOptions o = small_run(tmp.path());
-  write_file_atomic(tmp.path() + "/tokenizer.json", "{}");  // beside the data: it travels with the checkpoints
+  write_file_atomic(tmp.path() + "/tokenizer.json", "{\"model\": {\"vocab\": {\"a\": 0, \"z\": 99999}}}");  // beside the data: it travels with the checkpoints
   o.threads = 0;
   const RunPlan fresh = plan_run(o, /*local_ranks=*/2);
   EXPECT_TRUE(fresh.settings.is_null());  // a new run's settings are made once its data is open
