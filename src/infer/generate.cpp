@@ -87,10 +87,11 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
     s.all.push_back(id);
     r.ids.push_back(id);
     const bool eos = std::find(opt.eos_ids.begin(), opt.eos_ids.end(), id) != opt.eos_ids.end();
-    if (!eos && opt.tokenizer) {
-      const uint32_t u = static_cast<uint32_t>(id);
-      opt.tokenizer->decode({&u, 1}, r.text);
-    }
+    // An id past the tokenizer's vocabulary (a model with more rows than
+    // tokens, as train makes over a small prepare and as published Qwen3 is)
+    // decodes to nothing, as Hugging Face's decode does; its id is kept.
+    const uint32_t u = static_cast<uint32_t>(id);
+    if (!eos && opt.tokenizer && u < opt.tokenizer->vocab_size()) opt.tokenizer->decode({&u, 1}, r.text);
     bool done = false;
     if (eos) {
       r.finish_reason = "eos";
