@@ -161,6 +161,7 @@ int cmd_compare(int argc, char** argv) {
     return true;
   });
   if (!opts.parse(argc, argv)) return 0;
+  if (opts.given("lr") && !opts.given("lr-min")) t.lr_min = t.lr / 10;  // as train takes it (cli/train.cpp)
   const std::string& out = o.out;
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
   {
@@ -173,7 +174,11 @@ int cmd_compare(int argc, char** argv) {
     fail("--minutes must be 0 (no limit) or a positive number of minutes, got ", o.minutes);
   for (const std::string& m : modes) parse_mode_name(m);  // an Error names a bad one
   const int64_t seeds = o.seeds, B = t.batch, T = t.seq_len;
-  if (seeds < 1) fail("--seeds must be at least 1");
+  constexpr int64_t kMostRuns = 1000;  // a bound checked before any work (issue 33: --seeds 99999999999 grew to 1.17 GB)
+  if (seeds < 1 || seeds > kMostRuns) fail("--seeds must be from 1 to ", kMostRuns, ", got ", seeds);
+  if (static_cast<int64_t>(modes.size()) * seeds > kMostRuns)
+    fail(modes.size(), " modes × --seeds ", seeds, " is more than ", kMostRuns, " runs");
+  if (o.routing_tokens < 0) fail("--routing-tokens must be 0 or positive, got ", o.routing_tokens);
   if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");
   const int64_t ranks = o.ranks;
   if (ranks < 1) fail("--ranks must be at least 1");
@@ -333,6 +338,7 @@ int cmd_compare(int argc, char** argv) {
     nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", precision},
                         {"steps", log.steps},
                         {"planned_steps", steps}, {"cut", log.steps < steps},
+                        {"schedule_cut_at", log.schedule_cut_at},
                         {"tokens", log.steps * B * T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
                         {"tok_per_s", log.tok_per_s},
                         {"peak_rss_bytes", log.peak_rss_bytes > 0 ? log.peak_rss_bytes : child.peak_rss_bytes},
@@ -358,6 +364,42 @@ int cmd_compare(int argc, char** argv) {
     results.push_back(r);
   }
 
+  // Matched or not (issue 33): runs cut by --minutes before their planned
+  // steps did not train the tokens the others did, nor with their learning
+  // rates after the cut.  Their final losses are then not compared; the
+  // modes are compared at the last validation every run made before any
+  // schedule was shortened (the runs were the same computation up to it),
+  // or, with no such step, not at all.
+  std::vector<std::string> cut_runs;
+  int64_t same_until = steps;  // every run trained as planned up to this step
+  for (const auto& r : results)
+    if (r["cut"].get<bool>()) {
+      cut_runs.push_back(cat(r["mode"].get<std::string>(), " seed ", r["seed"].get<int64_t>(), " at step ",
+                             r["steps"].get<int64_t>()));
+      const int64_t at = r.value("schedule_cut_at", int64_t{0});
+      same_until = std::min(same_until, at > 0 ? at : int64_t{0});
+    }
+  int64_t matched_step = cut_runs.empty() ? steps : 0;
+  if (!cut_runs.empty())
+    for (const auto& v : results.front()["val_curve"]) {  // the latest step ≤ same_until that every run validated at
+      const int64_t k = v["step"].get<int64_t>();
+      if (k > same_until || k <= matched_step) continue;
+      bool everyone = true;
+      for (const auto& r : results) {
+        bool has = false;
+        for (const auto& w : r["val_curve"]) has = has || w["step"].get<int64_t>() == k;
+        everyone = everyone && has;
+      }
+      if (everyone) matched_step = k;
+    }
+  const bool comparable = cut_runs.empty() || matched_step > 0;
+  auto loss_at = [&](const nlohmann::json& r) {  // the run's validation loss at matched_step
+    if (cut_runs.empty()) return r["val_loss"].get<double>();
+    for (const auto& w : r["val_curve"])
+      if (w["step"].get<int64_t>() == matched_step) return w["val_loss"].get<double>();
+    return static_cast<double>(NAN);
+  };
+
   // Per mode: mean and spread over seeds.
   std::string table =
       "| mode | val loss (mean ± spread) | val ppl | vs baseline | tok/s | peak RSS MiB | parameters | "
@@ -366,12 +408,13 @@ int cmd_compare(int argc, char** argv) {
   double base_loss = NAN, base_spread = NAN;
   std::vector<std::string> notes;
   for (const std::string& m : modes) {
-    std::vector<double> losses, speeds, deep;
+    std::vector<double> losses, speeds, deep, matched;
     int64_t rss = 0, params = 0, steps_min = steps;
     bool cut = false;
     for (const auto& r : results)
       if (r["mode"] == m) {
         losses.push_back(r["val_loss"].get<double>());
+        matched.push_back(loss_at(r));
         speeds.push_back(r["tok_per_s"].get<double>());
         rss = std::max(rss, r["peak_rss_bytes"].get<int64_t>());
         params = r["params"].get<int64_t>();
@@ -384,24 +427,36 @@ int cmd_compare(int argc, char** argv) {
     for (double x : speeds) speed += x / static_cast<double>(speeds.size());
     for (double x : deep) dmw += x / static_cast<double>(deep.size());
     const double spread = (hi - lo) / 2;
-    if (m == "baseline") base_loss = mean, base_spread = spread;
+    // What "vs baseline" compares: the final losses when every run trained as
+    // planned, else those at matched_step (its mean and spread).
+    double cmp = 0, clo = INFINITY, chi = -INFINITY;
+    for (double x : matched) cmp += x / static_cast<double>(matched.size()), clo = std::min(clo, x), chi = std::max(chi, x);
+    const double cmp_spread = (chi - clo) / 2;
+    if (m == "baseline") base_loss = cmp, base_spread = cmp_spread;
     summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
                   {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
                   {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
                   {"steps", steps_min}, {"cut", cut}};
+    if (!cut_runs.empty())
+      summary[m]["val_loss_at_matched_step"] = comparable ? nlohmann::json(cmp) : nlohmann::json(nullptr);
     std::string vs = "-";
-    if (m != "baseline" && !std::isnan(base_loss)) {
-      const double d = mean - base_loss;
-      vs = cat(d >= 0 ? "+" : "", fmt(d, 4));
+    if (m != "baseline" && !comparable) {
+      vs = "not comparable";
+    } else if (m != "baseline" && !std::isnan(base_loss)) {
+      const double d = cmp - base_loss;
+      const double spread = cmp_spread;
+      const std::string at = cut_runs.empty() ? std::string() : cat(" at step ", matched_step);
+      vs = cat(d >= 0 ? "+" : "", fmt(d, 4), at.empty() ? std::string() : cat(" @", matched_step));
+      const std::string dv = cat(d >= 0 ? "+" : "", fmt(d, 4), " nats", at);
       if (seeds < 2)
-        notes.push_back(cat(m, " vs baseline: ", vs,
-                            " nats from one seed each; seed noise is not measured (--seeds 3 tells whether a "
+        notes.push_back(cat(m, " vs baseline: ", dv,
+                            " from one seed each; seed noise is not measured (--seeds 3 tells whether a "
                             "difference this size is real)"));
       else if (std::fabs(d) <= spread + base_spread)
-        notes.push_back(cat(m, " vs baseline: ", vs, " nats, within the seeds' spread (±",
+        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±",
                             fmt(spread + base_spread, 4), "): no difference shown at this size"));
       else
-        notes.push_back(cat(m, " vs baseline: ", vs, " nats, beyond the seeds' spread (±",
+        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±",
                             fmt(spread + base_spread, 4), ")"));
     }
     table += cat("| ", m, " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
@@ -417,15 +472,28 @@ int cmd_compare(int argc, char** argv) {
               t.val_tokens > 0 ? cat("the first ", t.val_tokens, " tokens of ") : std::string("all of "),
               o.val_data,
               ". deep max weight: the per-token max routing weight, mean over the deepest third of the routers.\n");
+  if (!cut_runs.empty()) {
+    std::string list;
+    for (const std::string& c : cut_runs) list += (list.empty() ? "" : ", ") + c;
+    notes.insert(notes.begin(),
+                 cat(cut_runs.size(), " of ", results.size(), " runs were cut by --minutes before their ", steps,
+                     " planned steps (", list, "; each completed its learning-rate decay early): their final losses "
+                     "are not matched with the others' and are not compared. ",
+                     comparable ? cat("The modes are compared at step ", matched_step,
+                                      ", the last validation every run made before any schedule was shortened.")
+                                : std::string("No validation step precedes every cut: the modes are not compared."),
+                     " To compare them as planned, remove the cut runs' directories and run the same command again "
+                     "with more --minutes (or none) on a quiet machine: the finished runs are kept."));
+  }
   for (const std::string& n : notes) text += cat("- ", n, "\n");
-  for (const std::string& m : modes)
-    if (summary[m]["cut"].get<bool>())
-      text += cat("- ", m, " was cut by --minutes before its planned steps (its learning-rate decay was completed).\n");
   std::printf("\n%s", text.c_str());
   write_file_atomic(out + "/results.md", text);
   write_file_atomic(out + "/results.json",
                     nlohmann::json({{"settings", settings}, {"runs", results}, {"summary", summary},
-                                    {"notes", notes}})
+                                    {"notes", notes},
+                                    {"matched", {{"comparable", comparable},
+                                                 {"step", comparable ? nlohmann::json(matched_step) : nlohmann::json(nullptr)},
+                                                 {"cut_runs", cut_runs}}}})
                             .dump(1) +
                         "\n");
   std::printf("results: %s/results.json, %s/results.md\n", out.c_str(), out.c_str());

@@ -68,6 +68,7 @@ RunLog read_run_log(const std::string& path) {
       r.last_routing_step = step;
     } else if (j.contains("schedule_steps")) {
       r.schedule_steps = static_cast<int64_t>(number_field(j, "schedule_steps", where, true));
+      if (r.schedule_cut_at == 0) r.schedule_cut_at = step;
     } else if (j.contains("peak_rss_bytes_per_rank")) {
       if (!j["peak_rss_bytes_per_rank"].is_array()) fail(where, ": 'peak_rss_bytes_per_rank' is not a list");
       for (const auto& b : j["peak_rss_bytes_per_rank"]) {
@@ -97,6 +98,7 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
       {"tok_per_s", kNumber, true},    {"peak_rss_bytes", kInteger, true}, {"params", kInteger, true},
       {"cut", kBool, true},            {"val_curve", kList, true},    {"loss_curve", kList, true},
       {"routing_curve", kList, false}, {"routing", kObject, false},   {"planned_steps", kInteger, false},
+      {"schedule_cut_at", kInteger, false},
   };
   static const char* kNames[] = {"a string", "an integer", "a number", "true or false", "a list", "an object"};
   for (const Field& f : kFields) {
@@ -115,6 +117,10 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
       fail(where, ": '", f.key, "' is ", v.is_null() ? std::string("null") : v.dump().substr(0, 40), ", not ",
            kNames[f.kind], f.kind == kNumber ? " (finite)" : "");
   }
+  for (const auto& w : r["val_curve"])  // compare matches runs by these
+    if (!w.is_object() || !w.contains("step") || !w["step"].is_number_integer() || !w.contains("val_loss") ||
+        !w["val_loss"].is_number())
+      fail(where, ": 'val_curve' holds ", w.dump().substr(0, 40), ", not {\"step\": integer, \"val_loss\": number}");
 }
 
 }  // namespace attnres

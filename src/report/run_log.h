@@ -13,6 +13,8 @@ struct RunLog {
   double val_loss = NAN, val_ppl = NAN;  // the last validation
   int64_t steps = 0;                     // the last step logged
   int64_t schedule_steps = 0;            // > 0: a time budget shortened the schedule to this step
+  int64_t schedule_cut_at = 0;           // > 0: the step after which it was first shortened (before it, the
+                                         // run trained as an uncut one would)
   double tok_per_s = 0;                  // median over the steps
   nlohmann::json val_curve = nlohmann::json::array();      // [{step, val_loss}]
   nlohmann::json loss_curve = nlohmann::json::array();     // [{step, loss}]
