@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace attnres {
 
@@ -39,6 +40,24 @@ template <class... Args>
 
 // a · b for sizes that come from users (configs, file headers, flags): an
 // Error naming `what` instead of a silent overflow.
+// Text as a one-line message may echo it: every byte that is not printable
+// ASCII shown as \xHH (a tab, a newline, escape sequences, invalid UTF-8).
+inline std::string visible(std::string_view text) {
+  static const char* const kHex = "0123456789ABCDEF";
+  std::string out;
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c >= 0x20 && c < 0x7f) {
+      out += ch;
+    } else {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    }
+  }
+  return out;
+}
+
 inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   int64_t r;
   if (a < 0 || b < 0 || __builtin_mul_overflow(a, b, &r)) fail(what, ": ", a, " x ", b, " overflows a 64-bit size");

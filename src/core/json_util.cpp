@@ -57,17 +57,7 @@ nlohmann::json parse_json(std::string_view text, const std::string& where, int m
     if (const size_t last = why.find("; last read:"); last != std::string::npos) why.erase(last);
     const size_t at = std::min(e.byte > 0 ? e.byte - 1 : 0, text.size());
     const size_t from = at > 20 ? at - 20 : 0;
-    std::string near;
-    for (char ch : text.substr(from, std::min<size_t>(40, text.size() - from))) {
-      const auto c = static_cast<unsigned char>(ch);
-      if (c >= 0x20 && c < 0x7f) {
-        near += ch;
-      } else {
-        char b[8];
-        std::snprintf(b, sizeof b, "\\x%02X", c);
-        near += b;
-      }
-    }
+    const std::string near = visible(text.substr(from, std::min<size_t>(40, text.size() - from)));
     if (why.size() > 120) why = why.substr(0, 120) + "...";
     fail(where, ": malformed JSON at byte ", at + 1, ": ", why, near.empty() ? "" : cat(" (near '", near, "')"));
   } catch (const nlohmann::json::exception& e) {
