@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <thread>
 
@@ -38,8 +40,14 @@ int64_t parse_size(const std::string& s) {
   else if (unit == "MiB") mult = 1024.0 * 1024;
   else if (unit == "GiB") mult = 1024.0 * 1024 * 1024;
   else fail("--max-shard-size: unknown unit '", unit, "' (B, KB, MB, GB, KiB, MiB, GiB)");
-  if (!(x > 0)) fail("--max-shard-size must be positive, got '", s, "'");
-  return static_cast<int64_t>(x * mult);
+  // A size means what it says: at least one byte (0.5 or 1e-300 would have
+  // rounded to "no sharding"), finite, and within what a file can hold (inf
+  // or 99999999999GB would have been converted with undefined behaviour).
+  const double bytes = x * mult;
+  constexpr double kMost = 9007199254740992.0;  // 2^53 B = 8 PiB
+  if (std::isspace(static_cast<unsigned char>(s[0])) || !std::isfinite(bytes) || bytes < 1 || bytes > kMost)
+    fail("--max-shard-size must be a size from 1 B to 8 PiB (like 5GB, 500MB or 2GiB), got '", s, "'");
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace
@@ -79,6 +87,10 @@ int cmd_export(int argc, char** argv) {
   fs::create_directories(parent, ec);
   if (ec) fail(out, ": cannot create its parent directory: ", ec.message());
   const std::string tmp = cat(parent.string(), "/.", out_path.filename().string(), ".tmp.", ::getpid());
+  // An earlier export to --out killed mid-write (SIGKILL, the OOM killer) left
+  // its temporary directory, maybe gigabytes: removed when its process is gone.
+  const std::string stem = cat(".", out_path.filename().string());
+  remove_dead_temporaries(parent.string(), [&](const std::string& s) { return s == stem; });
   int files = 0;
   std::vector<std::string> copied;
   try {

@@ -74,16 +74,23 @@ int cmd_prepare(int argc, char** argv) {
     clear_previous_prepare(opt.out_dir, /*remove=*/false);  // refused before a tokenizer is trained into it
   }
 
+  if (o.vocab_size < 0) fail("--vocab-size must be 0 (use --tokenizer) or a vocabulary size, got ", o.vocab_size);
+  if (o.shard_tokens < 0) fail("--shard-tokens must be 0 (one file) or positive, got ", o.shard_tokens);
+  if (o.doc_split_kb < 0 || o.doc_split_kb > (int64_t{1} << 40))
+    fail("--doc-split-kb must be 0 (a document per file) or up to 2^40, got ", o.doc_split_kb);
+  if (o.batch_mb < 1 || o.batch_mb > (int64_t{1} << 20)) fail("--batch-mb must be from 1 to 2^20, got ", o.batch_mb);
   if (o.vocab_size > 0) {
+    check_bpe_flags(o.vocab_size, o.min_frequency, o.train_mb);
     BpeTrainerOptions t;
     t.vocab_size = size_t(o.vocab_size);
-    t.min_frequency = uint64_t(std::max<int64_t>(1, o.min_frequency));
-    const BpeModel m = train_tokenizer_on_corpus(opt.corpus, t, opt.threads,
-                                                 uint64_t(std::clamp<int64_t>(o.train_mb, 0, int64_t(1) << 40)) << 20, stderr);
+    t.min_frequency = uint64_t(o.min_frequency);
+    const BpeModel m = train_tokenizer_on_corpus(opt.corpus, t, opt.threads, uint64_t(o.train_mb) << 20, stderr);
     const std::filesystem::path parent = std::filesystem::path(opt.tokenizer).parent_path();
     std::error_code ec;
     if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     if (ec) fail(parent.string(), ": cannot create directory: ", ec.message());
+    const std::string name = std::filesystem::path(opt.tokenizer).filename().string();
+    remove_dead_temporaries(parent.string(), [&](const std::string& s) { return s == name; });
     write_file_atomic(opt.tokenizer, to_tokenizer_json(m));
     std::fprintf(stderr, "tokenizer: wrote %s (%zu tokens)\n", opt.tokenizer.c_str(), m.vocab_size());
   }

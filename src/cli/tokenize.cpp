@@ -156,8 +156,9 @@ int cmd_tokenize(int argc, char** argv) {
   if (!o.bench.empty()) {
     int threads = o.threads;
     if (threads <= 0) threads = omp_get_num_procs();
-    return run_bench(tok, o.bench, threads, static_cast<int>(std::clamp<int64_t>(o.repeats, 1, 1000)),
-                     size_t(std::clamp<int64_t>(o.chunk_kb, 1, int64_t(1) << 30)) * 1024);
+    if (o.repeats < 1 || o.repeats > 1000) fail("--repeats must be from 1 to 1000, got ", o.repeats);
+    if (o.chunk_kb < 1 || o.chunk_kb > (int64_t{1} << 30)) fail("--chunk-kb must be from 1 to 2^30, got ", o.chunk_kb);
+    return run_bench(tok, o.bench, threads, static_cast<int>(o.repeats), size_t(o.chunk_kb) * 1024);
   }
 
   const std::string input = read_stdin();

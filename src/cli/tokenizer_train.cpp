@@ -4,6 +4,7 @@
 // does the same before encoding.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/options.h"
@@ -41,13 +42,18 @@ int cmd_tokenizer_train(int argc, char** argv) {
     for (const std::string& in : corpus.inputs) inputs.push_back({"--input", in});
     check_outputs_apart({{"--output", o.output}}, inputs);
   }
+  check_bpe_flags(o.vocab_size, o.min_frequency, o.train_mb);
   BpeTrainerOptions t;
-  t.vocab_size = size_t(std::max<int64_t>(0, o.vocab_size));
-  t.min_frequency = uint64_t(std::max<int64_t>(1, o.min_frequency));
-  const BpeModel m = train_tokenizer_on_corpus(corpus, t, o.threads,
-                                               uint64_t(std::clamp<int64_t>(o.train_mb, 0, int64_t(1) << 40)) << 20, stderr);
+  t.vocab_size = size_t(o.vocab_size);
+  t.min_frequency = uint64_t(o.min_frequency);
+  const BpeModel m = train_tokenizer_on_corpus(corpus, t, o.threads, uint64_t(o.train_mb) << 20, stderr);
   const std::string json = to_tokenizer_json(m);
   Tokenizer::from_json(json, o.output);  // what we write, we can load
+  {  // the temporary of an earlier tokenizer-train killed while writing --output
+    const std::filesystem::path out(write_target(o.output));
+    const std::string name = out.filename().string();
+    remove_dead_temporaries(out.parent_path().string(), [&](const std::string& s) { return s == name; });
+  }
   write_file_atomic(o.output, json);
   std::printf("%s: %zu tokens (%zu merges)\n", o.output.c_str(), m.vocab_size(), m.merges.size());
   return 0;

@@ -33,6 +33,9 @@ TrainTestHooks test_hooks_from_environment(Comm& comm) {
   TrainTestHooks h;
   if (const char* e = std::getenv("ATTNRES_TEST_NAN"))
     if (std::sscanf(e, "%d:%ld", &h.nan_rank, &h.nan_step) != 2) fail("ATTNRES_TEST_NAN must be RANK:STEP, got '", e, "'");
+  if (const char* e = std::getenv("ATTNRES_TEST_STOP_AT_MICRO"))
+    if (std::sscanf(e, "%ld:%ld", &h.stop_step, &h.stop_micro) != 2)
+      fail("ATTNRES_TEST_STOP_AT_MICRO must be STEP:MICRO, got '", e, "'");
   if (const char* e = std::getenv("ATTNRES_TEST_MOMENT_CHUNK")) h.moment_chunk = std::max<int64_t>(1, std::atoll(e));
   if (const char* e = std::getenv("ATTNRES_TEST_MPI_COUNT")) comm.limit_count_for_testing(std::atoll(e));
   return h;
@@ -74,6 +77,10 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
   TrainOptions::each(o, [&](auto&, const char* key, const char*, OnResume, const char*) {
     if (opts.given(option_flag(key))) given.insert(key);
   });
+  // --lr without --lr-min: the cosine ends a tenth of the way down from the
+  // peak given (the defaults' 3e-3 → 3e-4), never above it (a fine-tune at
+  // --lr 5e-5 used to "decay" up to the default 3e-4).
+  if (o.resume.empty() && given.count("lr") && !given.count("lr_min")) o.lr_min = o.lr / 10;
   std::string resume_dir;
   if (!o.resume.empty()) {
     // The run's own settings, for every option not given here; the output

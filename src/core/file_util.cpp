@@ -2,6 +2,7 @@
 #include "core/file_util.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -113,6 +114,24 @@ bool same_file(const std::string& a, const std::string& b) {
   std::error_code e1, e2;
   const fs::path ca = fs::weakly_canonical(fs::absolute(ta), e1), cb = fs::weakly_canonical(fs::absolute(tb), e2);
   return !e1 && !e2 && ca == cb;
+}
+
+int remove_dead_temporaries(const std::string& dir, const std::function<bool(const std::string& stem)>& ours) {
+  namespace fs = std::filesystem;
+  int removed = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t at = name.rfind(".tmp.");
+    if (at == std::string::npos || at + 5 == name.size() ||
+        name.find_first_not_of("0123456789", at + 5) != std::string::npos || !ours(name.substr(0, at)))
+      continue;
+    const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
+    const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
+    std::error_code rm;
+    if (!alive && fs::remove_all(e.path(), rm) > 0) ++removed;
+  }
+  return removed;
 }
 
 bool lies_within(const std::string& path, const std::string& dir) {

@@ -32,6 +32,12 @@ bool same_file(const std::string& a, const std::string& b);
 struct NamedPath {
   std::string what, path;
 };
+// Removes from `dir` the temporaries of writers that died before renaming
+// them into place — entries named STEM.tmp.PID (write_file_atomic's, a token
+// file's, a checkpoint's, an export's) whose process is gone, for the stems
+// `ours` accepts — and returns how many.  A live process's are kept.
+int remove_dead_temporaries(const std::string& dir, const std::function<bool(const std::string& stem)>& ours);
+
 // Whether `path` (symlinks followed) is `dir` or lies anywhere below it.
 bool lies_within(const std::string& path, const std::string& dir);
 // Throws an Error naming both when an output is one of the inputs, lies

@@ -156,6 +156,22 @@ void clear_previous_prepare(const std::string& out_dir, bool remove) {
     if (!fs::remove(f, ec)) fail(f.string(), ": cannot remove: ", ec.message());
 }
 
+void remove_dead_prepare_temporaries(const std::string& out_dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(out_dir, ec)) return;
+  remove_dead_temporaries(out_dir, [](const std::string& stem) {
+    return is_token_file_name(stem) || stem == "prepare.json" || stem == "tokenizer.json";
+  });
+}
+
+void check_bpe_flags(int64_t vocab_size, int64_t min_frequency, int64_t train_mb) {
+  if (vocab_size < 257 || vocab_size > (int64_t{1} << 24))
+    fail("--vocab-size must be from 257 (256 bytes + <|endoftext|>) to 2^24 = 16777216 (what a tokenizer.json may "
+         "hold here), got ", vocab_size);
+  if (min_frequency < 1) fail("--min-frequency must be at least 1, got ", min_frequency);
+  if (train_mb < 0 || train_mb > (int64_t{1} << 40)) fail("--train-mb must be 0 (all) or up to 2^40, got ", train_mb);
+}
+
 bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction) {
   if (val_fraction <= 0) return false;
   if (val_fraction >= 1) return true;
@@ -176,6 +192,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
   CorpusReader reader(copt);
   check_inputs_outside_outputs(opt);
   clear_previous_prepare(opt.out_dir, /*remove=*/true);
+  remove_dead_prepare_temporaries(opt.out_dir);
   std::error_code ec;
   std::filesystem::create_directories(opt.out_dir, ec);
   if (ec) fail(opt.out_dir, ": cannot create directory: ", ec.message());

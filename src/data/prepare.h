@@ -63,6 +63,16 @@ bool is_token_file_name(const std::string& name);
 BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainerOptions& opt, int threads,
                                    uint64_t max_bytes, FILE* log);
 
+// Removes from out_dir the temporaries (NAME.tmp.PID) of a prepare that was
+// killed while writing its token files, manifest or tokenizer copy.
+void remove_dead_prepare_temporaries(const std::string& out_dir);
+
+// The BPE training flags of tokenizer-train and prepare, each meaning what it
+// says or refused: --vocab-size from 257 (256 bytes + <|endoftext|>) to 2^24
+// (what the tokenizer loader accepts), --min-frequency ≥ 1, --train-mb from
+// 0 (all) to 2^40.
+void check_bpe_flags(int64_t vocab_size, int64_t min_frequency, int64_t train_mb);
+
 // Document `doc` belongs to val: a hash of (seed, doc) below val_fraction.
 bool is_val_document(uint64_t seed, uint64_t doc, double val_fraction);
 

@@ -39,7 +39,7 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
 int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* base, const std::string& prefix,
                    bf16* base16 = nullptr, bool keep_missing_routing = false,
                    const std::function<bool(const TensorSpec&)>& which = nullptr, int64_t lo = 0,
-                   int64_t hi = INT64_MAX) {
+                   int64_t hi = INT64_MAX, bool non_negative = false) {
   const bool whole = lo == 0 && hi >= layout.total();
   ATTNRES_CHECK(whole || !base16, "a range of a bf16 arena");
   int64_t kept = 0;
@@ -72,9 +72,12 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
       float* p = base + (from - lo);
       files.read_float(name, shape, static_cast<size_t>(from - s.offset), {p, static_cast<size_t>(to - from)});
 #pragma omp parallel for num_threads(nt) reduction(| : bad)
-      for (int64_t i = 0; i < to - from; ++i) bad |= !std::isfinite(p[i]);
+      for (int64_t i = 0; i < to - from; ++i) bad |= !std::isfinite(p[i]) ? 1 : (non_negative && p[i] < 0 ? 2 : 0);
     }
-    if (bad) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
+    if (bad & 1) fail(files.file_of(name).path(), ": tensor ", name, " holds non-finite values (NaN or Inf)");
+    if (bad & 2)
+      fail(files.file_of(name).path(), ": tensor ", name,
+           " holds negative values, which a second moment (a mean of squares) cannot: the file is damaged");
   }
   return kept;
 }
@@ -146,19 +149,8 @@ std::vector<std::string> companion_files(const std::string& dir) {
 void set_checkpoint_fault_for_testing(int k) { g_fault_at = k; }
 
 int remove_stray_checkpoint_dirs(const std::string& out_dir) {
-  int removed = 0;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(out_dir, ec)) {
-    const std::string name = e.path().filename().string();
-    // .step_N.tmp.PID of a save that never finished, if PID is gone (or is us).
-    const size_t at = name.rfind(".tmp.");
-    if (name.rfind(".step_", 0) == 0 && at != std::string::npos) {
-      const long pid = std::strtol(name.c_str() + at + 5, nullptr, 10);
-      const bool alive = pid > 0 && pid != ::getpid() && (::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM);
-      if (!alive && fs::remove_all(e.path(), ec) > 0) ++removed;
-    }
-  }
-  return removed;
+  // .step_N.tmp.PID of a save that never finished, if PID is gone (or is us).
+  return remove_dead_temporaries(out_dir, [](const std::string& stem) { return stem.rfind(".step_", 0) == 0; });
 }
 
 std::vector<std::string> previous_run_files(const std::string& out_dir) {
@@ -330,7 +322,7 @@ TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, 
               "fine-tune from it with --init instead");
   WeightFiles opt(dir + "/optimizer.safetensors", threads);
   read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained, lo, hi);
-  read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained, lo, hi);
+  read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained, lo, hi, /*non_negative=*/true);
   return read_trainer_state(dir);
 }
 
@@ -342,16 +334,31 @@ TrainerState read_trainer_state(const std::string& dir) {
               "fine-tune from it with --init instead");
   try {
     auto j = parse_json(read_file(path), path);
-    st.step = j.at("step").get<int64_t>();
-    st.data.shard = j.at("data").at("shard").get<int64_t>();
-    st.data.offset = j.at("data").at("offset").get<int64_t>();
-    st.data.epoch = j.at("data").at("epoch").get<int64_t>();
-    st.rng = j.at("rng").get<std::array<uint64_t, 4>>();
+    // Every number read back is checked like a flag: an integer (not 4.5, not
+    // 1e30), in range; one line naming the file and the field.
+    auto whole = [&](const nlohmann::json& v, const char* field, int64_t lo) {
+      if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) ||
+          v.get<int64_t>() < lo)
+        fail(path, ": '", field, "' is ", brief(v), ", not an integer ≥ ", lo);
+      return v.get<int64_t>();
+    };
+    st.step = whole(j.at("step"), "step", 0);
+    st.data.shard = whole(j.at("data").at("shard"), "data.shard", 0);
+    st.data.offset = whole(j.at("data").at("offset"), "data.offset", 0);
+    st.data.epoch = whole(j.at("data").at("epoch"), "data.epoch", 0);
+    const nlohmann::json& rng = j.at("rng");
+    if (!rng.is_array() || rng.size() != 4) fail(path, ": 'rng' is ", brief(rng), ", not 4 unsigned 64-bit integers");
+    for (size_t i = 0; i < 4; ++i) {
+      if (!rng[i].is_number_unsigned() && !(rng[i].is_number_integer() && rng[i].get<int64_t>() >= 0))
+        fail(path, ": 'rng'[", i, "] is ", brief(rng[i]), ", not an unsigned 64-bit integer");
+      st.rng[i] = rng[i].get<uint64_t>();
+    }
     st.settings = j.value("settings", nlohmann::json::object());
     if (st.settings.is_null()) st.settings = nlohmann::json::object();
     if (!st.settings.is_object()) fail(path, ": 'settings' is not an object");
-  } catch (const nlohmann::json::exception& e) {
-    fail(path, ": malformed trainer state: ", e.what());
+  } catch (const nlohmann::json::exception&) {
+    fail(path, ": not a trainer state this version wrote: step, data (shard, offset, epoch) and rng are needed, "
+               "each a number");
   }
   return st;
 }

@@ -3,7 +3,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "core/error.h"
 #include "core/precision.h"
@@ -51,7 +53,29 @@ void TrainOptions::validate() const {
     fail("--seq-len ", seq_len, " exceeds max_position_embeddings ", model.max_position_embeddings);
   if (warmup < 0) fail("--warmup must be 0 or more");
   if (lr <= 0 || lr_min < 0) fail("--lr must be positive and --lr-min not negative");
+  if (lr_min > lr) fail("--lr-min ", lr_min, " is above --lr ", lr, ": the cosine decays from --lr down to --lr-min");
   if (lr_min_routing >= 0 && lr_routing < 0) fail("--lr-min-routing needs --lr-routing");
+  if (lr_routing >= 0 && lr_min_routing > lr_routing)
+    fail("--lr-min-routing ", lr_min_routing, " is above --lr-routing ", lr_routing);
+  // AdamW's settings mean what they say (issue 33: β = 1 divided by zero in
+  // the bias correction, β > 1 or ε ≤ 0 trained silently): β ∈ [0, 1), ε > 0.
+  if (!(beta1 >= 0 && beta1 < 1)) fail("--beta1 must be in [0, 1), got ", beta1);
+  if (!(beta2 >= 0 && beta2 < 1)) fail("--beta2 must be in [0, 1), got ", beta2);
+  if (!(eps > 0)) fail("--eps must be positive, got ", eps);
+  if (weight_decay < 0) fail("--weight-decay must be 0 (none) or positive, got ", weight_decay);
+  if (clip < 0) fail("--clip must be 0 (off) or positive, got ", clip);
+  // Counts: 0 is the documented "off" or "all"; a negative one means nothing.
+  for (const auto& [flag, v] : {std::pair<const char*, int64_t>{"--val-every", val_every}, {"--val-tokens", val_tokens},
+                                {"--ckpt-every", ckpt_every}, {"--routing-every", routing_every}})
+    if (v < 0) fail(flag, " must be 0 or positive, got ", v);
+  if (time_budget < 0) fail("--time-budget must be 0 (none) or a positive number of seconds, got ", time_budget);
+  if (peak_gflops < 0) fail("--peak-gflops must be 0 (measure) or positive, got ", peak_gflops);
+  // A step's work is bounded before it starts (issue 33: --accum 999999999999
+  // ran for ever): at most 2^40 tokens per optimizer step and rank.
+  // (A micro-batch above 2^30 tokens is refused where the model is sized.)
+  constexpr int64_t kMostStepTokens = int64_t{1} << 40;
+  if (batch <= (int64_t{1} << 30) / seq_len && accum > kMostStepTokens / (batch * seq_len))
+    fail("--accum ", accum, " × --batch ", batch, " × --seq-len ", seq_len, " is more than 2^40 tokens per step");
   if (freeze_base && !mode_spec(model.mode).routed())
     fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
   if (keep_checkpoints < 0) fail("--keep-checkpoints must be 0 (all) or positive");
@@ -100,8 +124,19 @@ void take_run_settings(TrainOptions& o, const nlohmann::json& stored, const std:
   TrainOptions::each(o, [&](auto& field, const char* key, const char*, OnResume, const char*) {
     if (given.count(key) || !stored.contains(key)) return;
     using T = std::decay_t<decltype(field)>;
+    const nlohmann::json& v = stored[key];
+    bool ok = true;  // a number means what it says: an integer field takes a whole number in its range
+    if constexpr (std::is_same_v<T, uint64_t>)
+      ok = v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0);
+    else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>)
+      ok = v.is_number_integer() && !(v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) &&
+           v.get<int64_t>() >= std::numeric_limits<T>::min() && v.get<int64_t>() <= std::numeric_limits<T>::max();
+    else if constexpr (std::is_same_v<T, double>)
+      ok = v.is_number() && std::isfinite(v.get<double>());
+    if (!ok)
+      fail("the run's trainer_state.json: setting '", key, "' is ", brief(v), ", not a valid --", option_flag(key));
     try {
-      field = stored[key].get<T>();
+      field = v.get<T>();
     } catch (const nlohmann::json::exception&) {
       fail("the run's trainer_state.json: setting '", key, "' is ", brief(stored[key]), ", not a valid --",
            option_flag(key));

@@ -92,7 +92,8 @@ struct TrainOptions {
     visit(o.seq_len, "seq_len", "256", R::kFixed, "sequence length T");
     visit(o.accum, "accum", "1", R::kGlobalBatch, "micro-batches per optimizer step, per rank");
     visit(o.lr, "lr", "3e-3", R::kFixed, "peak learning rate");
-    visit(o.lr_min, "lr_min", "3e-4", R::kFixed, "final learning rate of the cosine decay");
+    visit(o.lr_min, "lr_min", "3e-4", R::kFixed,
+          "final learning rate of the cosine decay (with --lr given: --lr / 10 unless given)");
     visit(o.lr_routing, "lr_routing", "", R::kFixed, "peak learning rate of the routing parameters (default: --lr)");
     visit(o.lr_min_routing, "lr_min_routing", "", R::kFixed,
           "final learning rate of the routing parameters (default: --lr-min, as the reference script)");

@@ -153,6 +153,14 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   const float scale = 1.0f / static_cast<float>(so.accum * ranks);
   double loss = 0;  // this rank's mean over its micro-batches
   for (int64_t micro = 0; micro < so.accum; ++micro) {
+    // One process: a stop signal is honoured between micro-batches — the
+    // step is abandoned (no update; the caller puts the data position back),
+    // so a long --accum never keeps a stop waiting for the whole step.
+    // (With ranks the signal travels with the step's exchange, at its end.)
+    if (micro > 0 && ranks == 1 && so.received_signal && (st.signal = so.received_signal())) {
+      st.abandoned = true;
+      return st;
+    }
     next_batch(inputs.data(), targets.data());
     loss += model.forward_backward(inputs.data(), targets.data(), true, scale);
   }
@@ -429,6 +437,7 @@ void Run::next_batch(int32_t* in, int32_t* tg) {
   if (drawn_ == 0)
     for (int64_t j = 0; j < rank_ * opt_.accum; ++j) loader_->skip();  // lower ranks' micro-batches
   loader_->next(in, tg);
+  if (step_ + 1 == hooks_.stop_step && drawn_ + 1 == hooks_.stop_micro) std::raise(SIGTERM);  // tests
   if (++drawn_ == opt_.accum) {
     for (int64_t j = 0; j < (ranks_ - 1 - rank_) * opt_.accum; ++j) loader_->skip();  // higher ranks'
     drawn_ = 0;
@@ -748,7 +757,25 @@ void Run::step_loop() {
     sopt.poison = rank_ == hooks_.nan_rank && step + 1 == hooks_.nan_step;
     sopt.comm = &comm_;
     sopt.shards = shards_.get();
+    // Where the data stood before the step: an abandoned step puts it back, so
+    // that the checkpoint of the last whole step resumes bit-identically.
+    const LoaderPosition pos_before = loader_->position();
+    const Rng data_rng_before = data_rng_;
+    const int64_t drawn_before = drawn_;
     const StepStats st = train_step(model, *adamw_, [this](int32_t* in, int32_t* tg) { next_batch(in, tg); }, sopt);
+    if (st.abandoned) {
+      loader_->set_position(pos_before);
+      data_rng_ = data_rng_before;
+      drawn_ = drawn_before;
+      if (routing_step) model.collect_routing_stats(false);
+      stopped_by_ = st.signal;
+      if (!quiet_)
+        std::printf("%s received during step %lld: the step is abandoned; saving the checkpoint of step %lld and "
+                    "stopping\n",
+                    ::strsignal(stopped_by_), static_cast<long long>(step + 1), static_cast<long long>(step));
+      std::fflush(stdout);
+      break;
+    }
     if (routing_step) {
       RoutingStats routing = model.routing_stats();
       model.collect_routing_stats(false);

@@ -32,6 +32,8 @@ struct TrainTestHooks {
   int nan_rank = -1;         // this rank's gradient is NaN at 1-based step nan_step (a fault on one rank)
   int64_t nan_step = -1;
   int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB)
+  int64_t stop_step = -1;    // SIGTERM to itself once micro-batch stop_micro (1-based) of step stop_step is drawn
+  int64_t stop_micro = -1;
 };
 
 // The first stage of train(): the run's settings, settled and checked before
@@ -87,6 +89,7 @@ struct StepStats {
   double loss = 0, grad_norm = 0;  // global, before clipping
   bool skipped = false;            // not finite, and skipped
   int signal = 0;                  // the first rank's stop signal, if any rank had one
+  bool abandoned = false;          // one process: stopped between micro-batches, no update made
 };
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
                      const StepOptions& so);
