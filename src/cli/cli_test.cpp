@@ -69,7 +69,9 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
   EXPECT_EQ(cfg["model_type"], "qwen3_attnres");
   expect_clear_error(run(common + "--block-delta sideways --out " + dir_ + "/x"), {"attnres_block_delta"});
   expect_clear_error(run(common + "--save-dtype f8 --out " + dir_ + "/x"), {"--save-dtype must be f32 or bf16, got 'f8'"});
-  expect_clear_error(run(common + "--mode baseline --freeze-base --out " + dir_ + "/x"), {"--freeze-base"});
+  expect_clear_error(run("train --init " + dir_ + "/model --data " + dir_ +
+                         "/ok.bin --steps 1 --batch 1 --seq-len 16 --mode baseline --freeze-base --out " + dir_ + "/x"),
+                     {"--freeze-base"});
 }
 
 // Routing heads from the command line: the reference's conversion recipe

@@ -19,6 +19,31 @@ const FlagSpec* Flags::find(const std::string& name) const {
   return nullptr;
 }
 
+namespace {
+
+// Two values of one flag that mean the same: equal, or for --precision the
+// same precisions under their spellings ("f32" is "fp32"; a list item by item).
+bool same_value(const std::string& flag, const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (flag != "precision") return false;
+  auto canonical = [](const std::string& v) {
+    std::string out, item;
+    for (size_t i = 0; i <= v.size(); ++i) {
+      if (i < v.size() && v[i] != ',') {
+        item += v[i];
+        continue;
+      }
+      if (!out.empty()) out += ',';
+      out.append(item == "f32" ? "fp32" : item);
+      item.clear();
+    }
+    return out;
+  };
+  return canonical(a) == canonical(b);
+}
+
+}  // namespace
+
 bool Flags::parse(int argc, char** argv) {
   for (int i = 0; i < argc; ++i) {
     std::string arg = argv[i];
@@ -26,8 +51,14 @@ bool Flags::parse(int argc, char** argv) {
       std::fputs(help().c_str(), stdout);
       return false;
     }
+    if (arg == "--") {  // the end of the flags, as getopt has it; no command takes operands
+      if (i + 1 < argc)
+        fail("unexpected argument '", visible(argv[i + 1]), "' after -- (attnres ", command_,
+             " takes flags only; see --help)");
+      return true;
+    }
     if (arg.rfind("--", 0) != 0)
-      fail("unexpected argument '", arg, "' (see attnres ", command_, " --help)");
+      fail("unexpected argument '", visible(arg), "' (see attnres ", command_, " --help)");
     std::string name = arg.substr(2), value;
     bool inline_value = false;
     if (auto eq = name.find('='); eq != std::string::npos) {
@@ -49,9 +80,12 @@ bool Flags::parse(int argc, char** argv) {
       if (i + 1 >= argc) fail("flag --", spelled, " needs a value");
       value = argv[++i];
     }
-    if (given_.count(name) && spelled_[name] != spelled && values_[name] != value)
-      fail("--", spelled, " ", value, " and --", spelled_[name], " ", values_[name],
-           " disagree (two spellings of one flag)");
+    if (given_.count(name) && !spec->repeatable && !same_value(name, values_[name], value))
+      fail(spelled_[name] == spelled
+               ? cat("--", spelled, " is given twice (", visible(values_[name]), ", then ", visible(value),
+                     "): give it once")
+               : cat("--", spelled, " ", visible(value), " and --", spelled_[name], " ", visible(values_[name]),
+                     " disagree (two spellings of one flag)"));
     values_[name] = value;
     given_[name] = given_[spelled] = true;
     spelled_[name] = spelled;

@@ -19,6 +19,7 @@ struct FlagSpec {
   std::string default_value;  // "false" marks a switch; "" means "no default"
   std::string help;
   std::string spelling_of;    // another spelling of that flag (its value is the flag's), e.g. --dtype of --precision
+  bool repeatable = false;    // may be given more than once (a list: each value kept); else once, or again alike
   FlagSpec(std::string n, std::string d, std::string h, std::string of = "")
       : name(std::move(n)), default_value(std::move(d)), help(std::move(h)), spelling_of(std::move(of)) {}
 };

@@ -42,6 +42,7 @@ class OptionList {
   template <class T>
   void add(T& field, FlagSpec spec) {
     const std::string name = spec.name;
+    spec.repeatable = std::is_same_v<T, std::vector<std::string>>;  // a list takes every value given
     specs_.push_back(std::move(spec));
     readers_.push_back([&field, name](const Flags& f) { read(field, name, f); });
     shows_.push_back([&field] { return show(field); });

@@ -27,6 +27,7 @@ int cmd_tokenizer_train(int argc, char** argv) {
                   "Hugging Face tokenizer.json.");
   opts.add(o.input, {"input", "", "comma-separated files and directories (text, .jsonl/.ndjson, gzip of either)"});
   opts.add(o.output, {"output", "tokenizer.json", "where to write the tokenizer"});
+  opts.add_spelling({"out", "", "as every other command spells it", "output"});
   opts.add(o.vocab_size, {"vocab-size", "8192", "vocabulary size, including the 256 bytes and <|endoftext|>"});
   opts.add(o.min_frequency, {"min-frequency", "2", "fewest occurrences of a pair to merge it"});
   opts.add(o.train_mb, {"train-mb", "0", "use only the first this many MB of text (0: all)"});

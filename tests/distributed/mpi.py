@@ -73,9 +73,9 @@ class Runner:
         self.data = os.path.join(tmp, "train.bin")
         self.val = os.path.join(tmp, "val.bin")
 
-    def args(self, out, mode="delta_block", steps=20, extra=()):
+    def args(self, out, mode="delta_block", steps=20, extra=(), seq_len=32):
         return ["train", "--config", "tiny", "--mode", mode, "--data", self.data, "--steps", str(steps),
-                "--seq-len", "32", "--threads", "1", "--peak-gflops", "10", "--warmup", "5", "--seed", "7",
+                "--seq-len", str(seq_len), "--threads", "1", "--peak-gflops", "10", "--warmup", "5", "--seed", "7",
                 "--out", os.path.join(self.tmp, out)] + list(extra)
 
     def cmd(self, ranks, args):
@@ -345,7 +345,7 @@ def test_resume_across_world_sizes(r):
 
 def stop_test(r, name, send):
     out = f"stop-{name}"
-    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4", "--seq-len", "64"]))
+    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4"], seq_len=64))
     if not check(wait_for_steps(r, out, 3, proc), f"{name}: the run trains"):
         proc.kill()
         return
