@@ -568,10 +568,15 @@ int cmd_bench(int argc, char** argv) {
   }
   // Every name of every mode (model/config.h), in its order: the five, then the reference's _mh ones.
   std::vector<std::string> modes;
-  if (f.mode == "all")
+  if (f.mode == "all") {
     for (const ModeName& n : mode_names()) modes.push_back(n.name);
-  else
-    modes = {bench_config(f, f.mode).mode_label()};
+  } else {
+    const Config c = bench_config(f, f.mode);
+    if (f.routing_heads && !mode_spec(c.mode).routed())  // as train refuses it
+      fail("--routing-heads ", *f.routing_heads, " with attnres_mode ", c.mode_label(),
+           ", which has no depth routing (routing heads need a routed mode)");
+    modes = {c.mode_label()};
+  }
   const bool json = f.json;
   const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
   // Both peaks where the machine has both (the bf16 one beside SGEMM's), each

@@ -240,11 +240,20 @@ int cmd_compare(int argc, char** argv) {
                              {"val_every", val_every}, {"val_tokens", t.val_tokens},
                              {"routing_every", routing_every}, {"precision", precision},
                              {"train_options", given_options}};
+  // One comparison at a time in a directory: a second one on a running
+  // comparison's --out is refused up front (and never writes into its files).
+  const DirLock lock(out);
   const std::string settings_path = out + "/compare.json";
   if (fs::exists(settings_path)) {
     nlohmann::json was = parse_json(read_file(settings_path), settings_path);
     if (!was.contains("precision")) was["precision"] = "fp32";  // a comparison from before --precision
     if (!was.contains("train_options")) was["train_options"] = nlohmann::json::object();  // from before they passed
+    // The same modes in another order are the same comparison (a run per mode and seed).
+    auto sorted = [](nlohmann::json m) {
+      if (m.is_array()) std::sort(m.begin(), m.end());
+      return m;
+    };
+    if (was.contains("modes") && sorted(was["modes"]) == sorted(settings["modes"])) was["modes"] = settings["modes"];
     for (auto it = settings.begin(); it != settings.end(); ++it)
       if (!was.contains(it.key()) || was[it.key()] != it.value())
         fail(out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
@@ -346,6 +355,7 @@ int cmd_compare(int argc, char** argv) {
                         {"routing_curve", log.routing_curve}};
     const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
     r["params"] = ParamLayout(c).total();
+    r["routing_heads"] = mode_spec(c.mode).routed() ? c.routing_heads : 0;
     if (mode_spec(c.mode).routed()) {  // the routing of the final model, on validation tokens
       const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", o.val_data, "--seq-len",
                                        cat(T), "--max-tokens", cat(o.routing_tokens), "--threads",
@@ -409,7 +419,7 @@ int cmd_compare(int argc, char** argv) {
   std::vector<std::string> notes;
   for (const std::string& m : modes) {
     std::vector<double> losses, speeds, deep, matched;
-    int64_t rss = 0, params = 0, steps_min = steps;
+    int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
     bool cut = false;
     for (const auto& r : results)
       if (r["mode"] == m) {
@@ -418,6 +428,7 @@ int cmd_compare(int argc, char** argv) {
         speeds.push_back(r["tok_per_s"].get<double>());
         rss = std::max(rss, r["peak_rss_bytes"].get<int64_t>());
         params = r["params"].get<int64_t>();
+        heads = std::max(heads, r.value("routing_heads", int64_t{0}));
         steps_min = std::min(steps_min, r["steps"].get<int64_t>());
         cut = cut || r["cut"].get<bool>();
         if (r.contains("routing")) deep.push_back(deep_max_weight(r["routing"]));
@@ -459,7 +470,7 @@ int cmd_compare(int argc, char** argv) {
         notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±",
                             fmt(spread + base_spread, 4), ")"));
     }
-    table += cat("| ", m, " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
+    table += cat("| ", m, heads > 1 ? cat(" (", heads, " routing heads)") : std::string(), " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
                  fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",
                  deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " |\n");
   }

@@ -1,4 +1,5 @@
 // eval.cpp — `attnres eval`: loss and perplexity of a checkpoint over a token file.
+#include <cmath>
 #include <cstdio>
 
 #include <nlohmann/json.hpp>
@@ -39,6 +40,9 @@ int cmd_eval(int argc, char** argv) {
   eo.max_tokens = w.max_tokens;
   eo.progress = !o.quiet;
   EvalResult r = evaluate(*model, data, eo);
+  if (!std::isfinite(r.loss))  // finite weights (checked on load) whose arithmetic overflows
+    fail(src.dir, ": the loss over ", w.data, " is ", r.loss, ": the weights are finite but overflow float32 "
+         "arithmetic; the largest is ", largest_weight(*model));
   if (o.json) {
     nlohmann::json j = {{"model", src.dir},       {"data", w.data},      {"mode", src.config.mode_label()},
                         {"seq_len", w.seq_len},   {"loss", r.loss},      {"ppl", r.ppl},

@@ -2,7 +2,9 @@
 // directory that the reference code (and transformers) load.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cctype>
 #include <cmath>
 #include <filesystem>
@@ -108,7 +110,12 @@ int cmd_export(int argc, char** argv) {
   } catch (const Error& e) {
     fs::remove_all(tmp, ec);
     const uint64_t need = static_cast<uint64_t>(layout.total()) * (bf16 ? 2 : 4);
-    fail(e.what(), " (nothing was left at ", out, "; ", space_note(parent.string(), need), ")");
+    // How much it needs and the space free: only when space is what failed.
+    const std::string why = e.what();
+    const bool space = why.find(std::strerror(ENOSPC)) != std::string::npos ||
+                       why.find(std::strerror(EDQUOT)) != std::string::npos ||
+                       why.find(std::strerror(EFBIG)) != std::string::npos;
+    fail(why, " (nothing was left at ", out, space ? "; " + space_note(parent.string(), need) : std::string(), ")");
   }
   std::printf("exported %s (%s, %lld parameters) to %s: %s weights in %d file%s", src.c_str(), c.mode_label(),
               static_cast<long long>(layout.total()), out.c_str(), bf16 ? "bf16" : "f32", files, files == 1 ? "" : "s");

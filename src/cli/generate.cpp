@@ -119,7 +119,14 @@ int cmd_generate(int argc, char** argv) {
       g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
   }
 
-  // The prompts.
+  // The prompts: from one source (two would leave one silently unused).
+  {
+    std::vector<std::string> sources;
+    if (o.prompt) sources.push_back("--prompt");
+    if (o.prompt_ids) sources.push_back("--prompt-ids");
+    if (!o.prompts.empty()) sources.push_back("--prompts");
+    if (sources.size() > 1) fail(sources[0], " and ", sources[1], " both give the prompt: give one of them");
+  }
   struct Prompt {
     std::vector<int32_t> ids;
     bool from_ids = false;

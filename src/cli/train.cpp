@@ -109,11 +109,14 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
          "--block-delta reference --routing-heads H)");
   o.validate();
 
-  if (comm.root())
-    std::printf("attnres train\n  config = %s\n%s%s", preset ? m.config.c_str() : (from + " (its config.json)").c_str(),
-                options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
-  std::fflush(stdout);  // before any error line on stderr, also when piped
-  const TrainResult r = train(o, &comm, test_hooks_from_environment(comm));
+  // The start-up table once the run is accepted: a refused run prints its error alone.
+  auto started = [&] {
+    if (comm.root())
+      std::printf("attnres train\n  config = %s\n%s%s", preset ? m.config.c_str() : (from + " (its config.json)").c_str(),
+                  options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
+    std::fflush(stdout);  // before any error line on stderr, also when piped
+  };
+  const TrainResult r = train(o, &comm, test_hooks_from_environment(comm), started);
   if (!comm.root()) return 0;
   if (r.val_tokens > 0)
     std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",

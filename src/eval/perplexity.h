@@ -35,5 +35,8 @@ struct EvalOptions {
 };
 
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});
+// The weight tensor with the largest magnitude and that magnitude: what to
+// name when finite weights overflow float32 arithmetic.
+std::string largest_weight(Model& model);
 
 }  // namespace attnres

@@ -205,7 +205,10 @@ int64_t load_weights(Model& model, const std::string& path, bool keep_missing_ro
 }
 
 std::string resolve_model_dir(const std::string& path) {
-  if (!is_dir(path)) fail(path, ": not a directory");
+  if (!is_dir(path)) {
+    std::error_code ec;
+    fail(path, fs::exists(path, ec) ? ": is a file, not a model or run directory" : ": does not exist");
+  }
   if (fs::exists(path + "/config.json")) return path;
   const std::string latest = path + "/latest";
   std::error_code ec;
@@ -230,6 +233,11 @@ std::string resolve_model_dir(const std::string& path) {
     if (!fs::exists(dir / "config.json", ec))
       fail(latest, " names ", shown(), ", and ", dir.string().size() > 200 ? shown() : dir.string(),
            " holds no config.json");
+    // A run's latest names one of its own checkpoints: one elsewhere (another
+    // run's) would be resumed or evaluated as if it were this run's.
+    if (!lies_within(dir.string(), path))
+      fail(latest, " names ", shown(), ", a checkpoint outside ", path,
+           " (another run's?): pass that checkpoint's directory itself if it is the one meant");
     return dir.string();
   }
   fail(path, ": holds neither config.json nor a 'latest' checkpoint pointer");

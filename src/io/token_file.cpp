@@ -1,6 +1,9 @@
 // token_file.cpp — see token_file.h.
 #include "io/token_file.h"
 
+#include <cerrno>
+#include <cstdio>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -54,7 +57,26 @@ TokenFile::TokenFile(const std::string& path) : path_(path) {
                    bytes - header_bytes, " bytes of tokens");
   map_ = map_file(path, fd, bytes, MAP_PRIVATE);
   if (!map_) {
-    close_and_fail(": mmap failed: ", errno_text());
+    // ENOMEM with memory to spare is the kernel's limit on a process's
+    // mappings: every shard is one (70,000 shards pass the default 65,530).
+    const int err = errno;
+    std::string limit;
+    if (err == ENOMEM) {
+      long most = 0, held = 0;
+      if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+        if (std::fscanf(f, "%ld", &most) != 1) most = 0;
+        std::fclose(f);
+      }
+      if (std::FILE* f = std::fopen("/proc/self/maps", "r")) {
+        for (int c; (c = std::fgetc(f)) != EOF;) held += c == '\n';
+        std::fclose(f);
+      }
+      if (most > 0 && held + 64 >= most)
+        limit = cat(" (this process holds ", held, " mappings, at the kernel's limit vm.max_map_count = ", most,
+                    "; every token file is one: fewer, larger shards, or raise the limit with sysctl)");
+    }
+    errno = err;
+    close_and_fail(": mmap failed: ", errno_text(), limit);
   }
   ::close(fd);
   map_bytes_ = bytes;

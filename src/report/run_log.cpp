@@ -98,7 +98,7 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
       {"tok_per_s", kNumber, true},    {"peak_rss_bytes", kInteger, true}, {"params", kInteger, true},
       {"cut", kBool, true},            {"val_curve", kList, true},    {"loss_curve", kList, true},
       {"routing_curve", kList, false}, {"routing", kObject, false},   {"planned_steps", kInteger, false},
-      {"schedule_cut_at", kInteger, false},
+      {"schedule_cut_at", kInteger, false}, {"routing_heads", kInteger, false},
   };
   static const char* kNames[] = {"a string", "an integer", "a number", "true or false", "a list", "an object"};
   for (const Field& f : kFields) {

@@ -922,7 +922,8 @@ TrainResult Run::finish() {
 
 }  // namespace
 
-TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks) {
+TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks,
+                  const std::function<void()>& started) {
   std::unique_ptr<Comm> own_comm;
   if (!comm_in) own_comm = Comm::single();
   Comm& comm = comm_in ? *comm_in : *own_comm;
@@ -931,6 +932,7 @@ TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& 
   comm.set_timeout(opt.collective_timeout);
   Run run(opt, comm, hooks, plan_run(opt, comm.local_size()));  // 1. settle the run's settings
   run.claim_output();
+  if (started) started();  // the caller's start-up lines: only once the run is not refused
   run.build();      // 2. data, model, optimizer, weights, log
   run.step_loop();  // 3. the steps
   return run.finish();  // 4. the last validation and checkpoint

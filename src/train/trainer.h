@@ -56,7 +56,11 @@ class Comm;
 // With `comm` (null: a world of one), one rank of a data-parallel run: every
 // rank calls train() with the same options; rank 0 logs, validates and writes
 // the checkpoints (see docs/distributed.md).
-TrainResult train(const TrainOptions& opt, Comm* comm = nullptr, const TrainTestHooks& hooks = {});
+// `started`, when given, runs once the settings are settled and --out is
+// claimed (before the data and the model): where a command prints its
+// start-up table, so that a refused run prints only its error.
+TrainResult train(const TrainOptions& opt, Comm* comm = nullptr, const TrainTestHooks& hooks = {},
+                  const std::function<void()>& started = nullptr);
 
 class Model;
 class AdamW;
