@@ -26,6 +26,7 @@
 #include "io/checkpoint.h"
 #include "io/safetensors.h"
 #include "model/config.h"
+#include "model/params.h"
 
 namespace attnres {
 namespace {
@@ -706,7 +707,7 @@ TEST_F(Round3, NumbersMeanWhatTheySayOrAreRefused) {
       {"--accum 999999999999", "more than 2^40 tokens per step"},
       {"--seed \"$(printf '\\t-1')\"", "--seed expects a non-negative integer"},
       {"--seed \"$(printf '\\n5')\"", "--seed expects a non-negative integer"},
-      {"--steps \"$(printf ' 3')\"", "--steps expects an integer"},
+      {"--warmup \"$(printf ' 3')\"", "--warmup expects an integer"},
       {"--lr \"$(printf ' 1e-3')\"", "--lr expects a finite number"},
   };
   for (const auto& [flags, what] : bad) expect_clear_error(run(train + flags), {what});
@@ -841,6 +842,88 @@ TEST_F(Generate, DeadWritersTemporariesAreRemoved) {
   r = run("tokenizer-train --input " + c + " --output " + dir_ + "/tok.json --vocab-size 300");
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_FALSE(fs::exists(dir_ + "/tok.json.tmp." + std::to_string(dead)));
+}
+
+// Messages of round 4: each one line, saying what is wrong.
+TEST_F(Round3, Round4MessagesSayWhatIsWrong) {
+  const std::string ev = "eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --quiet";
+  // A repeated flag with another value is refused; two spellings of one value agree.
+  expect_clear_error(run(ev + " --seq-len 16"), {"--seq-len is given twice (8, then 16): give it once"});
+  EXPECT_EQ(run(ev + " --seq-len 8").status, 0);
+  EXPECT_EQ(run(ev + " --dtype f32 --precision fp32").status, 0);
+  // `--` ends the flags; nothing may follow it.
+  EXPECT_EQ(run(ev + " --").status, 0);
+  expect_clear_error(run(ev + " -- extra"), {"unexpected argument 'extra' after --", "takes flags only"});
+  // tokenizer-train takes --out as every other command.
+  EXPECT_EQ(run("tokenizer-train --input " + dir_ + "/corpus.txt --out " + dir_ + "/t.json --vocab-size 280").status, 0);
+  EXPECT_TRUE(fs::exists(dir_ + "/t.json"));
+  // bench refuses routing heads without routing, as train does.
+  write_file_atomic(dir_ + "/b.json", cfg_.to_json().dump());
+  expect_clear_error(run("bench --config " + dir_ + "/b.json --mode baseline --routing-heads 4 --seq-len 8 --steps 1"),
+                     {"--routing-heads 4 with attnres_mode baseline, which has no depth routing"});
+  // One prompt source.
+  expect_clear_error(run("generate --model " + gen_ + " --prompt hi --prompt-ids 1,2"),
+                     {"--prompt and --prompt-ids both give the prompt"});
+  // A path that does not exist says so.
+  expect_clear_error(run("eval --model " + dir_ + "/nowhere --data " + dir_ + "/ok.bin"),
+                     {dir_ + "/nowhere: does not exist"});
+  expect_clear_error(run("eval --model " + dir_ + "/ok.bin --data " + dir_ + "/ok.bin"),
+                     {dir_ + "/ok.bin: is a file, not a model or run directory"});
+  // A run whose latest names another run's checkpoint.
+  const std::string a = dir_ + "/runA";
+  ASSERT_EQ(run("train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --batch 2 --steps 1 --out " + a)
+                .status,
+            0);
+  fs::create_directories(dir_ + "/runB");
+  write_file_atomic(dir_ + "/runB/latest", "../runA/step_00000001\n");
+  expect_clear_error(run("eval --model " + dir_ + "/runB --data " + dir_ + "/ok.bin --seq-len 8"),
+                     {"runB/latest names ../runA/step_00000001, a checkpoint outside", "another run's?"});
+  // A refused run prints its error alone, not the start-up table first.
+  Result r = run("train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --batch 2 --steps 1 --out " + a);
+  expect_clear_error(r, {"holds a run"});
+  EXPECT_EQ(r.out.find("attnres train"), std::string::npos) << r.out;
+  // Finite weights that overflow: an error naming the largest tensor, not "loss nan" and exit 0.
+  {
+    const std::string big = dir_ + "/big";
+    fs::create_directories(big);
+    ParamLayout layout(cfg_);
+    std::vector<float> p(layout.total(), 1e20f);  // scores of 1e40: infinite
+    for (const TensorSpec& t : layout.specs())
+      if (t.name == "model.layers.0.mlp.down_proj.weight")
+        for (int64_t k = 0; k < t.numel; ++k) p[t.offset + k] = 1e30f;
+    write_model_files(big, cfg_, layout, p.data());
+    expect_clear_error(run("eval --model " + big + " --data " + dir_ + "/ok.bin --seq-len 8 --quiet"),
+                       {"the weights are finite but overflow float32 arithmetic",
+                        "the largest is model.layers.0.mlp.down_proj.weight (|w| up to 1e+30)"});
+  }
+}
+
+// A second compare on a running comparison's --out is refused up front; the
+// same modes in another order are the same comparison; the table names the
+// routing heads of runs that have them.
+TEST_F(Cli, CompareLocksItsDirectoryAndTakesModesInAnyOrder) {
+  const std::string out = dir_ + "/c";
+  const std::string cmd = "compare --data " + dir_ + "/ok.bin --val-data " + dir_ + "/ok.bin --steps 10 --precision fp32 --out " + out;
+  for (const char* mode : {"baseline", "delta"}) {
+    const std::string d = out + "/" + mode + "-seed1337";
+    fs::create_directories(d);
+    write_file_atomic(d + "/done.json",
+                      nlohmann::json({{"mode", mode}, {"seed", 1337}, {"dir", d}, {"steps", 10}, {"val_loss", 4.0},
+                                      {"val_ppl", 54.6}, {"tok_per_s", 1.0}, {"peak_rss_bytes", 1}, {"params", 1},
+                                      {"cut", false}, {"val_curve", nlohmann::json::array()},
+                                      {"loss_curve", nlohmann::json::array()},
+                                      {"routing_heads", std::string(mode) == "delta" ? 4 : 0}})
+                          .dump());
+  }
+  Result r = run(cmd + " --modes baseline,delta");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("| delta (4 routing heads) |"), std::string::npos) << r.out;
+  r = run(cmd + " --modes delta,baseline");
+  EXPECT_EQ(r.status, 0) << r.err;
+  {
+    const DirLock held(out);  // a comparison running there
+    expect_clear_error(run(cmd + " --modes baseline,delta"), {out + ": another attnres run", "is using this directory"});
+  }
 }
 
 }  // namespace
