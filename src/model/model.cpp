@@ -520,15 +520,18 @@ void Model::init(Rng& rng) {
     refresh_bf16();
     return;
   }
-  // The same draws as float32; the matrices are rounded to bf16 a piece at a time.
+  // The same draws as float32 (init_params: the routing tensors from their
+  // own stream); the matrices are rounded to bf16 a piece at a time.
   const HostView<float> params(ops_, params_.data(), n);
   const HostView<bf16> params16(ops_, params16_.as<bf16>(), n);
+  Rng routing = routing_stream(rng);
   std::vector<float> tmp;
   for (const auto& s : layout_.specs()) {
     if (!s.matrix) {
-      init_tensor(s, cfg_, params.data() + s.offset, rng);
+      init_tensor(s, cfg_, params.data() + s.offset, s.routing() ? routing : rng);
       continue;
     }
+    ATTNRES_CHECK(!s.routing(), "a routing matrix ", s.name, ": its init would draw from the base stream");
     constexpr int64_t kPiece = 1 << 16;
     for (int64_t i0 = 0; i0 < s.numel; i0 += kPiece) {
       TensorSpec piece = s;

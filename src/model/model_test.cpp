@@ -34,6 +34,41 @@ Config tiny(const std::string& mode, nlohmann::json extra = {}) {
   return Config::from_json(j, "test");
 }
 
+// A bf16 inference model starts from the weights a float32 model of the same
+// seed does — its vectors equal, its matrices those rounded — for every init
+// option (the routing tensors draw from their own stream in both; the bf16
+// path once drew them from the base stream, so attnres_query_init=normal
+// gave other queries and shifted every later draw).
+TEST(Init, Bf16AndFp32ModelsStartFromTheSameWeights) {
+  if (const std::string why = testing::bf16_here(); !why.empty()) GTEST_SKIP() << why;
+  Context& ctx = testing::test_context();
+  for (const char* mode : {"block", "full", "delta", "delta_block"})
+    for (const char* query : {"zero", "normal"})
+      for (const char* gate : {"bias", "learnable_alpha"}) {
+        const Config c = tiny(mode, {{"attnres_query_init", query}, {"attnres_gate_type", gate},
+                                     {"attnres_use_null_source", std::string(mode).rfind("delta", 0) == 0}});
+        ModelOptions f32{.batch = 1, .seq_len = 8, .training = false, .precision = Precision::kF32};
+        ModelOptions b16 = f32;
+        b16.precision = Precision::kBF16;
+        Model a(ctx, c, f32), b(ctx, c, b16);
+        Rng ra(11), rb(11);
+        a.init(ra);
+        b.init(rb);
+        EXPECT_EQ(ra.state(), rb.state()) << mode << " " << query << " " << gate << ": the base stream drew differently";
+        const int64_t n = a.layout().total();
+        std::vector<float> pa(static_cast<size_t>(n)), pb(pa.size());
+        std::vector<bf16> qb(pa.size());
+        ctx.ops().download(pa.data(), a.params(), pa.size() * sizeof(float));
+        ctx.ops().download(pb.data(), b.params(), pb.size() * sizeof(float));
+        ctx.ops().download(qb.data(), b.params_bf16(), qb.size() * sizeof(bf16));
+        int bad = 0;
+        for (const TensorSpec& s : a.layout().specs())
+          for (int64_t i = s.offset; i < s.offset + s.numel; ++i)
+            bad += s.matrix ? qb[i] != float_to_bf16(pa[i]) : pb[i] != pa[i];
+        EXPECT_EQ(bad, 0) << mode << " " << query << " " << gate;
+      }
+}
+
 // Random weights, with routing tensors far from their init so that routing
 // matters: pseudo-queries N(0, 0.25), norms 1 + 0.1·N, null sources N(0, 0.2).
 // The gates are set separately.

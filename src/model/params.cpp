@@ -92,8 +92,10 @@ void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng) {
 // generator's state, without drawing from it): the base tensors get the same
 // values in every mode, so runs of different modes with one seed start from
 // the same base model (matched comparisons, `attnres compare`).
+Rng routing_stream(const Rng& rng) { return Rng(rng.state()[0] ^ 0x5851F42D4C957F2Dull); }
+
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
-  Rng routing(rng.state()[0] ^ 0x5851F42D4C957F2Dull);
+  Rng routing = routing_stream(rng);
   for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, s.routing() ? routing : rng);
 }
 

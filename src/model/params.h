@@ -89,6 +89,10 @@ class ParamLayout {
 // Initialises parameters: matrices N(0, 0.02), norms 1, null sources and
 // gates 0, pseudo-queries 0 or N(0, 0.02) (attnres_query_init).
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng);
+// The generator the routing tensors draw from: seeded from rng's state
+// without drawing from it (init_params says why).  Every initialisation
+// (float32, or a bf16 inference model's a piece at a time) takes it.
+Rng routing_stream(const Rng& rng);
 // One tensor of that init, into p (s.numel floats), drawing from rng in the same order.
 void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng);
 
