@@ -170,7 +170,7 @@ TEST_P(Inference, GreedyEqualsTheOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Oracle, Inference,
-                         ::testing::Combine(::testing::ValuesIn(testing::model_backend_params()),
+                         ::testing::Combine(::testing::ValuesIn(testing::backend_params()),
                                             ::testing::ValuesIn(testing::golden_cases())),
                          [](const auto& info) { return std::get<1>(info.param) + "_" + std::get<0>(info.param).name; });
 

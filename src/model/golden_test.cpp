@@ -323,7 +323,7 @@ TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
 
 // Every case × precision on every backend configuration (testing/check.h).
 INSTANTIATE_TEST_SUITE_P(Oracle, Golden,
-                         ::testing::Combine(::testing::ValuesIn(testing::model_backend_params()),
+                         ::testing::Combine(::testing::ValuesIn(testing::backend_params()),
                                             ::testing::ValuesIn(testing::golden_cases()),
                                             ::testing::Values(Precision::kF32, Precision::kBF16)),
                          [](const auto& info) {

@@ -73,7 +73,6 @@ struct ModeSpec {
   // to a stream, so a zero gate switches it off; a replacing router has no
   // such identity.
   constexpr bool zero_gate_is_identity() const { return routed() && combine == Combine::kAdd; }
-  bool blocks() const { return sources == Sources::kPartialSums || sources == Sources::kBlockDeltas; }
   // Sublayers write their output straight into a source (no separate output buffer).
   bool outputs_are_sources() const { return sources == Sources::kOutputs || sources == Sources::kPartialSums; }
 };

@@ -206,6 +206,10 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 // the CPU's best level; every lower level this CPU has runs beside them with
 // three threads (cpu_x86_64_3threads, cpu_avx2_3threads), so each level's
 // copy of the kernels is checked on a machine that has it.
+// The oracle comparisons (golden_test.cpp, generate_test.cpp) run on every
+// one: what they reach of the model goes through the interface.  Other
+// model-level tests read arenas in place (params(), grads(), checkpoints, the
+// trainer's MPI staging) and run on test_context(), the plain CPU backend.
 inline std::vector<BackendParam> backend_params() {
   std::vector<BackendParam> p = {
       {"cpu_1thread", "cpu", 1, ""}, {"cpu_3threads", "cpu", 3, ""}, {"cpu_guarded", "cpu-guarded", 3, ""}};
@@ -218,13 +222,6 @@ inline std::vector<BackendParam> backend_params() {
   }
   return p;
 }
-// The configurations the oracle comparisons run on (golden_test.cpp,
-// generate_test.cpp): all of them — what they reach of the model (building
-// it, loading weights, forward, backward, AdamW steps, decoding) goes through
-// the interface.  Other model-level tests still read arenas in place
-// (params(), grads(), checkpoints, the trainer's MPI staging) and run on
-// test_context(), the plain CPU backend (docs/inference.md).
-inline std::vector<BackendParam> model_backend_params() { return backend_params(); }
 
 // The Context of a configuration, shared by the tests that take it (testing/context.h).
 inline Context& context_for(const BackendParam& p) { return context_for(p.name, p.backend, p.threads, p.level); }

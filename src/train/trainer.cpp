@@ -140,6 +140,16 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
 
 }  // namespace
 
+// Every rank's `width` values as all_gather returns them (rank by rank):
+// each value summed over the ranks in rank order, so that every rank gets
+// the same bits.
+static std::vector<double> sum_over_ranks(const std::vector<double>& all, int ranks, size_t width) {
+  std::vector<double> sum(width, 0.0);
+  for (int q = 0; q < ranks; ++q)
+    for (size_t i = 0; i < width; ++i) sum[i] += all[static_cast<size_t>(q) * width + i];
+  return sum;
+}
+
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
                      const StepOptions& so) {
   const int64_t N = model.B() * model.T();
@@ -211,14 +221,11 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     }
     const std::vector<double> all = so.comm->all_gather({loss, my_sum_sq, static_cast<double>(signal)},
                                                         at + "the exchange of losses and norms");
-    loss = 0;
+    const std::vector<double> sum = sum_over_ranks(all, ranks, 3);
+    loss = sum[0] / ranks;
+    sum_sq = sum[1];
     st.signal = 0;
-    for (int r = 0; r < ranks; ++r) {  // in rank order: the same sums on every rank
-      loss += all[3 * static_cast<size_t>(r)];
-      sum_sq += all[3 * static_cast<size_t>(r) + 1];
-      if (!st.signal) st.signal = static_cast<int>(all[3 * static_cast<size_t>(r) + 2]);
-    }
-    loss /= ranks;
+    for (int r = 0; r < ranks && !st.signal; ++r) st.signal = static_cast<int>(all[3 * static_cast<size_t>(r) + 2]);
   }
   st.loss = loss;
   st.grad_norm = std::sqrt(sum_sq);
@@ -702,12 +709,9 @@ void Run::validate(int64_t step_done) {
   if (ranks_ > 1) {
     const std::vector<double> all = comm_.all_gather({r.sum, static_cast<double>(r.tokens)},
                                                      cat("step ", step_done, ": the validation sums"));
-    r.sum = 0;
-    r.tokens = 0;
-    for (int q = 0; q < ranks_; ++q) {
-      r.sum += all[2 * static_cast<size_t>(q)];
-      r.tokens += static_cast<int64_t>(all[2 * static_cast<size_t>(q) + 1]);
-    }
+    const std::vector<double> sum = sum_over_ranks(all, ranks_, 2);
+    r.sum = sum[0];
+    r.tokens = static_cast<int64_t>(sum[1]);
     r.loss = r.sum / static_cast<double>(r.tokens);
     r.ppl = std::exp(r.loss);
     r.seconds = now_seconds() - timed.t0;
@@ -782,10 +786,7 @@ void Run::step_loop() {
       if (ranks_ > 1) {  // the global batch's statistics: every rank's sums, added in rank order
         const std::vector<double> mine = routing.values();
         const std::vector<double> all = comm_.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));
-        std::vector<double> sum(mine.size(), 0.0);
-        for (int q = 0; q < ranks_; ++q)
-          for (size_t i = 0; i < mine.size(); ++i) sum[i] += all[static_cast<size_t>(q) * mine.size() + i];
-        routing.set_values(sum);
+        routing.set_values(sum_over_ranks(all, ranks_, mine.size()));
       }
       log_line({{"step", step + 1}, {"routing", routing.to_json()}});
     }

@@ -1,6 +1,8 @@
 // guarded_backend.cpp — see guarded_backend.h.
 #include "ops/cpu/guarded_backend.h"
 
+#include <type_traits>
+
 #include <sys/mman.h>
 
 #include <cerrno>
@@ -94,8 +96,14 @@ template <class T>
 void check_arg(const char* op, T* p) {
   expect_inside(op, p, "a pointer argument");
 }
+// Numbers and flags pass; a record of any other kind is a compile error here
+// until it has an overload of its own that checks the pointers it holds.
 template <class T>
-void check_arg(const char*, const T&) {}
+void check_arg(const char*, const T&) {
+  static_assert(std::is_arithmetic_v<T> || std::is_enum_v<T>,
+                "an op argument of a new kind: give check_arg an overload that checks its pointers");
+}
+void check_arg(const char*, const AdamWUpdate&) {}  // numbers only
 void check_arg(const char* op, const Weight& W) {
   expect_inside(op, W.f32, "a weight");
   expect_inside(op, W.b16, "a bf16 weight");
