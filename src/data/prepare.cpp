@@ -9,7 +9,6 @@
 #include <functional>
 #include <iomanip>
 #include <memory>
-#include <regex>
 #include <set>
 #include <nlohmann/json.hpp>
 #include <span>
@@ -101,8 +100,15 @@ class SplitWriter {
 
 // The names prepare gives its token files: train.bin, val.bin, train_000000.bin, …
 bool is_token_file_name(const std::string& name) {
-  static const std::regex re("(train|val)(_[0-9]{6})?\\.bin");
-  return std::regex_match(name, re);
+  for (const std::string split : {"train", "val"}) {
+    if (name.rfind(split, 0) != 0) continue;
+    const std::string rest = name.substr(split.size());
+    if (rest == ".bin") return true;
+    if (rest.size() == 11 && rest[0] == '_' && rest.compare(7, 4, ".bin") == 0 &&
+        rest.find_first_not_of("0123456789", 1) == 7)
+      return true;
+  }
+  return false;
 }
 
 void check_inputs_outside_outputs(const PrepareOptions& opt) {
