@@ -108,6 +108,11 @@ class Backend {
   // Why this backend cannot run products in precision p here (a CPU without
   // bf16 matrix instructions, a build without the library); "" when it can.
   virtual std::string unsupported(Precision p) const = 0;
+  // The peak rate of this backend's products in precision p, GFLOP/s,
+  // measured once per process (MFU's denominator), and what it is of in
+  // words ("float32 matmul (oneDNN)", …).
+  virtual double peak_gflops(Precision p) const = 0;
+  virtual const char* peak_name(Precision p) const = 0;
 
   // ---- memory -------------------------------------------------------------------
   // Zero-filled memory of this backend, which the host reaches only through

@@ -67,6 +67,8 @@ class TimedBackend final : public Backend {
   const char* name() const override { return inner_->name(); }
   const char* kernels() const override { return inner_->kernels(); }
   std::string unsupported(Precision p) const override { return inner_->unsupported(p); }
+  double peak_gflops(Precision p) const override { return inner_->peak_gflops(p); }
+  const char* peak_name(Precision p) const override { return inner_->peak_name(p); }
   Backend& inner() const { return *inner_; }
   OpTimes& times() { return times_; }
 

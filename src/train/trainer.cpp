@@ -25,7 +25,6 @@
 #include "core/json_util.h"
 #include "model/model.h"
 #include "model/modes.h"
-#include "ops/cpu/blas_kernels.h"
 #include "ops/timed_backend.h"
 #include "train/data_loader.h"
 
@@ -537,13 +536,13 @@ void Run::build() {
   // MFU is against every rank's peak: one rank's (measured on rank 0) × ranks.
   flops_per_token_ = model_->flops_per_token(opt_.seq_len);
   peak_flops_ = opt_.peak_gflops * 1e9;
-  if (peak_flops_ <= 0) peak_flops_ = root_ ? measure_peak_gflops(precision, ctx_->threads()) * 1e9 : 1;
+  if (peak_flops_ <= 0) peak_flops_ = root_ ? ctx_->ops().peak_gflops(precision) * 1e9 : 1;
   if (!quiet_)
     std::printf("kernels: %s %s (the CPU's best level unless ATTNRES_CPU_LEVEL names a lower one)\n",
                 ctx_->ops().name(), ctx_->ops().kernels());
   if (!quiet_ && opt_.peak_gflops <= 0)
     std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
-                peak_name(precision), peak_flops_ / 1e9,
+                ctx_->ops().peak_name(precision), peak_flops_ / 1e9,
                 ranks_ > 1 ? " per rank" : "");
   peak_flops_ *= ranks_;
   std::fflush(stdout);

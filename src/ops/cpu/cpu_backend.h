@@ -68,6 +68,8 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   const char* name() const override { return "cpu"; }
   const char* kernels() const override { return cpu_level_name(level_); }
   std::string unsupported(Precision p) const override;
+  double peak_gflops(Precision p) const override;  // blas_kernels.h: measure_peak_gflops
+  const char* peak_name(Precision p) const override;
   // The instruction-set level of this backend's kernels.
   CpuLevel level() const { return level_; }
 

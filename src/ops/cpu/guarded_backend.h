@@ -28,6 +28,8 @@ class GuardedCpuBackend final : public Backend {
   const char* name() const override { return "cpu-guarded"; }
   const char* kernels() const override { return cpu_->kernels(); }
   std::string unsupported(Precision p) const override { return cpu_->unsupported(p); }
+  double peak_gflops(Precision p) const override { return cpu_->peak_gflops(p); }
+  const char* peak_name(Precision p) const override { return cpu_->peak_name(p); }
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
     return cpu_->matmul_workspace(N, I, O, p);
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dnnl_matmul.h"
 
@@ -359,6 +360,9 @@ Fp32Gemm choose_fp32_gemm() {
 std::string CpuBackend::unsupported(Precision p) const {
   return p == Precision::kBF16 ? onednn::unsupported() : std::string();
 }
+
+double CpuBackend::peak_gflops(Precision p) const { return measure_peak_gflops(p, threads()); }
+const char* CpuBackend::peak_name(Precision p) const { return attnres::peak_name(p); }
 
 void CpuBackend::to_bf16(bf16* dst, const float* src, int64_t n) {
   constexpr int64_t kPiece = 1 << 16;
