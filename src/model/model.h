@@ -83,6 +83,7 @@
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/routing_stats.h"
 #include "ops/backend.h"
 
 namespace attnres {
@@ -144,20 +145,6 @@ struct Router {
   bool logits_kept = false;               // training keeps them for the backward; else every router's
                                           // share one buffer and the backward computes them again
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
-};
-
-// Routing statistics per router (docs/routing.md), as Model::routing_stats
-// reads them; to_json gives one object of per-router arrays.
-struct RoutingStats {
-  std::string mode;
-  int64_t heads = 1;                              // routing heads of every router (> 1: the head_* fields)
-  std::vector<std::string> routers;               // router names
-  std::vector<std::vector<std::string>> sources;  // per router, its source names
-  std::vector<RouteStats> acc;                    // per router
-  nlohmann::json to_json() const;
-  // Every sum and count in one vector (to add them up over the ranks of a run), and back.
-  std::vector<double> values() const;
-  void set_values(const std::vector<double>& v);
 };
 
 // One buffer of a model's activation arena: its name ("layers.3.q",
