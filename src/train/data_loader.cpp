@@ -54,8 +54,12 @@ DataLoader::DataLoader(const std::string& pattern, int64_t B, int64_t T, int64_t
   const std::vector<std::string> paths = expand_glob(pattern);
   for (const auto& path : paths) {
     TokenFile f(path);
-    f.check_vocab(vocab_size);
-    if (tokenizer_vocab > 0 && tokenizer_vocab < vocab_size) f.check_vocab(tokenizer_vocab, tokenizer);
+    // One pass over the ids, against the stricter bound (an id past the
+    // model's rows is past a smaller tokenizer's too).
+    if (tokenizer_vocab > 0 && tokenizer_vocab < vocab_size)
+      f.check_vocab(tokenizer_vocab, tokenizer);
+    else
+      f.check_vocab(vocab_size);
     // A shard too short to read from (prepare's last shard may be a few
     // tokens; an empty one none) is left out with a note: the data prepare
     // writes always trains.
