@@ -44,7 +44,6 @@ void CpuKernels::kv_cache_store(float* cache, const float* x, const int64_t* slo
   }
 }
 
-// Per thread: S (or P) and dP, each (kTile, max_keys).
 // ---- fp32: tiles through SGEMM ----------------------------------------------
 
 namespace {
@@ -54,6 +53,13 @@ int64_t most_keys(const KeyValues& kv, int64_t B, int64_t T) {
   int64_t n = 0;
   for (int64_t b = 0; b < B; ++b) n = std::max(n, (kv.pos ? kv.pos[b] : 0) + T);
   return n;
+}
+
+// rowsum(dY∘Y) of one query row, in double: D of the softmax backward.
+double row_dot(const float* dy, const float* y, int64_t hd) {
+  double D = 0.0;
+  for (int64_t j = 0; j < hd; ++j) D += static_cast<double>(dy[j]) * y[j];
+  return D;
 }
 
 // Per thread: S (or P) and dP, each (kTile, max_keys).
@@ -156,9 +162,7 @@ void backward_f32(float* dq, float* dk, float* dv, const float* dy, const float*
             float* dp = dP + r * T;
             const float* yr = Y + t * ldq;
             const float* dyr = dY + t * ldq;
-            double D = 0.0;  // rowsum(dY∘Y) = Σ_c P_c dP_c
-            for (int64_t j = 0; j < hd; ++j) D += static_cast<double>(dyr[j]) * yr[j];
-            const float Df = static_cast<float>(D), l = L[t];
+            const float Df = static_cast<float>(row_dot(dyr, yr, hd)), l = L[t];  // D = Σ_c P_c dP_c
 #pragma omp simd
             for (int64_t c = 0; c < n; ++c) {
               p[c] = fast_exp(p[c] - l);
@@ -508,9 +512,7 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
             float* dp = w.dp + r * w.ldk;
             const float* yr = Y + t * ldq;
             const float* dyr = dY + t * ldq;
-            double D = 0.0;  // rowsum(dY∘Y)
-            for (int64_t j = 0; j < hd; ++j) D += static_cast<double>(dyr[j]) * yr[j];
-            const float Df = static_cast<float>(D), l = L[t];
+            const float Df = static_cast<float>(row_dot(dyr, yr, hd)), l = L[t];
             bf16* ds = w.ds16 + r * w.ldk;
 #pragma omp simd
             for (int64_t c = 0; c < n; ++c) {
