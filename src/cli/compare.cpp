@@ -454,21 +454,20 @@ int cmd_compare(int argc, char** argv) {
     if (m != "baseline" && !comparable) {
       vs = "not comparable";
     } else if (m != "baseline" && !std::isnan(base_loss)) {
-      const double d = cmp - base_loss;
-      const double spread = cmp_spread;
-      const std::string at = cut_runs.empty() ? std::string() : cat(" at step ", matched_step);
-      vs = cat(d >= 0 ? "+" : "", fmt(d, 4), at.empty() ? std::string() : cat(" @", matched_step));
-      const std::string dv = cat(d >= 0 ? "+" : "", fmt(d, 4), " nats", at);
+      const double d = cmp - base_loss, spread = cmp_spread + base_spread;
+      const std::string diff = cat(d >= 0 ? "+" : "", fmt(d, 4));
+      const bool at_step = !cut_runs.empty();  // compared at matched_step, not at the end
+      vs = at_step ? cat(diff, " @", matched_step) : diff;
+      const std::string dv = cat(diff, " nats", at_step ? cat(" at step ", matched_step) : std::string());
       if (seeds < 2)
         notes.push_back(cat(m, " vs baseline: ", dv,
                             " from one seed each; seed noise is not measured (--seeds 3 tells whether a "
                             "difference this size is real)"));
-      else if (std::fabs(d) <= spread + base_spread)
-        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±",
-                            fmt(spread + base_spread, 4), "): no difference shown at this size"));
+      else if (std::fabs(d) <= spread)
+        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±", fmt(spread, 4),
+                            "): no difference shown at this size"));
       else
-        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±",
-                            fmt(spread + base_spread, 4), ")"));
+        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±", fmt(spread, 4), ")"));
     }
     // Routing heads beside the name when they are not the name's own (1, or 8 for the _mh names).
     const int64_t named_heads = parse_mode_name(m).reference_mh ? 8 : 1;
