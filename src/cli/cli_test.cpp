@@ -785,5 +785,47 @@ TEST_F(Generate, BadInputsAreClearErrors) {
   expect_clear_error(run(m + " --prompt hi --temperature -1"), {"--temperature must be >= 0"});
 }
 
+// routing --interventions: Δ loss per router and source in text and JSON,
+// and one clear line for each bad input.
+TEST_F(Cli, RoutingInterventions) {
+  const Config c = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                      {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                                      {"vocab_size", 50}, {"attnres_mode", "full"}, {"attnres_query_init", "normal"}},
+                                     "test");
+  ParamLayout layout(c);
+  std::vector<float> p(layout.total());
+  Rng rng(4);
+  init_params(layout, c, p.data(), rng);
+  fs::create_directories(dir_ + "/full");
+  write_model_files(dir_ + "/full", c, layout, p.data());
+  const std::string cmd = "routing --model " + dir_ + "/full --data " + dir_ + "/ok.bin --seq-len 16 --batch 2 --quiet ";
+  Result j = run(cmd + "--interventions --intervention-tokens 64 --whole-sources --json");
+  ASSERT_EQ(j.status, 0) << j.err;
+  const auto out = nlohmann::json::parse(j.out);
+  EXPECT_EQ(out["windows"], 4);
+  EXPECT_EQ(out["tokens"], 64);
+  ASSERT_EQ(out["routers"].size(), 5u);  // four sublayers and the final router
+  for (const auto& r : out["routers"]) {
+    EXPECT_EQ(r["ablate"].size(), r["sources"].size());
+    EXPECT_EQ(r["mass"].size(), r["sources"].size());
+    EXPECT_TRUE(r["mean_routing"]["se"].is_number());
+  }
+  EXPECT_EQ(out["routers"][4]["router"], "final");
+  EXPECT_EQ(out["whole_sources"].size(), 4u);  // embed and three outputs are read by more than one router
+  Result t = run(cmd + "--interventions --intervention-tokens 32 --routers final,1");
+  ASSERT_EQ(t.status, 0) << t.err;
+  EXPECT_NE(t.out.find("layers.0.mlp     mean routing"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("final            mean routing"), std::string::npos) << t.out;
+  EXPECT_EQ(t.out.find("layers.1.attn    mean routing"), std::string::npos) << t.out;  // not chosen
+
+  expect_clear_error(run(cmd + "--interventions --intervention-tokens 0"),
+                     {"--intervention-tokens 0: at least one window of --seq-len 16"});
+  expect_clear_error(run(cmd + "--interventions --routers layers.9.mlp"),
+                     {"--routers: no router 'layers.9.mlp' in this model"});
+  expect_clear_error(run(cmd + "--routers final"), {"go with --interventions"});
+  expect_clear_error(run("routing --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --interventions"),
+                     {"attnres_mode is baseline: the model has no depth routing"});
+}
+
 }  // namespace
 }  // namespace attnres

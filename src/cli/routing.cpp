@@ -6,7 +6,13 @@
 // entropy (nats) and the mean pairwise cosine similarity of its sources.
 // The file is read in consecutive windows of T tokens, B windows per
 // forward; only whole windows are used.  This is analysis only: no loss.
+//
+// With --interventions, instead: the causal probes of eval/interventions.h —
+// for every router, Δ loss when each source is ablated, under mean routing
+// and under uniform routing (and, with --whole-sources, when a source is
+// removed from every router reading it), beside each source's routing mass.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <vector>
 
@@ -19,6 +25,8 @@
 #include "core/progress.h"
 #include "core/timer.h"
 #include "infer/load.h"
+#include "data/corpus.h"
+#include "eval/interventions.h"
 #include "eval/routing_stats.h"
 #include "io/token_file.h"
 #include "model/model.h"
@@ -26,11 +34,55 @@
 
 namespace attnres {
 
+namespace {
+
+std::string effect_text(const Effect& e) {
+  char b[64];
+  if (std::isfinite(e.se)) std::snprintf(b, sizeof b, "%+.4f ± %.4f", e.dloss, e.se);
+  else std::snprintf(b, sizeof b, "%+.4f", e.dloss);
+  return b;
+}
+
+void print_interventions(const InterventionResult& r, const std::string& model, const std::string& data, bool json,
+                         const ContextOptions& co) {
+  if (json) {
+    nlohmann::json j = r.to_json();
+    j["model"] = model;
+    j["data"] = data;
+    j["precision"] = precision_name(co.precision);
+    j["device"] = co.device;
+    std::printf("%s\n", j.dump().c_str());
+    return;
+  }
+  std::printf("%s (%s) on %s: %lld tokens in %lld windows, loss %.4f; %lld intervened forwards, %.1f s\n",
+              model.c_str(), r.mode.c_str(), data.c_str(), static_cast<long long>(r.tokens),
+              static_cast<long long>(r.windows), r.loss, static_cast<long long>(r.interventions), r.seconds);
+  std::printf("Δ loss in nats per token (± standard error over windows); mass: the mean routing weight\n");
+  for (const RouterEffects& re : r.routers) {
+    std::printf("\n%-16s mean routing %s   uniform %s\n", re.name.c_str(), effect_text(re.mean).c_str(),
+                effect_text(re.uniform).c_str());
+    for (size_t i = 0; i < re.sources.size(); ++i)
+      std::printf("  %-16s mass %.3f   ablated %s\n", re.sources[i].c_str(), re.mass[i],
+                  effect_text(re.ablate[i]).c_str());
+  }
+  if (!r.whole_sources.empty()) {
+    std::printf("\nwhole sources, removed from every router reading them:\n");
+    for (const SourceEffect& s : r.whole_sources)
+      std::printf("  %-16s %3lld routers   %s\n", s.name.c_str(), static_cast<long long>(s.routers),
+                  effect_text(s.ablate).c_str());
+  }
+}
+
+}  // namespace
+
 int cmd_routing(int argc, char** argv) {
   struct {
     ModelFlags model;
     WindowOptions window;
     bool quiet = false, json = false;
+    bool interventions = false, whole_sources = false;
+    int64_t intervention_tokens = 0;
+    std::string routers;
     ContextOptions context;
   } o;
   OptionList opts("routing",
@@ -39,6 +91,15 @@ int cmd_routing(int argc, char** argv) {
   add_window_options(opts, o.window, "65536", "use at most the first N tokens (0 = all)");
   opts.add(o.quiet, {"quiet", "false", "no progress line on stderr"});
   opts.add(o.json, {"json", "false", "print one JSON object (per-router arrays) instead of a table"});
+  opts.add(o.interventions, {"interventions", "false",
+                             "causal probes instead of statistics: the change of the loss when each router loses "
+                             "each source, and under mean and uniform routing (docs/routing.md, \"Interventions\")"});
+  opts.add(o.intervention_tokens, {"intervention-tokens", "8192",
+                                   "--interventions: predicted tokens to measure on (whole windows of --seq-len)"});
+  opts.add(o.routers, {"routers", "",
+                       "--interventions: only these routers (comma-separated names or indices; default all)"});
+  opts.add(o.whole_sources, {"whole-sources", "false",
+                             "--interventions: also remove each source from every router that reads it at once"});
   add_context_options(opts, o.context);
   if (!opts.parse(argc, argv)) return 0;
   const WindowOptions& w = o.window;
@@ -53,10 +114,22 @@ int cmd_routing(int argc, char** argv) {
   const int64_t n = max_tokens > 0 ? std::min<int64_t>(static_cast<int64_t>(data.size()), max_tokens)
                                    : static_cast<int64_t>(data.size());
   if (n / T == 0) fail(w.data, ": ", n, " tokens, fewer than one window of --seq-len ", T);
+  if (!o.interventions && (opts.given("intervention-tokens") || opts.given("routers") || opts.given("whole-sources")))
+    fail("--intervention-tokens, --routers and --whole-sources go with --interventions");
+  if (o.interventions && o.intervention_tokens < T)
+    fail("--intervention-tokens ", o.intervention_tokens, ": at least one window of --seq-len ", T);
 
   const std::unique_ptr<Context> ctx = open_context(co);
   const std::unique_ptr<Model> model_ptr = load_model(src, *ctx, {.batch = B, .seq_len = T}, co.precision);
   Model& model = *model_ptr;
+  if (o.interventions) {
+    InterventionOptions io{.batch = B, .seq_len = T, .tokens = o.intervention_tokens,
+                           .routers = o.routers.empty() ? std::vector<std::string>{} : split_commas(o.routers),
+                           .whole_sources = o.whole_sources};
+    const InterventionResult r = measure_interventions(model, data, io, o.quiet ? nullptr : stderr);
+    print_interventions(r, dir, w.data, o.json, co);
+    return 0;
+  }
   const double t0 = now_seconds();
   Progress progress(o.quiet ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
   const RoutingStats stats = measure_routing(model, data, T, B, max_tokens, &progress);

@@ -599,6 +599,16 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
+  if (static_cast<size_t>(r) < active_.size() && active_[r].on) {  // an intervention (intervened_loss)
+    const ActiveIntervention& a = active_[r];
+    if (a.weights)
+      ops_.route_mix_weights(out, a.weights, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base,
+                             R.w->alpha, combine_, rows(), cfg_.d);
+    else
+      ops_.route_forward(out, R.logits, a.src, a.S, cfg_.routing_heads, R.w->proj, R.w->norm, base, R.w->alpha,
+                         combine_, rows(), cfg_.d);
+    return;
+  }
   ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, base,
                      R.w->alpha, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
 }
@@ -850,21 +860,28 @@ void Model::upload_tokens_(const int32_t* inputs, int64_t B, int64_t T) {
     if (inputs[i] < 0 || inputs[i] >= cfg_.V)
       fail("token id ", inputs[i], " at position ", i, " is outside [0, vocab_size=", cfg_.V, ")");
   ops_.upload(tokens_, inputs, static_cast<size_t>(N) * sizeof(int32_t));
+  prefix_k_ = -1;  // any forward overwrites a prefix's state
+  for (ActiveIntervention& a : active_) a.on = false;
   cur_B_ = B;
   cur_T_ = T;
 }
 
+void Model::run_sublayer_(int64_t k) {
+  const int64_t l = k / 2;
+  if (k % 2 == 0) attention_forward_(l, sublayer_input_(k), sublayer_out_(k));
+  else mlp_forward_(l, sublayer_input_(k), sublayer_out_(k));
+  sublayer_output_(k);
+}
+
 void Model::forward_() {
-  const Config& c = cfg_;
   embed_();
-  for (int64_t l = 0; l < c.L; ++l) {
-    attention_forward_(l, sublayer_input_(2 * l), sublayer_out_(2 * l));
-    sublayer_output_(2 * l);
-    mlp_forward_(l, sublayer_input_(2 * l + 1), sublayer_out_(2 * l + 1));
-    sublayer_output_(2 * l + 1);
-  }
+  for (int64_t k = 0; k < 2 * cfg_.L; ++k) run_sublayer_(k);
+  final_forward_();
+}
+
+void Model::final_forward_() {
   final_input_();
-  ops_.rmsnorm_forward(xf_, rstd_f_, stream_, w_.final_norm, rows(), c.d, static_cast<float>(c.rms_norm_eps));
+  ops_.rmsnorm_forward(xf_, rstd_f_, stream_, w_.final_norm, rows(), cfg_.d, static_cast<float>(cfg_.rms_norm_eps));
 }
 
 void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
@@ -886,12 +903,120 @@ int64_t Model::upload_targets_(const int32_t* targets, int64_t N) {
 
 Model::LossSum Model::loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   forward(inputs, B, T);
-  const int64_t N = B * T;
+  return loss_of_forward_(targets);
+}
+
+Model::LossSum Model::loss_of_forward_(const int32_t* targets) {
+  const int64_t N = rows();
   LossSum r;
   r.count = upload_targets_(targets, N);
   r.sum = ops_.lm_head_loss(nullptr, nullptr, xf_, W_(w_.lm_head), targets_, N, cfg_.d, cfg_.V, 1.0f,
                             token_loss_.data(), token_greedy_.as<uint8_t>());
   return r;
+}
+
+// ---- routing interventions ------------------------------------------------------
+//
+// The prefix is the state at the start of sublayer k: the sources made so far
+// (the rest of the forward writes only later ones), the stream and
+// delta_block's xb (copied aside, since every later sublayer updates them).
+
+void Model::save_prefix_() {
+  const int64_t n = rows() * cfg_.d;
+  float* keep = prefix_state_.data();
+  ops_.copy(keep, stream_, n);
+  if (xb_) ops_.copy(keep + n, xb_, n);
+}
+
+void Model::restore_prefix_() {
+  const int64_t n = rows() * cfg_.d;
+  const float* keep = prefix_state_.data();
+  ops_.copy(stream_, keep, n);
+  if (xb_) ops_.copy(xb_, keep + n, n);
+}
+
+void Model::begin_prefix(const int32_t* inputs, int64_t B, int64_t T) {
+  if (routers_.empty()) fail("routing interventions need a model with depth routing (attnres_mode not baseline)");
+  if (!prefix_state_.data()) {  // first use: the state's copy, and each router's slots for its lists
+    const int64_t N = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len, H = cfg_.routing_heads;
+    prefix_state_ = ops_.alloc(static_cast<size_t>(2 * N * cfg_.d) * sizeof(float));
+    int64_t entries = 0;
+    for (const Router& R : routers_) entries += static_cast<int64_t>(R.src.size());
+    const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
+    iv_lists_ = ops_.alloc(src_bytes + static_cast<size_t>(H * entries) * sizeof(double));
+    auto* src_at = iv_lists_.as<RouteSource>();
+    auto* w_at = reinterpret_cast<double*>(iv_lists_.as<char>() + src_bytes);
+    active_.assign(routers_.size(), {});
+    for (size_t r = 0; r < routers_.size(); ++r) {
+      const int64_t S = static_cast<int64_t>(routers_[r].src.size());
+      active_[r].src_slot = src_at;
+      active_[r].w_slot = w_at;
+      src_at += S;
+      w_at += H * S;
+    }
+  }
+  upload_tokens_(inputs, B, T);
+  cached_ = false;
+  embed_();
+  save_prefix_();
+  prefix_k_ = 0;
+}
+
+void Model::advance_prefix(int64_t k) {
+  if (prefix_k_ < 0) fail("advance_prefix: no prefix (begin_prefix first)");
+  if (k < prefix_k_ || k > 2 * cfg_.L)
+    fail("advance_prefix to sublayer ", k, " from ", prefix_k_, ": it moves forward only, up to ", 2 * cfg_.L);
+  if (k == prefix_k_) return;
+  restore_prefix_();
+  for (int64_t j = prefix_k_; j < k; ++j) run_sublayer_(j);
+  save_prefix_();
+  prefix_k_ = k;
+}
+
+Model::LossSum Model::intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv) {
+  if (prefix_k_ < 0) fail("intervened_loss: no prefix (begin_prefix first)");
+  const int64_t H = cfg_.routing_heads;
+  for (ActiveIntervention& a : active_) a.on = false;
+  for (const RouteIntervention& v : iv) {
+    if (v.router < 0 || static_cast<size_t>(v.router) >= routers_.size())
+      fail("intervention at router ", v.router, ": the model has routers 0 to ", routers_.size() - 1);
+    const Router& R = routers_[v.router];
+    ActiveIntervention& a = active_[v.router];
+    if (a.on) fail("intervention: router ", R.name, " is given twice");
+    if (R.k < prefix_k_)
+      fail("intervention at ", R.name, " (sublayer ", R.k, "): the prefix already ran to sublayer ", prefix_k_);
+    const int64_t S = static_cast<int64_t>(R.src.size());
+    a.on = true;
+    a.src = nullptr;
+    a.weights = nullptr;
+    if (v.kind == RouteIntervention::Kind::kAblate) {
+      std::vector<RouteSource> kept;
+      for (size_t p = 0; p < v.keep.size(); ++p) {
+        if (v.keep[p] < 0 || v.keep[p] >= S || (p > 0 && v.keep[p] <= v.keep[p - 1]))
+          fail("intervention at ", R.name, ": kept sources must be ascending positions in 0..", S - 1);
+        kept.push_back(R.src[v.keep[p]]);
+      }
+      if (kept.empty()) {  // nothing left to route: R = 0
+        const std::vector<double> zeros(static_cast<size_t>(H * S), 0.0);
+        ops_.upload(a.w_slot, zeros.data(), zeros.size() * sizeof(double));
+        a.weights = a.w_slot;
+      } else {
+        ops_.upload(a.src_slot, kept.data(), kept.size() * sizeof(RouteSource));
+        a.src = a.src_slot;
+        a.S = static_cast<int64_t>(kept.size());
+      }
+    } else {
+      if (static_cast<int64_t>(v.weights.size()) != H * S)
+        fail("intervention at ", R.name, ": ", v.weights.size(), " weights for ", H, " x ", S, " (heads x sources)");
+      ops_.upload(a.w_slot, v.weights.data(), v.weights.size() * sizeof(double));
+      a.weights = a.w_slot;
+    }
+  }
+  restore_prefix_();
+  for (int64_t j = prefix_k_; j < 2 * cfg_.L; ++j) run_sublayer_(j);
+  final_forward_();
+  for (ActiveIntervention& a : active_) a.on = false;
+  return loss_of_forward_(targets);
 }
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bool backward, float grad_scale) {

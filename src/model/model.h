@@ -128,6 +128,30 @@ struct Source {
   float* dv = nullptr;    // (N, d)   its gradient (training); accumulates over the routers reading it
 };
 
+// One router's routing replaced in a forward: the causal probes of
+// `attnres routing --interventions` (docs/routing.md, "Interventions").
+//   kAblate:  the sources not in `keep` leave the router's softmax; the
+//             remaining weights are renormalised per token (and per routing
+//             head), i.e. the router routes over `keep` alone.  With none
+//             left the routed sum is 0 (an additive router adds nothing);
+//   kWeights: α fixed to `weights` (H, S) for every token (mean routing,
+//             uniform routing): routing that does not depend on the token.
+// Only the routed sum changes: a gated replacement's base (its last source)
+// stays what it was.
+struct RouteIntervention {
+  enum class Kind { kAblate, kWeights };
+  int router = -1;               // index in Model::routers()
+  Kind kind = Kind::kAblate;
+  std::vector<int> keep;         // kAblate: positions in the router's source list, ascending
+  std::vector<double> weights;   // kWeights: (H, S)
+  static RouteIntervention ablate(int router, std::vector<int> keep) {
+    return {router, Kind::kAblate, std::move(keep), {}};
+  }
+  static RouteIntervention fixed(int router, std::vector<double> weights) {
+    return {router, Kind::kWeights, {}, std::move(weights)};
+  }
+};
+
 // One router, fixed at construction: its sources are buffers of the arena.
 struct Router {
   std::string name;                       // "layers.3.attn", "layers.3.mlp", "final"
@@ -219,6 +243,21 @@ class Model {
   // Per token (B, T) of the last loss_sum, downloaded: 1 where the target is
   // the argmax of the logits (greedy decoding would have chosen it), else 0.
   std::vector<uint8_t> token_greedy() const;
+
+  // ---- routing interventions (docs/routing.md, "Interventions") ----
+  // A forward stopped before sublayer k (2L: before the final router), from
+  // which the rest can run any number of times with interventions: the
+  // sublayers before k are shared by every intervention at k or later.
+  // begin_prefix uploads inputs (B, T) and embeds them (k = 0); advance_prefix
+  // runs the plain forward on to sublayer k ≥ the current one; intervened_loss
+  // runs from the prefix to the loss with `iv` applied (each router at most
+  // once, none before the prefix) and returns loss_sum's result — with no
+  // interventions, loss_sum's bits.  token_losses() then holds its per-token
+  // losses.  The prefix is unchanged by it.  A model with routers only.
+  void begin_prefix(const int32_t* inputs, int64_t B, int64_t T);
+  void advance_prefix(int64_t k);
+  LossSum intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv);
+  int64_t prefix() const { return prefix_k_; }
 
   // ---- KV cache (inference models built with cache_len > 0) ----
   // Forward over tokens (B, T) where sequence b continues cache sequence
@@ -315,6 +354,24 @@ class Model {
   int first_backward_router_ = -1;  // the first router the backward runs; it assigns its sources' gradients
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
+  // Interventions: the prefix's sublayer (−1: none), the state the rest of the
+  // forward overwrites (the stream, and delta_block's xb), kept at the prefix;
+  // per router, what replaces its routing in the current intervened_loss.
+  struct ActiveIntervention {
+    bool on = false;
+    const RouteSource* src = nullptr;  // kAblate: the kept sources (backend memory), S of them
+    int64_t S = 0;
+    const double* weights = nullptr;   // kWeights, or an ablation with nothing kept: (H, S) of the router's
+    RouteSource* src_slot = nullptr;   // this router's room for them (S entries; H·S doubles)
+    double* w_slot = nullptr;
+  };
+  int64_t prefix_k_ = -1;
+  Buffer prefix_state_;                // (2, N, d): stream_, xb_
+  Buffer iv_lists_;                    // every router's kept sources, then every router's weights
+  std::vector<ActiveIntervention> active_;  // (routers)
+  void save_prefix_();
+  void restore_prefix_();
+
   // The shape of the last forward, and where its sequences sit in the KV cache.
   int64_t cur_B_ = 0, cur_T_ = 0;
   Buffer seqs_;                        // (2B) int64: seq_slot_, then seq_pos_ (models with a cache)
@@ -330,6 +387,9 @@ class Model {
   void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
   int64_t upload_targets_(const int32_t* targets, int64_t N);
   void forward_();
+  void run_sublayer_(int64_t k);  // sublayer k's input, the sublayer, what its output makes
+  void final_forward_();          // the final router (or stream) and the final norm
+  LossSum loss_of_forward_(const int32_t* targets);  // the LM head's loss of the forward just run
   void attention_forward_(int64_t l, const float* x, float* out);
   void mlp_forward_(int64_t l, const float* x, float* out);
   // dout: gradient of the sublayer output; x: its input; dx = (accumulate ? += : =) gradient of x.

@@ -276,6 +276,14 @@ class Backend {
   // (same arithmetic, same bits).  out may alias base.
   virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                          const float* base, const float* gate, Combine combine, int64_t N, int64_t d) = 0;
+  // The combination with token-independent weights: α[h, i] = weights[h·S + i]
+  // (H, S doubles, backend memory) for every token, then out = a·base + c·R
+  // exactly as route_mix (the same mix: the weights are rounded to float per
+  // term as the softmax's are there), so weights equal to a router's α give
+  // its bits.  The routing interventions' mean and uniform routing, and
+  // all-zero weights for a router left with no source (R = 0).  out may alias base.
+  virtual void route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
+                                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d) = 0;
   // Delta's sublayer input rebuilt in one pass over the sources: out = x + g·R
   // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
   // sources in order — the delta stream, bit-identical to the forward's

@@ -264,6 +264,84 @@ TEST_P(Routing, ForwardMatchesDoubleReference) {
   EXPECT_TRUE(same_bits(again.host(), K_out));
 }
 
+// route_mix_weights (the interventions' mean and uniform routing): against
+// the double reference of out = a·base + c·Σ_i w_hi v_hi for arbitrary
+// weights, and the same bits as route_forward where the softmax gives those
+// weights exactly (a zero query: α = 1/S).
+TEST_P(Routing, FixedWeightsMatchTheReferenceAndTheForward) {
+  const Case k = shape();
+  Data D(k, 13);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> u(0.1, 1.0);
+  std::vector<double> wts(static_cast<size_t>(k.H * k.S));
+  for (int64_t h = 0; h < k.H; ++h) {
+    double sum = 0;
+    for (int64_t i = 0; i < k.S; ++i) sum += (wts[h * k.S + i] = u(rng));
+    for (int64_t i = 0; i < k.S; ++i) wts[h * k.S + i] /= sum;
+  }
+  Kernel K(D, ops);
+  DeviceVec<double> W(ops, wts);
+  ops.route_mix_weights(K.out.data(), W.data(), K.src.data(), k.S, k.H, K.base_ptr(k), K.gate(k), k.combine, k.N,
+                        k.d);
+  const auto got = K.out.host();
+  const double g = k.gate ? D.g : 1.0;
+  const double a = k.combine == Combine::kAdd ? 1.0 : (k.gate ? 1.0 - g : 0.0);
+  const int64_t dh = k.d / k.H;
+  double worst = 0;
+  for (int64_t n = 0; n < k.N; ++n)
+    for (int64_t c = 0; c < k.d; ++c) {
+      double R = 0;
+      for (int64_t i = 0; i < k.S; ++i) R += wts[(c / dh) * k.S + i] * D.row(i, n)[c];
+      const double want = a * D.base_of()[n * k.d + c] + g * R;
+      worst = std::max(worst, std::fabs(got[n * k.d + c] - want) / (1 + std::fabs(want)));
+    }
+  EXPECT_LT(worst, 2e-6);
+
+  for (auto& e : D.w) e = 0.0;  // every logit 0: α = 1/S exactly
+  Kernel Z(D, ops);
+  Z.forward(k);
+  const DeviceVec<double> uniform(ops, std::vector<double>(static_cast<size_t>(k.H * k.S), 1.0 / static_cast<double>(k.S)));
+  DeviceVec<float> again(ops, k.N * k.d);
+  ops.route_mix_weights(again.data(), uniform.data(), Z.src.data(), k.S, k.H, Z.base_ptr(k), Z.gate(k), k.combine,
+                        k.N, k.d);
+  EXPECT_TRUE(same_bits(again.host(), Z.out.host()));
+}
+
+// Ablation is routing over the sources that remain (route_forward given the
+// shorter list): a source whose weight is exactly 0 (its logit more than 708
+// below the largest, where the exponential is 0 in double) leaves the output's
+// bits unchanged when it is taken out.
+TEST_P(Routing, AblatingAZeroWeightSourceChangesNoBit) {
+  const Case k = shape();
+  if (k.S < 3) GTEST_SKIP() << "needs a source to keep on either side of the ablated one";
+  Data D(k, 17);
+  const int64_t dh = k.d / k.H;
+  std::fill(D.w.begin(), D.w.end(), 0.0);
+  std::fill(D.gamma.begin(), D.gamma.end(), 1.0);
+  for (int64_t h = 0; h < k.H; ++h) {  // per head: source 0 far above, source 1 far below every other
+    const int64_t c = h * dh;
+    D.w[c] = 200.0;
+    for (int64_t e = c; e < static_cast<int64_t>(D.v[0].size()); e += k.d) D.v[0][e] = 5.0;
+    for (int64_t e = c; e < static_cast<int64_t>(D.v[1].size()); e += k.d) D.v[1][e] = -50.0;
+  }
+  Kernel K(D, ops);
+  K.forward(k);
+  std::vector<RouteSource> all = K.src.host(), kept;
+  for (int64_t i = 0; i < k.S; ++i)
+    if (i != 1) kept.push_back(all[i]);
+  const DeviceVec<RouteSource> rest(ops, kept);
+  DeviceVec<float> out(ops, k.N * k.d), logits(ops, k.N * k.H * k.S);
+  ops.route_forward(out.data(), logits.data(), rest.data(), k.S - 1, k.H, K.w.data(), K.gamma.data(), K.base_ptr(k),
+                    K.gate(k), k.combine, k.N, k.d);
+  EXPECT_TRUE(same_bits(out.host(), K.out.host()));
+  // and a source of real weight does change it
+  kept.assign(all.begin() + 1, all.end());
+  const DeviceVec<RouteSource> without0(ops, kept);
+  ops.route_forward(out.data(), logits.data(), without0.data(), k.S - 1, k.H, K.w.data(), K.gamma.data(),
+                    K.base_ptr(k), K.gate(k), k.combine, k.N, k.d);
+  EXPECT_FALSE(same_bits(out.host(), K.out.host()));
+}
+
 TEST_P(Routing, BackwardMatchesFiniteDifferences) {
   const Case k = shape();
   Data D(k, 11);

@@ -35,6 +35,7 @@ OpFamily op_family(const char* op) {
       {"kv_cache_store", OpFamily::kAttention},  {"source_rstd", OpFamily::kRouting},
       {"route_forward", OpFamily::kRouting},     {"route_mix", OpFamily::kRouting},
       {"route_mix_stream", OpFamily::kRouting},  {"route_backward", OpFamily::kRouting},
+      {"route_mix_weights", OpFamily::kRouting},
       {"copy", OpFamily::kNorms},                {"fill", OpFamily::kNorms},
       {"rmsnorm_forward", OpFamily::kNorms},     {"rmsnorm_backward", OpFamily::kNorms},
       {"swiglu_forward", OpFamily::kNorms},      {"swiglu_backward", OpFamily::kNorms},

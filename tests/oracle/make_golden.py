@@ -422,6 +422,34 @@ def run_bf16_case(name):
     return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final)
 
 
+def intervention_specs(sizes, heads):
+    """Interventions on a case's routers (sizes: each router's number of
+    sources, in the order they run): a source ablated at the middle router,
+    the last router left with its first source alone, fixed weights at the
+    first, and two routers at once, the first left with no source."""
+    mid, last = len(sizes) // 2, len(sizes) - 1
+
+    def weights(S):
+        return [[(i + 1 + h) / sum(j + 1 + h for j in range(S)) for i in range(S)] for h in range(heads)]
+
+    return [
+        ("ablate_first_source_at_middle", {mid: ("ablate", list(range(1, sizes[mid])))}),
+        ("last_router_keeps_first_source", {last: ("ablate", [0])}),
+        ("fixed_weights_at_first", {0: ("weights", weights(sizes[0]))}),
+        ("first_empty_and_last_ablated", {0: ("ablate", []), last: ("ablate", list(range(sizes[last] - 1)))}),
+    ]
+
+
+def intervention_losses(P, cfg, tokens, probe):
+    """The loss of micro-batch tokens (B, T+1) under each intervention_specs entry."""
+    heads = O.full_config(cfg)["attnres_num_heads"]
+    specs = intervention_specs([a.shape[0] for a in probe], heads)
+    with torch.no_grad():
+        losses = [float(O.loss_of(O.forward(P, cfg, tokens[:, :-1], intervene=iv), tokens[:, 1:]))
+                  for _, iv in specs]
+    return specs, losses
+
+
 def run_case(name, dtype=F64):
     cfg = make_config(CASES[name])
     seed = case_seed(name)
@@ -432,13 +460,14 @@ def run_case(name, dtype=F64):
     logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0])
     with torch.no_grad():
         O.forward(P, cfg, tokens[0, 0, :, :-1], probe=probe)
+    iv = intervention_losses(P, cfg, tokens[0, 0], probe) if probe else None   # the initial weights
     rec = O.train(P, cfg, tokens, TRAIN)
     with torch.no_grad():   # step 0's batch after the last update
         final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1]), tokens[0, k, :, 1:]))
                     for k in range(TRAIN["accum"])) / TRAIN["accum"]
     gen = greedy_refs(w, cfg, tokens, dtype)   # initial weights, not the trained P
     return dict(cfg=cfg, weights=w, tokens=tokens, logits=logits.detach(), loss=loss.detach(),
-                grads=grads, rec=rec, final=final, probe=probe, gen=gen)
+                grads=grads, rec=rec, final=final, probe=probe, gen=gen, iv=iv)
 
 
 def hf_config(cfg):
@@ -478,6 +507,14 @@ def write_case(root, name, r):
                         {"generator": "tests/oracle/make_golden.py", "case": name})
     O.write_safetensors(os.path.join(d, "golden_bf16.safetensors"), outputs(r["bf16"]),
                         {"generator": "tests/oracle/make_golden.py", "case": name, "precision": "bf16"})
+    if r["iv"]:   # routed cases: micro-batch (0, 0)'s loss under each intervention, with the specs as metadata
+        specs, losses = r["iv"]
+        spec_json = [{"name": n, "at": [dict(router=k, kind=v[0], value=v[1]) for k, v in sorted(iv.items())]}
+                     for n, iv in specs]
+        O.write_safetensors(os.path.join(d, "interventions.safetensors"),
+                            {"losses": np.array(losses, dtype=np.float32)},
+                            {"generator": "tests/oracle/make_golden.py", "case": name,
+                             "interventions": json.dumps(spec_json, sort_keys=True)})
 
 
 def outputs(r):

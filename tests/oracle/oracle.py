@@ -319,15 +319,30 @@ def mlp(P, pre, u, bf16=False):
     return linear(torch.nn.functional.silu(g) * up, P[pre + "down_proj.weight"], bf16)
 
 
-def route(sources, proj_w, norm_w, eps, probe=None, heads=1):
+def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None):
     """Softmax over sources of w . RMSNorm_gamma(v_i); returns sum_i alpha_i v_i.
     sources: list of (B,T,d); proj_w (1,d); norm_w (d,).
     heads > 1: the keys are the RMSNorm over the full d, viewed as `heads`
     slices of d/heads; head h's logit is its query slice . its key slice (no
     scale), a softmax over the sources per head, and the output's slice h
     mixes the raw sources' slice h.  probe gets alpha (N,B,T), or
-    (N,B,T,heads) with heads."""
+    (N,B,T,heads) with heads.
+    intervention (docs/routing.md, "Interventions"): ("ablate", keep) routes
+    over the sources at the positions in keep alone (the softmax renormalised
+    over them; none left: the routed sum is 0); ("weights", w) takes
+    alpha[h][i] = w[h][i] for every token instead of the softmax."""
+    if intervention is not None and intervention[0] == "ablate":
+        if not intervention[1]:
+            return torch.zeros_like(sources[0])
+        sources = [sources[p] for p in intervention[1]]
+        intervention = None
     Vs = torch.stack(sources, dim=0)                          # (N,B,T,d)
+    if intervention is not None:                              # fixed weights (heads, N)
+        w = torch.tensor(intervention[1], dtype=Vs.dtype)
+        d = Vs.shape[-1]
+        sliced = Vs.shape[:-1] + (heads, d // heads)
+        a = w.T.reshape(len(sources), 1, 1, heads, 1)        # (N,1,1,heads,1)
+        return (a * Vs.view(sliced)).sum(0).reshape(Vs.shape[1:])
     if heads == 1:
         z = rmsnorm(Vs, norm_w, eps) @ proj_w.reshape(-1)     # (N,B,T)
         a = z.softmax(dim=0)
@@ -345,12 +360,14 @@ def route(sources, proj_w, norm_w, eps, probe=None, heads=1):
     return (a.unsqueeze(-1) * Vs.view(sliced)).sum(0).reshape(Vs.shape[1:])
 
 
-def forward(P, cfg, ids, probe=None, bf16=False):
+def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
     """P: dict name -> float tensor; ids: (B,T) int64. Returns logits (B,T,V).
     probe: optional list that receives every router's alpha, (N,B,T) with
     one routing head, (N,B,T,heads) with more.
     bf16: the products (projections, MLP, LM head) and the embedding lookup
-    read bf16-rounded operands, as the engine's --precision bf16."""
+    read bf16-rounded operands, as the engine's --precision bf16.
+    intervene: {router: intervention} (see route), routers numbered in the
+    order they run (each sublayer that has one, then the final router)."""
     cfg = full_config(cfg)
     mode = base_mode(cfg)
     heads = cfg["attnres_num_heads"]
@@ -372,9 +389,15 @@ def forward(P, cfg, ids, probe=None, bf16=False):
     def mlp_of(i, h):
         return mlp(P, lp(i) + "mlp.", rmsnorm(h, P[lp(i) + "post_attention_layernorm.weight"], eps), bf16)
 
+    ran = [0]   # routers run so far: the next one's number
+
+    def route_next(srcs, proj_w, norm_w):
+        r = ran[0]
+        ran[0] += 1
+        return route(srcs, proj_w, norm_w, eps, probe, heads, (intervene or {}).get(r))
+
     def routed(i, s, srcs):
-        return route(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"],
-                     eps, probe, heads)
+        return route_next(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"])
 
     def gate(i, s, x, h):
         """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); bias: h."""
@@ -408,8 +431,8 @@ def forward(P, cfg, ids, probe=None, bf16=False):
             u = gate(i, "mlp", last, routed(i, "mlp", srcs + [last]))
             m = mlp_of(i, u)
             srcs, last = srcs + [last], m
-        h = route(srcs + [last], P["model.final_res_proj.weight"],
-                  P["model.final_res_norm.weight"], eps, probe, heads)
+        h = route_next(srcs + [last], P["model.final_res_proj.weight"],
+                       P["model.final_res_norm.weight"])
 
     elif mode == "block":
         blocks, partial = [], e
@@ -421,8 +444,8 @@ def forward(P, cfg, ids, probe=None, bf16=False):
             u = gate(i, "mlp", partial, routed(i, "mlp", blocks + [partial]))
             partial = partial + mlp_of(i, u)
         if has_final_router(cfg):
-            h = route(blocks + [partial], P["model.final_res_proj.weight"],
-                      P["model.final_res_norm.weight"], eps, probe, heads)
+            h = route_next(blocks + [partial], P["model.final_res_proj.weight"],
+                           P["model.final_res_norm.weight"])
         else:  # block_mh: the final norm reads the last partial sum
             h = partial
 

@@ -77,6 +77,10 @@
     (float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* base,            \
      const float* gate, Combine combine, int64_t N, int64_t d),                                                    \
     (out, logits, src, S, H, base, gate, combine, N, d))                                                              \
+  X(void, route_mix_weights,                                                                                       \
+    (float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H, const float* base,           \
+     const float* gate, Combine combine, int64_t N, int64_t d),                                                    \
+    (out, weights, src, S, H, base, gate, combine, N, d))                                                             \
   X(void, route_mix_stream,                                                                                        \
     (float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* gate, int64_t N,  \
      int64_t d),                                                                                                   \

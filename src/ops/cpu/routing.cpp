@@ -285,6 +285,25 @@ void CpuKernels::route_forward(float* out, float* logits, const RouteSource* src
   }
 }
 
+namespace {
+// out = a·base + c·R per token, α from alpha_of(n, scratch) (H, S): what
+// route_mix and route_mix_weights share.  mix_row reads base[c] after the
+// whole tmp is built, so out may alias base.
+template <class AlphaOf>
+void mix_tokens(const Scratch& sc, int threads, float* out, const RouteSource* src, int64_t S, int64_t H,
+                const float* base, Mix m, int64_t N, int64_t d, AlphaOf alpha_of) {
+  const int64_t nc = num_chunks(N);
+#pragma omp parallel for schedule(static) num_threads(threads) if (nc > 1)
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    float* tmp = sc.tmp(ch);
+    double* alpha = sc.alpha(ch);
+    const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
+    for (int64_t n = ch * kChunk; n < n1; ++n)
+      mix_row(out + n * d, tmp, alpha_of(n, alpha), src, S, H, n, base ? base + n * d : nullptr, m, d);
+  }
+}
+}  // namespace
+
 void CpuKernels::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                            const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
@@ -292,18 +311,20 @@ void CpuKernels::route_mix(float* out, const float* logits, const RouteSource* s
   const Mix m = mix_coefficients(combine, gate);
   ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
-  const int64_t nc = num_chunks(N);
-#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
-  for (int64_t ch = 0; ch < nc; ++ch) {
-    float* tmp = sc.tmp(ch);
-    double* alpha = sc.alpha(ch);
-    const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
-    // mix_row reads base[c] after the whole tmp is built, so out may alias base.
-    for (int64_t n = ch * kChunk; n < n1; ++n) {
-      for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, logits + (n * H + h) * S, S);
-      mix_row(out + n * d, tmp, alpha, src, S, H, n, base ? base + n * d : nullptr, m, d);
-    }
-  }
+  mix_tokens(sc, threads(), out, src, S, H, base, m, N, d, [&](int64_t n, double* alpha) {
+    for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, logits + (n * H + h) * S, S);
+    return static_cast<const double*>(alpha);
+  });
+}
+
+void CpuKernels::route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
+                                   const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
+  check_sources(src, S);
+  check_heads(H, d);
+  const Mix m = mix_coefficients(combine, gate);
+  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
+  mix_tokens(sc, threads(), out, src, S, H, base, m, N, d, [&](int64_t, double*) { return weights; });
 }
 
 void CpuKernels::route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
