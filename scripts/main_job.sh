@@ -3,7 +3,8 @@
 # built-in default corpus (real English text from Debian packages, tokenized
 # with a BPE trained on it), then train the tiny-deep model (12 layers) in several routing
 # modes on the same tokens in the same order from the same initial weights
-# (`attnres compare`), print the table, and write an HTML report.
+# (`attnres compare`), measure each routed model's routing interventions,
+# print the table, and write an HTML report.
 #
 # Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C] [--precision P]
 #   --minutes M   wall-clock limit of the whole job (default 15); it only guards the
@@ -48,7 +49,8 @@ echo "main_job: comparing $MODES x $SEEDS seeds on $TOKENS tokens each (--precis
   "$((LEFT / 60)) min $((LEFT % 60)) s, in $RUN"
 build/attnres compare --config "$CONFIG" --modes "$MODES" --seeds "$SEEDS" --tokens "$TOKENS" --precision "$PRECISION" \
   --data data/default/train.bin --val-data data/default/val.bin --val-tokens 131072 \
-  --batch 16 --seq-len 256 --lr 3e-3 --lr-min 3e-4 --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
+  --batch 16 --seq-len 256 --lr 3e-3 --lr-min 3e-4 --interventions 8192 \
+  --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
 # The checkpoints carry the corpus tokenizer: what the last mode's model writes.
 LAST=$(echo "$MODES" | tr ',' '\n' | tail -1)
 echo "main_job: a sample from $LAST (attnres generate, temperature 0.8, top-p 0.95):"

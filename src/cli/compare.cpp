@@ -117,7 +117,7 @@ int cmd_compare(int argc, char** argv) {
     int64_t seeds = 0;
     uint64_t seed = 0;
     std::string precision;
-    int64_t ranks = 0, routing_tokens = 0;
+    int64_t ranks = 0, routing_tokens = 0, interventions = 0;
     std::string out, vega_dir;
   } o;
   TrainOptions t;  // the runs' training options (those compare sets per run aside)
@@ -146,6 +146,10 @@ int cmd_compare(int argc, char** argv) {
                      "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
                      "then the global micro-batch, B / N per rank)"});
   opts.add(o.routing_tokens, {"routing-tokens", "65536", "validation tokens the final routing analysis reads"});
+  opts.add(o.interventions, {"interventions", "0",
+                             "after each routed run, its routing interventions (attnres routing --interventions) on "
+                             "this many validation tokens, for results.json and the report; a finished run "
+                             "without them gets them on a rerun (0 = none)"});
   opts.add(o.out, {"out", "", "output directory (required); rerun with the same flags to resume"});
   opts.add(o.vega_dir, {"vega-dir", "",
                         "node_modules holding vega, vega-lite, vega-embed for the report (default: "
@@ -179,6 +183,9 @@ int cmd_compare(int argc, char** argv) {
   if (static_cast<int64_t>(modes.size()) * seeds > kMostRuns)
     fail(modes.size(), " modes × --seeds ", seeds, " is more than ", kMostRuns, " runs");
   if (o.routing_tokens < 0) fail("--routing-tokens must be 0 or positive, got ", o.routing_tokens);
+  if (o.interventions < 0 || (o.interventions > 0 && o.interventions < t.seq_len))
+    fail("--interventions must be 0 (none) or at least one window of --seq-len ", t.seq_len, ", got ",
+         o.interventions);
   if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive");
   const int64_t ranks = o.ranks;
   if (ranks < 1) fail("--ranks must be at least 1");
@@ -273,6 +280,25 @@ int cmd_compare(int argc, char** argv) {
     for (int64_t k = 0; k < seeds; ++k)
       runs.push_back({m, cat(out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)});
 
+  // With --interventions, a routed run's record gets its routing
+  // interventions on the validation tokens (once; true when it got them now).
+  auto add_interventions = [&](nlohmann::json& r, const std::string& mode, int64_t seed) {
+    if (o.interventions == 0 || r.value("routing_heads", int64_t{0}) == 0) return false;
+    if (r.contains("interventions") && r["interventions"].value("requested", int64_t{0}) == o.interventions)
+      return false;  // measured before, on as many tokens
+    std::printf("compare: %s seed %lld: routing interventions on %lld validation tokens\n", mode.c_str(),
+                static_cast<long long>(seed), static_cast<long long>(o.interventions));
+    std::fflush(stdout);
+    const ChildResult iv = run_self({"routing", "--model", r["dir"].get<std::string>(), "--data", o.val_data,
+                                     "--seq-len", cat(T), "--interventions", "--intervention-tokens",
+                                     cat(o.interventions), "--whole-sources", "--threads", cat(t.threads),
+                                     "--device", t.device, "--precision", precision, "--json", "--quiet"});
+    if (iv.exit_code != 0) fail(mode, " seed ", seed, ": the routing interventions failed");
+    r["interventions"] = nlohmann::json::parse(iv.out);
+    r["interventions"]["requested"] = o.interventions;
+    return true;
+  };
+
   nlohmann::json results = nlohmann::json::array();
   for (size_t i = 0; i < runs.size(); ++i) {
     const Run& run = runs[i];
@@ -286,6 +312,7 @@ int cmd_compare(int argc, char** argv) {
                " seed ", run.seed);
         std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(),
                     static_cast<long long>(run.seed));
+        if (add_interventions(r, run.mode, run.seed)) write_file_atomic(done_path, r.dump() + "\n");
         results.push_back(r);
         continue;
       } catch (const Error& e) {
@@ -364,6 +391,7 @@ int cmd_compare(int argc, char** argv) {
       if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
       r["routing"] = nlohmann::json::parse(rt.out);
     }
+    add_interventions(r, run.mode, run.seed);
     write_file_atomic(done_path, r.dump() + "\n");
     std::printf("compare: %s seed %lld: val loss %s, perplexity %s, %s tok/s, peak RSS %lld MiB%s\n",
                 run.mode.c_str(), static_cast<long long>(run.seed), fmt(log.val_loss, 4).c_str(),

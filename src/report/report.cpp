@@ -55,6 +55,11 @@ json single_run(const std::string& dir, json& warnings) {
     run["routing_source"] = cat("training batches of step ", log.last_routing_step);
   }
   run["settings"] = st.settings;
+  // `attnres routing --interventions --json > DIR/interventions.json` puts them on the page too.
+  if (const std::string iv = dir + "/interventions.json"; fs::exists(iv)) {
+    run["interventions"] = parse_json(read_file(iv), iv);
+    check_interventions(run["interventions"], iv);
+  }
   return run;
 }
 
@@ -132,7 +137,9 @@ const W = 560, H = 260;
 // One colour per mode, fixed by the mode's place in attnres's table of modes
 // (not by which modes a chart happens to show), so every chart and every report agree.
 const palette = ['#4c78a8', '#f58518', '#54a24b', '#e45756', '#b279a2', '#72b7b2', '#eeca3b', '#ff9da6', '#9d755d', '#bab0ac'];
-const modeColor = {field: 'mode', type: 'nominal', scale: {domain: DATA.modes, range: palette.slice(0, DATA.modes.length)}};
+// The legends list the modes this page holds, in the table's order.
+const shown = DATA.modes.filter(m => runs.some(r => r.mode === m));
+const modeColor = {field: 'mode', type: 'nominal', scale: {domain: shown, range: shown.map(m => palette[DATA.modes.indexOf(m) % palette.length])}};
 const specs = {};
 specs['chart-val'] = {
   title: 'Validation loss', width: W, height: H,
@@ -204,6 +211,55 @@ heatRuns.forEach((r, k) => {
     encoding: {x: {field: 'source', type: 'ordinal', sort: null}, y: {field: 'router', type: 'ordinal', sort: null},
                color: {field: 'weight', type: 'quantitative', scale: {scheme: 'viridis', domain: [0, 1]}},
                tooltip: [{field: 'router'}, {field: 'source'}, {field: 'weight', format: '.3f'}]}};
+});
+// Interventions (attnres routing --interventions): what a source's routing
+// mass does to the loss.  Per run with them (one per mode: its first seed).
+const ivRuns = [];
+for (const r of runs) if (r.interventions && !ivRuns.some(h => h.mode === r.mode)) ivRuns.push(r);
+const ivPoints = ivRuns.flatMap(r => r.interventions.routers.flatMap((e, i) => e.sources.map((s, j) => ({
+  mode: r.mode, run: label(r), router: i + ' ' + e.router, source: j + ' ' + s, mass: e.mass[j],
+  dloss: e.ablate[j].dloss, se: e.ablate[j].se}))));
+specs['chart-iv-scatter'] = {
+  title: 'Routing mass against causal effect: each point a (router, source); Δ loss when the source is ablated there', width: W, height: H,
+  data: {values: ivPoints}, mark: {type: 'point', filled: true, opacity: 0.7},
+  encoding: {x: {field: 'mass', type: 'quantitative', title: 'mean routing weight', scale: {domain: [0, 1]}},
+             y: {field: 'dloss', type: 'quantitative', title: 'Δ loss (nats/token)'},
+             color: modeColor, tooltip: [{field: 'mode'}, {field: 'router'}, {field: 'source'}, {field: 'mass', format: '.3f'}, {field: 'dloss', format: '+.4f'}, {field: 'se', format: '.4f'}]}};
+specs['chart-iv-depth'] = {
+  title: 'Content-independent routing by depth: Δ loss under mean routing (solid) and uniform routing (dashed)', width: W, height: H,
+  data: {values: ivRuns.flatMap(r => r.interventions.routers.flatMap((e, i) => [
+    {mode: r.mode, run: label(r), kind: 'mean', depth: i, router: e.router, dloss: e.mean_routing.dloss},
+    {mode: r.mode, run: label(r), kind: 'uniform', depth: i, router: e.router, dloss: e.uniform_routing.dloss}]))},
+  mark: {type: 'line', point: true},
+  encoding: {x: {field: 'depth', type: 'quantitative', axis: {tickMinStep: 1, format: 'd'}, title: 'router (depth)'},
+             y: {field: 'dloss', type: 'quantitative', title: 'Δ loss (nats/token)'},
+             color: modeColor, strokeDash: {field: 'kind', type: 'nominal'}, detail: {field: 'run'},
+             tooltip: [{field: 'router'}, {field: 'kind'}, {field: 'dloss', format: '+.4f'}]}};
+const ivHeats = document.getElementById('iv-heatmaps');
+ivRuns.forEach((r, k) => {
+  const div = document.createElement('div');
+  div.id = 'chart-iv-heat-' + k;
+  div.className = 'chart';
+  ivHeats.appendChild(div);
+  const values = ivPoints.filter(p => p.run === label(r));
+  const m = Math.max(1e-9, ...values.map(p => Math.abs(p.dloss)));
+  specs[div.id] = {
+    title: r.mode + ': Δ loss with the source ablated, router × source (' + label(r) + '), beside the mean weight',
+    hconcat: [
+      {width: W / 2, height: {step: 12}, data: {values}, mark: 'rect',
+       encoding: {x: {field: 'source', type: 'ordinal', sort: null}, y: {field: 'router', type: 'ordinal', sort: null},
+                  color: {field: 'dloss', type: 'quantitative', title: 'Δ loss', scale: {scheme: 'blueorange', domain: [-m, m]}},
+                  tooltip: [{field: 'router'}, {field: 'source'}, {field: 'dloss', format: '+.4f'}, {field: 'se', format: '.4f'}]}},
+      {width: W / 2, height: {step: 12}, data: {values}, mark: 'rect',
+       encoding: {x: {field: 'source', type: 'ordinal', sort: null}, y: {field: 'router', type: 'ordinal', sort: null, axis: null},
+                  color: {field: 'mass', type: 'quantitative', title: 'weight', scale: {scheme: 'viridis', domain: [0, 1]}},
+                  tooltip: [{field: 'router'}, {field: 'source'}, {field: 'mass', format: '.3f'}]}}],
+    resolve: {scale: {color: 'independent'}}};
+});
+if (!ivRuns.length) ['chart-iv-scatter', 'chart-iv-depth'].forEach(id => {
+  delete specs[id];
+  document.getElementById(id).textContent = 'No interventions measured: attnres compare --interventions N, or attnres routing --interventions --json > RUN/interventions.json.';
+  document.getElementById(id).className = 'chart empty';
 });
 // Routing heads (attnres_num_heads > 1): how far the heads' weights are from
 // their consensus by depth, and per mode a heads × sources heatmap of its
@@ -306,9 +362,13 @@ json read_report_data(const std::vector<std::string>& dirs) {
 
 void write_report(const json& data_in, const std::string& out_html, const std::string& vega_dir) {
   json data = data_in;
-  std::string table;
-  for (const auto& t : data["tables"])
-    table += "<h3>" + html_escape(t["dir"].get<std::string>()) + "</h3><pre>" + html_escape(t["md"].get<std::string>()) + "</pre>";
+  // The results as one HTML table (results.md holds the same as Markdown),
+  // each comparison's notes below it.
+  std::string table, notes;
+  for (const auto& c : data["comparisons"])
+    if (c.contains("notes") && c["notes"].is_array())
+      for (const auto& n : c["notes"])
+        if (n.is_string()) notes += "<li>" + html_escape(n.get<std::string>()) + "</li>";
   data.erase("tables");
   // One colour per mode on the whole page, the same in every report: the
   // mode names in their order (model/config.h: the five, then the _mh ones), each with its colour.
@@ -331,6 +391,7 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
                  r.contains("peak_rss_bytes") ? cat(r["peak_rss_bytes"].get<int64_t>() >> 20) : std::string("-"),
                  "</td><td>", r.value("params", int64_t{0}), "</td></tr>");
   table += "</table>";
+  if (!notes.empty()) table += "<ul class=\"notes\">" + notes + "</ul>";
 
   std::string page = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>attnres report</title>\n<style>"
                      "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
@@ -351,6 +412,12 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
           "<div id=\"chart-entropy\" class=\"chart\"></div>"
           "<div id=\"chart-evolution\" class=\"chart\"></div><div id=\"chart-disagree\" class=\"chart\"></div>"
           "<div id=\"heatmaps\"></div>\n";
+  page += "<h2>Interventions</h2><p>What routing does, not only how it weighs: for each router and source, the "
+          "change of the validation loss when the source is ablated there (it leaves the router's softmax, the "
+          "other weights renormalised), and per router under mean routing (its weights replaced by their mean over "
+          "the tokens) and uniform routing (docs/routing.md, \"Interventions\").</p>"
+          "<div id=\"chart-iv-scatter\" class=\"chart\"></div><div id=\"chart-iv-depth\" class=\"chart\"></div>"
+          "<div id=\"iv-heatmaps\"></div>\n";
   page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2)) + "</pre>\n";
   page += "<script>\nconst DATA = " + json_safe(data.dump()) + ";\n" + kPageScript + "</script>\n</body></html>\n";
   write_file_atomic(out_html, page);

@@ -13,7 +13,12 @@
 //   distribution of the per-token max weight in the deepest routers; a
 //   heatmap per routed mode of mean routing weight, router × source;
 //   entropy by depth; the max weight over training; the first steps' training
-//   loss (conversions: the loss spike); the settings and the machine.
+//   loss (conversions: the loss spike); with routing interventions (compare
+//   --interventions, or a run directory's interventions.json written by
+//   `attnres routing --interventions --json`): routing mass against Δ loss per
+//   source, mean and uniform routing's Δ loss by depth, and per routed mode a
+//   router × source heatmap of Δ loss beside its weights; the settings and the
+//   machine.  The legends name the modes the page holds.
 // A script error or a chart that fails to render is written into the page's
 // #errors element (the headless-browser test reads it).
 #pragma once

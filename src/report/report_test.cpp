@@ -61,5 +61,48 @@ TEST(Report, TheRunsAreCheckedBeforeVegaIsLookedFor) {
   }
 }
 
+// A run's interventions (compare --interventions) are checked as its other
+// fields are: a malformed one is an Error naming the file, the run and the part.
+TEST(Report, MalformedInterventionsAreNamed) {
+  testing::TempDir tmp("report");
+  const nlohmann::json run = {{"mode", "block"}, {"seed", 1}, {"dir", "x"}, {"steps", 2}, {"val_loss", 1.0},
+                              {"val_ppl", 2.7}, {"tok_per_s", 10.0}, {"peak_rss_bytes", 1}, {"params", 1},
+                              {"cut", false}, {"val_curve", nlohmann::json::array()},
+                              {"loss_curve", nlohmann::json::array()}};
+  const nlohmann::json effect = {{"dloss", 0.1}, {"se", nullptr}};
+  const nlohmann::json good = {{"routers", {{{"router", "final"}, {"sources", {"embed", "partial"}}, {"mass", {0.4, 0.6}},
+                                             {"ablate", {effect, effect}}, {"mean_routing", effect},
+                                             {"uniform_routing", effect}}}}};
+  auto with = [&](const nlohmann::json& iv) {
+    nlohmann::json r = run;
+    r["interventions"] = iv;
+    write_file_atomic(tmp.path() + "/results.json",
+               nlohmann::json({{"runs", {r}}, {"settings", nlohmann::json::object()}, {"notes", nlohmann::json::array()}})
+                   .dump());
+    return read_report_data({tmp.path()});
+  };
+  EXPECT_EQ(with(good)["runs"][0]["interventions"], good);
+  nlohmann::json short_mass = good;
+  short_mass["routers"][0]["mass"] = {0.4};
+  nlohmann::json no_mean = good;
+  no_mean["routers"][0].erase("mean_routing");
+  nlohmann::json text_dloss = good;
+  text_dloss["routers"][0]["ablate"][1]["dloss"] = "big";
+  for (const auto& [iv, message] : std::vector<std::pair<nlohmann::json, std::string>>{
+           {nlohmann::json::array(), "runs[0]: 'interventions' is [], not an object"},
+           {nlohmann::json::object(), "runs[0]: interventions: has no 'routers' list"},
+           {short_mass, "routers[0] has 2 sources but 1 masses and 2 ablations"},
+           {no_mean, "routers[0] lacks mean_routing"},
+           {text_dloss, "routers[0].ablate[1] is"}}) {
+    try {
+      with(iv);
+      ADD_FAILURE() << "accepted: " << iv.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("results.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnres

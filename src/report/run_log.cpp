@@ -99,6 +99,7 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
       {"cut", kBool, true},            {"val_curve", kList, true},    {"loss_curve", kList, true},
       {"routing_curve", kList, false}, {"routing", kObject, false},   {"planned_steps", kInteger, false},
       {"schedule_cut_at", kInteger, false}, {"routing_heads", kInteger, false},
+      {"interventions", kObject, false},
   };
   static const char* kNames[] = {"a string", "an integer", "a number", "true or false", "a list", "an object"};
   for (const Field& f : kFields) {
@@ -121,6 +122,37 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
     if (!w.is_object() || !w.contains("step") || !w["step"].is_number_integer() || !w.contains("val_loss") ||
         !w["val_loss"].is_number())
       fail(where, ": 'val_curve' holds ", w.dump().substr(0, 40), ", not {\"step\": integer, \"val_loss\": number}");
+  if (r.contains("interventions")) check_interventions(r["interventions"], where + ": interventions");
+}
+
+void check_interventions(const nlohmann::json& iv, const std::string& where) {
+  auto effect = [&](const nlohmann::json& e, const std::string& what) {
+    if (!e.is_object() || !e.contains("dloss") || !e["dloss"].is_number() ||
+        !std::isfinite(e["dloss"].get<double>()) || !e.contains("se") || !(e["se"].is_number() || e["se"].is_null()))
+      fail(where, ": ", what, " is ", e.dump().substr(0, 40), ", not {\"dloss\": number, \"se\": number or null}");
+  };
+  if (!iv.is_object() || !iv.contains("routers") || !iv["routers"].is_array())
+    fail(where, ": has no 'routers' list (not the output of attnres routing --interventions --json)");
+  for (size_t i = 0; i < iv["routers"].size(); ++i) {
+    const nlohmann::json& r = iv["routers"][i];
+    const std::string at = cat("routers[", i, "]");
+    if (!r.is_object() || !r.contains("router") || !r["router"].is_string() || !r.contains("sources") ||
+        !r["sources"].is_array() || !r.contains("mass") || !r["mass"].is_array() || !r.contains("ablate") ||
+        !r["ablate"].is_array())
+      fail(where, ": ", at, " lacks router, sources, mass or ablate");
+    const size_t S = r["sources"].size();
+    if (r["mass"].size() != S || r["ablate"].size() != S)
+      fail(where, ": ", at, " has ", S, " sources but ", r["mass"].size(), " masses and ", r["ablate"].size(),
+           " ablations");
+    for (size_t j = 0; j < S; ++j) {
+      if (!r["sources"][j].is_string() || !r["mass"][j].is_number()) fail(where, ": ", at, " source ", j, " is malformed");
+      effect(r["ablate"][j], cat(at, ".ablate[", j, "]"));
+    }
+    for (const char* k : {"mean_routing", "uniform_routing"}) {
+      if (!r.contains(k)) fail(where, ": ", at, " lacks ", k);
+      effect(r[k], cat(at, ".", k));
+    }
+  }
 }
 
 }  // namespace attnres

@@ -8,8 +8,10 @@ heads, a few steps each) on random tokens, then:
 - results.md names every mode and says that one seed measures no noise;
 - report.html, loaded in `chromium --headless` with no network, renders every
   chart (an <svg> inside every .chart element, one heatmap per routed mode,
-  the heads' disagreement and a heads × sources heatmap of delta_mh)
-  and reports no script error (the page's #errors element stays empty and the
+  the heads' disagreement and a heads × sources heatmap of delta_mh, the
+  interventions' mass-against-effect scatter, mean routing by depth and a
+  Δ loss heatmap per routed mode, which compare --interventions measured;
+  the legends name only the modes compared) and reports no script error (the page's #errors element stays empty and the
   body is marked rendered);
 - `compare --init` of a checkpoint as published models come (a plain Qwen3
   directory in BF16, HF names, written by `attnres export` from a short
@@ -99,7 +101,7 @@ def main():
         cmd = [a.attnres, "compare", "--modes", "baseline,block,delta_block,delta_mh", "--config", "tiny",
                "--data", os.path.join(tmp, "train.bin"), "--val-data", os.path.join(tmp, "val.bin"),
                "--steps", "6", "--batch", "2", "--seq-len", "32", "--val-tokens", "2000", "--routing-tokens", "1024",
-               "--threads", "2", "--out", out, "--vega-dir", VEGA]
+               "--interventions", "256", "--threads", "2", "--out", out, "--vega-dir", VEGA]
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             print("FAIL compare:", p.stdout[-2000:], p.stderr[-2000:])
@@ -149,7 +151,8 @@ def main():
                            (os.path.join(out, "report.html"),
                             {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-maxdist",
                              "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1", "chart-heat-2",
-                             "chart-disagree", "chart-heads-0"}),
+                             "chart-disagree", "chart-heads-0", "chart-iv-scatter", "chart-iv-depth",
+                             "chart-iv-heat-0", "chart-iv-heat-1", "chart-iv-heat-2"}),
                            (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
             dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                   "--virtual-time-budget=20000", "--dump-dom", "file://" + page],
@@ -166,6 +169,12 @@ def main():
                     failures += 1
                 else:
                     print("report: compare --init: the first steps' chart draws baseline, block and delta_block")
+            if page == os.path.join(out, "report.html"):  # legends: the four modes compared, no other
+                legend = c.text.get("chart-val", "")
+                extra = [m for m in ("full", "delta ", "block_mh", "full_mh") if m in legend + " "]
+                if extra or "delta_mh" not in legend:
+                    print(f"FAIL: the validation chart's legend names modes not compared {extra}: {legend[:300]!r}")
+                    failures += 1
             if missing or blank or not c.rendered or c.errors.strip():
                 print(f"FAIL {os.path.basename(page)}: missing charts {missing}, charts without an svg {blank}, "
                       f"rendered {c.rendered}, errors {c.errors.strip()!r}")
