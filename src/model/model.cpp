@@ -22,8 +22,9 @@
 // The modes differ only in the small functions below the sublayers
 // (embedding, sublayer input / output, final input, and their backward),
 // each a switch over the mode; the facts they share (which sources, how a
-// router combines, what is stored) are the table of model/modes.h, and the
-// sources each router reads are fixed once in build_routers_().
+// router combines, what is stored) are the table of model/modes.h, and which
+// sources each router reads, where blocks start and the backward's
+// bookkeeping are the routing plan (model/plan.h), fixed at construction.
 #include "model/model.h"
 
 #include <algorithm>
@@ -34,7 +35,7 @@
 namespace attnres {
 
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
-    : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c) {
+    : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c), plan_(RoutingPlan::build(c, o)) {
   const int64_t B = o.batch, T = o.seq_len;
   batch_tokens(B, T);
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
@@ -56,7 +57,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16 && !train);
   if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
-  if (o.freeze_base && (!train || !mode_spec(c.mode).routed()))
+  if (o.freeze_base && (!train || !plan_.routed()))
     fail("freezing the base weights needs a training model with depth routing (attnres_mode not baseline)");
   if (train) {
     // Frozen tensors get no gradient: their views are null, so the backward
@@ -72,9 +73,9 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       }
     }
   }
-  build_routers_();
+  attach_routers_();
 
-  const ModeSpec& mode = mode_spec(c.mode);
+  const ModeSpec& mode = *plan_.mode;
   if (o.rows > B * T || (o.rows > 0 && o.rows < std::max(B, T)))
     fail("ModelOptions: rows ", o.rows, " must lie between max(batch, seq_len) and batch x seq_len");
   const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F, K = 2 * c.L;
@@ -164,28 +165,25 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     take(src + "rstd", s.rstd, N);
     // block: only the blocks (the P_k at block starts) own a gradient buffer;
     // the other partial sums share the running dx_ (set below).
-    const bool block_start = j % 2 == 0 && j < static_cast<size_t>(K) && block_start_(static_cast<int64_t>(j / 2));
-    if (train && mode.source_owns_gradient(block_start)) take(src + "dv", s.dv, N * d);
+    if (train && plan_.sources[j].owns_gradient) take(src + "dv", s.dv, N * d);
   }
   if (mode.routed() && !mode.stores_inputs) take("u", u_, N * d);
   if (train && mode.routed()) take("dU", dU_, N * d);
   if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
     take("xb", xb_, N * d);
   if (mode.routed()) take("null_rstd", null_rstd_, K);
-  // The routers' logits: kept for the backward in training, except in full,
-  // whose routers read every earlier output: (N, H, S) of them per router
-  // add up to (N, H, K²/2), so its backward computes them again from the
-  // source rows it reads anyway (route_backward with null logits).
-  const bool keep_logits = train && c.mode != Mode::kFull;
+  // The routers' logits: kept for the backward where the plan says so (not
+  // in full: plan.cpp), else one buffer that every router's forward shares.
   int64_t S_max = 1;
+  bool shares_logits = false;
   for (auto& r : routers_) {
     const int64_t S = static_cast<int64_t>(r.index.size());
-    r.logits_kept = keep_logits;
-    if (keep_logits) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);
+    if (r.logits_kept) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);
+    shares_logits |= !r.logits_kept;
     S_max = std::max(S_max, S);
   }
-  float* shared_logits = nullptr;  // one buffer for every router's logits where none are kept
-  if (!keep_logits && mode.routed()) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
+  float* shared_logits = nullptr;
+  if (shares_logits) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
   acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));
   for (size_t i = 0; i < slots.size(); ++i) *slots[i] = acts_.data() + arena_[i].offset;
   tokens_ = reinterpret_cast<int32_t*>(tokens);
@@ -199,8 +197,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       }
       a = shared;
     }
-  if (!keep_logits)
-    for (auto& r : routers_) r.logits = shared_logits;
+  for (auto& r : routers_)
+    if (!r.logits_kept) r.logits = shared_logits;
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
   ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
@@ -216,23 +214,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   // Resolve the routers' sources to the carved buffers.
   for (auto& s : sources_)
     if (!s.dv) s.dv = dx_;
-  if (train) {
-    // The backward's first router: the final one, else the last MLP's.  It
-    // assigns the gradients of the sources it reads; the rest are zeroed.
-    // Block without a final router (block_mh) has none: the last MLP's router
-    // reads the last partial sum, whose gradient dx_ the final norm wrote first.
-    first_backward_router_ = final_router_ >= 0                         ? final_router_
-                             : mode.sources == Sources::kPartialSums ? -1
-                             : mode.routed()                         ? router_of_[K - 1]
-                                                                     : -1;
-    for (const Source& s : sources_) {
-      bool covered = s.dv == dx_ && final_router_ < 0;  // the final norm's backward assigns dx_
-      if (first_backward_router_ >= 0)
-        for (int j : routers_[first_backward_router_].index) covered |= j >= 0 && sources_[j].dv == s.dv;
-      if (!covered && std::find(zeroed_dv_.begin(), zeroed_dv_.end(), s.dv) == zeroed_dv_.end())
-        zeroed_dv_.push_back(s.dv);
-    }
-  }
+  if (train)  // the gradients nobody assigns first (plan.h): zeroed at each backward's start
+    for (int j : plan_.zeroed_gradients) zeroed_dv_.push_back(j < 0 ? dx_ : sources_[j].dv);
   for (Router& R : routers_) {
     for (int j : R.index) {
       if (j < 0) {  // the router's own learned null source, one row broadcast to every token
@@ -278,91 +261,24 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
 }
 
-// The sources each router reads, per mode (docs/DESIGN.md §2, tests/oracle/README.md §3).
-// Sublayer k's router sees the sources that exist just before it runs.
-void Model::build_routers_() {
-  const Config& c = cfg_;
-  const ModeSpec& mode = mode_spec(c.mode);
-  const int64_t L = c.L, K = 2 * L, Bl = c.layers_per_block();
-  router_of_.assign(static_cast<size_t>(K), -1);
-  if (!mode.routed()) return;
-  combine_ = mode.combine;
-  auto sublayer = [](int64_t k) { return cat("layers.", k / 2, k % 2 ? ".mlp" : ".attn"); };
-
-  // Source tensors.
-  int64_t num_sources = 0;
-  std::vector<std::string> names;
-  switch (mode.sources) {
-    case Sources::kOutputs:  // e, then the output of sublayer k as source k+1
-      num_sources = K + 1;
-      names.push_back("embed");
-      for (int64_t k = 0; k < K; ++k) names.push_back(sublayer(k));
-      break;
-    case Sources::kPartialSums:  // partial sums P_0 = e, P_{k+1} = (reset ? 0 : P_k) + out_k
-      num_sources = K + 1;
-      for (int64_t k = 0; k <= K; ++k)
-        names.push_back(k % 2 == 0 && k < K && block_start_(k / 2) ? cat("block.", k / 2 / Bl) : "partial");
-      break;
-    case Sources::kBlockDeltas:  // one block source per block start
-      num_sources = (L + Bl - 1) / Bl;
-      for (int64_t b = 0; b < num_sources; ++b) names.push_back(cat("block.", b));
-      break;
-    case Sources::kNone: break;
-  }
-  sources_.resize(static_cast<size_t>(num_sources));
-
-  const bool train = opt_.training;
-  auto add_router = [&](int64_t k, std::vector<int> index) {  // k = K: the final router
-    if (index.empty()) return;  // delta layer 0 attention without a null source: input = x
+// The plan's routers with their weights (and, training, gradients); the
+// plan's sources as empty slots, carved by the constructor.
+void Model::attach_routers_() {
+  sources_.resize(plan_.sources.size());
+  for (const PlanRouter& p : plan_.routers) {
     Router R;
-    R.k = k;
-    if (k == K) {
-      R.name = "final";
-      R.w = &w_.final_router;
-      R.g = train ? &g_.final_router : nullptr;
-      final_router_ = static_cast<int>(routers_.size());
-    } else {
-      R.name = sublayer(k);
-      R.w = k % 2 ? &w_.layers[k / 2].mlp_router : &w_.layers[k / 2].attn_router;
-      if (train) R.g = k % 2 ? &g_.layers[k / 2].mlp_router : &g_.layers[k / 2].attn_router;
-      router_of_[k] = static_cast<int>(routers_.size());
-    }
-    for (size_t p = 0; p < index.size(); ++p)  // block: the last source is the partial sum, whatever it becomes
-      R.source_names.push_back(index[p] < 0                                                    ? "null"
-                               : mode.sources == Sources::kPartialSums && p + 1 == index.size() ? "partial"
-                                                                                                : names[index[p]]);
-    R.index = std::move(index);
+    R.name = p.name;
+    R.k = p.k;
+    R.index = p.index;
+    R.source_names = p.source_names;
+    R.logits_kept = p.keeps_logits;
+    const int64_t l = p.k / 2;
+    R.w = p.k == plan_.K ? &w_.final_router : p.k % 2 ? &w_.layers[l].mlp_router : &w_.layers[l].attn_router;
+    if (opt_.training)
+      R.g = p.k == plan_.K ? &g_.final_router : p.k % 2 ? &g_.layers[l].mlp_router : &g_.layers[l].attn_router;
     routers_.push_back(std::move(R));
-  };
-  for (int64_t k = 0; k <= K; ++k) {
-    std::vector<int> index;
-    const int64_t l = k / 2;
-    const bool null = mode.null_source && c.null_source;
-    switch (c.mode) {
-      case Mode::kFull:  // every source so far: e, a_0, m_0, …, out_{k−1}
-        for (int64_t j = 0; j <= k; ++j) index.push_back(static_cast<int>(j));
-        break;
-      case Mode::kDelta:  // [null] + e, a_0, …, out_{k−1}; layer 0's attention: [null] only
-        if (k == K) break;
-        if (null) index.push_back(-1);
-        if (k >= 1)
-          for (int64_t j = 0; j <= k; ++j) index.push_back(static_cast<int>(j));
-        break;
-      case Mode::kBlock:  // the blocks pushed before this router, then the current partial sum
-        for (int64_t i = 0; 2 * i < k; ++i)
-          if (block_start_(i)) index.push_back(static_cast<int>(2 * i));
-        index.push_back(static_cast<int>(k));
-        break;
-      case Mode::kDeltaBlock:  // [null] + blocks started before (attention) / up to (MLP) layer l
-        if (k == K) break;
-        if (null) index.push_back(-1);
-        for (int64_t i = 0; i < (k % 2 ? l + 1 : l); ++i)
-          if (block_start_(i)) index.push_back(static_cast<int>(i / Bl));
-        break;
-      case Mode::kBaseline: break;
-    }
-    if (k < K || c.final_router()) add_router(k, std::move(index));
   }
+  combine_ = plan_.mode->combine;
 }
 
 void Model::collect_routing_stats(bool on) {
@@ -635,12 +551,12 @@ void Model::route_backward_(int r, bool first) {
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
   RouteRebuild rb;
   const int64_t j = R.k - 1;  // the sublayer whose input comes next
-  const int rj = j >= 0 ? router_of_[j] : -1;
-  if (!mode_spec(cfg_.mode).stores_inputs && rj >= 0) {
+  const int rj = j >= 0 ? plan_.router_of[j] : -1;
+  if (plan_.rebuilds_inputs() && rj >= 0) {
     const Router& P = routers_[rj];
     rb = {u_, P.logits_kept ? P.logits : nullptr, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads,
           gate_base_(rj), P.w->alpha, combine_, false, P.w->proj, P.w->norm};
-    if (mode_spec(cfg_.mode).stream) {  // delta: u = x + g·R, x the stream (e alone before the first output)
+    if (plan_.rebuilt_input_adds_stream()) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
@@ -683,7 +599,7 @@ void Model::embed_() {
 
 // The input u of sublayer k (N, d).
 const float* Model::sublayer_input_(int64_t k) {
-  const int r = router_of_[k];
+  const int r = plan_.router_of[k];
   switch (cfg_.mode) {
     case Mode::kBaseline: return stored_input_(k);  // u = x
     case Mode::kFull:
@@ -704,7 +620,7 @@ const float* Model::sublayer_input_(int64_t k) {
 
 // Where sublayer k writes its output.
 float* Model::sublayer_out_(int64_t k) {
-  return mode_spec(cfg_.mode).outputs_are_sources() ? sources_[k + 1].v : out_;
+  return plan_.mode->outputs_are_sources() ? sources_[k + 1].v : out_;
 }
 
 // After sublayer k wrote its output.
@@ -723,14 +639,14 @@ void Model::sublayer_output_(int64_t k) {
       ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
       break;
     case Mode::kBlock:  // P_{k+1} = P_k + out, or out alone after a block start's reset
-      if (!(k % 2 == 0 && block_start_(k / 2))) ops_.add_inplace(sources_[k + 1].v, sources_[k].v, N * d);
+      if (!plan_.starts_block(k)) ops_.add_inplace(sources_[k + 1].v, sources_[k].v, N * d);
       ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
       break;
     case Mode::kDeltaBlock:
       // At a block start, after the attention ran and before x += a, a block
       // source is appended: "true" x − x_at_previous_start, "reference"
       // x − last_source; x itself for the first.
-      if (k % 2 == 0 && block_start_(k / 2)) {
+      if (plan_.starts_block(k)) {
         const int64_t b = k / 2 / cfg_.layers_per_block();
         Source& s = sources_[b];
         if (b == 0) ops_.copy(s.v, stream_, N * d);
@@ -747,8 +663,8 @@ void Model::sublayer_output_(int64_t k) {
 // router; block without a final router (block_mh) reads the last partial sum
 // P_2L (so the final norm's backward writes its gradient, dx_).
 void Model::final_input_() {
-  if (final_router_ >= 0) route_(final_router_, stream_, nullptr);
-  else if (mode_spec(cfg_.mode).sources == Sources::kPartialSums)
+  if (plan_.final_router >= 0) route_(plan_.final_router, stream_, nullptr);
+  else if (plan_.final_reads_last_partial())
     ops_.copy(stream_, sources_[2 * cfg_.L].v, rows() * cfg_.d);
 }
 
@@ -775,7 +691,7 @@ float* Model::sublayer_output_backward_(int64_t k) {
 
 // The input u of sublayer k again: stored, or rebuilt from the stored logits.
 const float* Model::sublayer_input_recompute_(int64_t k) {
-  const int r = router_of_[k];
+  const int r = plan_.router_of[k];
   if (rebuilt_ == k) return u_;  // done by the previous router backward
   switch (cfg_.mode) {
     case Mode::kBaseline:
@@ -801,13 +717,13 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
 // dU_ holds the gradient of sublayer k's input; send it on to what made it.
 void Model::sublayer_input_backward_(int64_t k) {
   const int64_t N = rows(), d = cfg_.d;
-  const int r = router_of_[k];
+  const int r = plan_.router_of[k];
   switch (cfg_.mode) {
     case Mode::kBaseline: return;  // the sublayer accumulated into dx_ itself
     case Mode::kFull:
     case Mode::kBlock: route_backward_(r); return;  // the final router ran first
     case Mode::kDeltaBlock:
-      if (k % 2 == 0 && block_start_(k / 2)) {
+      if (plan_.starts_block(k)) {
         // Block source b was made from the x this sublayer read:
         //   "true":      s_b = x − x_{b−1}  ⇒  dx += ds_b − ds_{b+1}
         //   "reference": s_b = x − s_{b−1}  ⇒  ds_b(total) = ds_b − ds_{b+1}(total);  dx += ds_b
@@ -824,13 +740,13 @@ void Model::sublayer_input_backward_(int64_t k) {
       [[fallthrough]];
     case Mode::kDelta:  // u = x + g·R: dx += dU (inside route_backward_)
       if (r < 0) ops_.add_inplace(dx_, dU_, N * d);
-      else route_backward_(r, r == first_backward_router_);
+      else route_backward_(r, r == plan_.first_backward_router);
       return;
   }
 }
 
 void Model::final_input_backward_() {
-  if (final_router_ >= 0) route_backward_(final_router_, /*first=*/true);
+  if (plan_.final_router >= 0) route_backward_(plan_.final_router, /*first=*/true);
 }
 
 // The gradient of e into the embedding table.
@@ -1036,14 +952,14 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bo
 void Model::backward() {
   const Config& c = cfg_;
   const int64_t N = rows(), d = c.d;
-  const bool routed = mode_spec(c.mode).routed();
+  const bool routed = plan_.routed();
   // Source gradients accumulate over the routers reading them; the first
   // router assigns those it reads, the others start at zero.
   for (float* dv : zeroed_dv_) ops_.fill(dv, 0.0f, N * d);
   rebuilt_ = -1;
   // dln_ holds d(xf) from the fused head.  Through the final norm into the
   // stream (dx_), or into the final router's output (dU_):
-  ops_.rmsnorm_backward(final_router_ >= 0 ? dU_ : dx_, g_.final_norm, dln_, stream_, w_.final_norm, rstd_f_, N, d);
+  ops_.rmsnorm_backward(plan_.final_router >= 0 ? dU_ : dx_, g_.final_norm, dln_, stream_, w_.final_norm, rstd_f_, N, d);
   final_input_backward_();
   // Baseline: the sublayer adds the gradient of its input straight into dx_
   // (it reads dout = dx_ in its first op, before it accumulates, so the alias

@@ -46,9 +46,9 @@
 // The backward's gradient bookkeeping (training), in one place:
 //  - Source gradients (Source::dv) ACCUMULATE: every router that reads a
 //    source adds (+=) its part — except the first router the backward runs
-//    (first_backward_router_: the final router, or, without one, the last
-//    MLP's), which reads almost every source and ASSIGNS (=) theirs.  The
-//    sources it does not read (zeroed_dv_, fixed at construction) are zeroed
+//    (RoutingPlan::first_backward_router: the final router, or, without one,
+//    the last MLP's), which reads almost every source and ASSIGNS (=) theirs.
+//    The sources it does not read (RoutingPlan::zeroed_gradients) are zeroed
 //    at the start of each backward.  So no gradient buffer needs zeroing
 //    between steps, and none is read before this backward wrote it.
 //  - dx_, the running gradient of the stream (baseline, delta, delta_block:
@@ -83,6 +83,7 @@
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/plan.h"
 #include "model/routing_stats.h"
 #include "ops/backend.h"
 
@@ -276,6 +277,7 @@ class Model {
   void collect_routing_stats(bool on);
   RoutingStats routing_stats() const;
   const std::vector<Router>& routers() const { return routers_; }
+  const RoutingPlan& plan() const { return plan_; }
 
   // The activation arena's table of sizes, in carving order; the header's
   // "what each mode keeps" is this table (Routing.TheArenaKeepsWhatTheHeaderSays).
@@ -296,6 +298,7 @@ class Model {
   Config cfg_;
   ModelOptions opt_;
   ParamLayout layout_;
+  RoutingPlan plan_;  // what routes what (plan.h): the sources, the routers, the backward's bookkeeping
   Buffer params_, params16_, grads_;
   Weights w_, g_;
   int64_t cache_seqs_ = 0;
@@ -340,8 +343,6 @@ class Model {
                                   // block: partial sums P_0 = e, P_{k+1} after sublayer k (2L+1)
                                   // delta_block: the block sources, one per block
   std::vector<Router> routers_;   // the routers that run, in forward order
-  std::vector<int> router_of_;    // (2L) index in routers_ of sublayer k's router, −1 if none
-  int final_router_ = -1;         // index in routers_ (modes with a final router)
   Combine combine_ = Combine::kReplace;
   float* u_ = nullptr;            // (N, d)   sublayer input built by a router (modes that rebuild inputs)
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
@@ -351,7 +352,6 @@ class Model {
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
   bool collect_stats_ = false;
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
-  int first_backward_router_ = -1;  // the first router the backward runs; it assigns its sources' gradients
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
   // Interventions: the prefix's sublayer (−1: none), the state the rest of the
@@ -399,7 +399,7 @@ class Model {
   void head_logits_(int64_t first_row, int64_t row_stride, int64_t count, float* host_out);
 
   // The per-mode steps of the layer loop (model.cpp).
-  void build_routers_();
+  void attach_routers_();
   void embed_();
   void embed_backward_();
   void final_input_();
@@ -411,7 +411,6 @@ class Model {
   float* sublayer_output_backward_(int64_t k);
   const float* sublayer_input_recompute_(int64_t k);
   void sublayer_input_backward_(int64_t k);
-  bool block_start_(int64_t l) const { return l % cfg_.layers_per_block() == 0; }
   void route_(int r, float* out, const float* base);
   void route_mix_(int r, float* out, const float* base);
   void route_backward_(int r, bool first = false);

@@ -1,14 +1,16 @@
 // modes.h — the routing modes as one table of facts (docs/routing.md): what
 // each router reads, how its result makes the sublayer input, whether there is
 // a residual stream, blocks, a final router, a null source, and what a
-// training forward keeps for the backward.  params.cpp and model.cpp read
-// these facts from here and nowhere else.
+// training forward keeps for the backward.  params.cpp (which tensors exist)
+// and plan.cpp (the sources and routers a model of the mode runs) read these
+// facts; model.cpp asks the plan.
 //
 // Adding a mode: a Mode enumerator, a row below (the static_asserts check that
-// every enumerator has its row, in order), and its wiring in model.cpp, whose
-// switches over Mode have no default so that the compiler names each one left
-// out (-Wswitch; -Werror in CI).  tests: model/modes_test.cpp checks the table
-// against the parameters and routers a model of each mode builds.
+// every enumerator has its row, in order), its routers in plan.cpp, and its
+// steps in model.cpp; the switches over Mode there have no default, so the
+// compiler names each one left out (-Wswitch; -Werror in CI).  tests:
+// model/modes_test.cpp checks the table against the parameters and routers a
+// model of each mode builds, model/plan_test.cpp each mode's plan.
 #pragma once
 
 #include <cstddef>

@@ -443,11 +443,12 @@ def intervention_specs(sizes, heads):
 def intervention_losses(P, cfg, tokens, probe):
     """The loss of micro-batch tokens (B, T+1) under each intervention_specs entry."""
     heads = O.full_config(cfg)["attnres_num_heads"]
-    specs = intervention_specs([a.shape[0] for a in probe], heads)
+    sizes = [a.shape[0] for a in probe]
+    specs = intervention_specs(sizes, heads)
     with torch.no_grad():
         losses = [float(O.loss_of(O.forward(P, cfg, tokens[:, :-1], intervene=iv), tokens[:, 1:]))
                   for _, iv in specs]
-    return specs, losses
+    return specs, losses, sizes
 
 
 def run_case(name, dtype=F64):
@@ -508,13 +509,14 @@ def write_case(root, name, r):
     O.write_safetensors(os.path.join(d, "golden_bf16.safetensors"), outputs(r["bf16"]),
                         {"generator": "tests/oracle/make_golden.py", "case": name, "precision": "bf16"})
     if r["iv"]:   # routed cases: micro-batch (0, 0)'s loss under each intervention, with the specs as metadata
-        specs, losses = r["iv"]
+        specs, losses, sizes = r["iv"]
         spec_json = [{"name": n, "at": [dict(router=k, kind=v[0], value=v[1]) for k, v in sorted(iv.items())]}
                      for n, iv in specs]
         O.write_safetensors(os.path.join(d, "interventions.safetensors"),
                             {"losses": np.array(losses, dtype=np.float32)},
                             {"generator": "tests/oracle/make_golden.py", "case": name,
-                             "interventions": json.dumps(spec_json, sort_keys=True)})
+                             "interventions": json.dumps(spec_json, sort_keys=True),
+                             "router_sources": json.dumps(sizes)})
 
 
 def outputs(r):

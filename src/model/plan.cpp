@@ -1,0 +1,110 @@
+// plan.cpp — see plan.h.  The sources and routers of each mode are those of
+// docs/DESIGN.md §2 and tests/oracle/README.md §3.
+#include "model/plan.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace attnres {
+
+namespace {
+
+std::string sublayer_name(int64_t k) { return cat("layers.", k / 2, k % 2 ? ".mlp" : ".attn"); }
+
+}  // namespace
+
+RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
+  RoutingPlan p;
+  const ModeSpec& mode = mode_spec(c.mode);
+  p.mode = &mode;
+  p.K = 2 * c.L;
+  p.layers_per_block = c.layers_per_block();
+  const int64_t K = p.K, Bl = p.layers_per_block;
+  p.router_of.assign(static_cast<size_t>(K), -1);
+  if (!mode.routed()) return p;
+
+  // The sources, and what makes each.
+  using Made = PlanSource::Made;
+  switch (mode.sources) {
+    case Sources::kOutputs:  // e, then the output of sublayer k as source k+1
+      p.sources.push_back({"embed", Made::kEmbedding, -1, true});
+      for (int64_t k = 0; k < K; ++k) p.sources.push_back({sublayer_name(k), Made::kOutput, k, true});
+      break;
+    case Sources::kPartialSums:  // P_0 = e, P_{k+1} = (reset ? 0 : P_k) + out_k; the P_k at block starts are the blocks
+      for (int64_t j = 0; j <= K; ++j) {
+        const bool block = j < K && p.starts_block(j);
+        p.sources.push_back({block ? cat("block.", j / 2 / Bl) : "partial", j == 0 ? Made::kEmbedding : Made::kPartialSum,
+                             j - 1, mode.source_owns_gradient(block)});
+      }
+      break;
+    case Sources::kBlockDeltas:  // one per block, made at its start
+      for (int64_t b = 0; b * Bl < c.L; ++b) p.sources.push_back({cat("block.", b), Made::kBlockDelta, 2 * b * Bl, true});
+      break;
+    case Sources::kNone: break;
+  }
+
+  // The routers, in forward order: the sources that exist just before each runs.
+  const bool null = mode.null_source && c.null_source;
+  for (int64_t k = 0; k <= K; ++k) {
+    if (k == K && !c.final_router()) break;
+    std::vector<int> index;
+    switch (c.mode) {
+      case Mode::kFull:  // every source so far: e, a_0, m_0, …, out_{k−1}
+        for (int64_t j = 0; j <= k; ++j) index.push_back(static_cast<int>(j));
+        break;
+      case Mode::kDelta:  // [null] + e, a_0, …, out_{k−1}; layer 0's attention: [null] only
+        if (null) index.push_back(-1);
+        if (k >= 1)
+          for (int64_t j = 0; j <= k; ++j) index.push_back(static_cast<int>(j));
+        break;
+      case Mode::kBlock:  // the blocks pushed before this router, then the current partial sum
+        for (int64_t j = 0; j < k; j += 2)
+          if (p.starts_block(j)) index.push_back(static_cast<int>(j));
+        index.push_back(static_cast<int>(k));
+        break;
+      case Mode::kDeltaBlock:  // [null] + the blocks started before (attention) / up to (MLP) this layer
+        if (null) index.push_back(-1);
+        for (int64_t j = 0; j < k; j += 2)
+          if (p.starts_block(j)) index.push_back(static_cast<int>(j / 2 / Bl));
+        break;
+      case Mode::kBaseline: break;
+    }
+    if (index.empty()) continue;  // delta / delta_block, layer 0's attention without a null source: input = x
+    PlanRouter r;
+    r.k = k;
+    r.name = k == K ? "final" : sublayer_name(k);
+    for (size_t q = 0; q < index.size(); ++q)  // block: the last source is the partial sum, whatever it becomes
+      r.source_names.push_back(index[q] < 0                                                    ? "null"
+                               : mode.sources == Sources::kPartialSums && q + 1 == index.size() ? "partial"
+                                                                                                : p.sources[index[q]].name);
+    r.index = std::move(index);
+    // Training keeps each router's logits for the backward, except in full,
+    // whose routers read every earlier output: (N, H, S) of them per router
+    // add up to (N, H, K²/2), so its backward computes them again from the
+    // source rows it reads anyway.
+    r.keeps_logits = o.training && c.mode != Mode::kFull;
+    if (k == K) p.final_router = static_cast<int>(p.routers.size());
+    else p.router_of[k] = static_cast<int>(p.routers.size());
+    p.routers.push_back(std::move(r));
+  }
+
+  // The backward's bookkeeping (training).  Source gradients accumulate over
+  // the routers reading them; the first router assigns those it reads.
+  p.first_backward_router = p.final_router >= 0                       ? p.final_router
+                            : mode.sources == Sources::kPartialSums ? -1
+                                                                    : p.router_of[K - 1];
+  auto buffer = [&](int j) { return p.sources[j].owns_gradient ? j : -1; };  // −1: the running gradient dx
+  for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {
+    const int b = buffer(j);
+    bool covered = b < 0 && p.final_router < 0;  // the final norm's backward assigns dx
+    if (p.first_backward_router >= 0)
+      for (int i : p.routers[p.first_backward_router].index) covered |= i >= 0 && buffer(i) == b;
+    if (!covered && std::find(p.zeroed_gradients.begin(), p.zeroed_gradients.end(), b) == p.zeroed_gradients.end())
+      p.zeroed_gradients.push_back(b);
+  }
+  return p;
+}
+
+}  // namespace attnres

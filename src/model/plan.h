@@ -1,0 +1,78 @@
+// plan.h — what routes what in a model, as one value: the routing sources
+// and what makes each, every router and the sources it reads, where blocks
+// start, the final router (or its absence), and the bookkeeping of the
+// backward (which router runs first and assigns its sources' gradients, which
+// gradients start at zero, which routers keep their logits).  Built from the
+// Config and ModelOptions alone, so it is tested without a backend
+// (model/plan_test.cpp); Model carves its buffers for it and runs it.
+//
+// Notation as docs/DESIGN.md §2: sublayer k = 2l (attention of layer l) or
+// 2l + 1 (its MLP), K = 2L sublayers; "router k" makes sublayer k's input,
+// router K (when present) the final norm's.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/modes.h"
+
+namespace attnres {
+
+struct ModelOptions;
+
+// One routing source tensor (N, d) of the mode.
+struct PlanSource {
+  enum class Made {
+    kEmbedding,     // e (full, delta, block's P_0)
+    kOutput,        // sublayer `sublayer`'s output (full, delta)
+    kPartialSum,    // block's P_{k+1} = (reset ? 0 : P_k) + out_k, k = `sublayer`
+    kBlockDelta,    // delta_block's block source, made at the block start `sublayer` (an attention sublayer)
+  };
+  std::string name;     // "embed", "layers.3.attn", "block.1", "partial"
+  Made made;
+  int64_t sublayer;     // see Made (−1 for the embedding)
+  bool owns_gradient;   // training: its own gradient buffer; else it shares the running gradient (block's partials)
+};
+
+// One router, in the order the forward runs them.
+struct PlanRouter {
+  std::string name;                       // "layers.3.attn", "layers.3.mlp", "final"
+  int64_t k = 0;                          // the sublayer whose input it makes; K for the final router
+  std::vector<int> index;                 // (S) sources read, in order: an index in sources, −1 the null source
+  std::vector<std::string> source_names;  // (S) "null", "embed", "layers.0.attn", "block.1", "partial"
+  bool keeps_logits = false;              // training keeps its (N, H, S) logits for the backward
+};
+
+struct RoutingPlan {
+  const ModeSpec* mode = nullptr;  // the row of the mode table
+  int64_t K = 0;                   // sublayers
+  int64_t layers_per_block = 1;
+  std::vector<PlanSource> sources;
+  std::vector<PlanRouter> routers;  // forward order
+  std::vector<int> router_of;       // (K) sublayer k's router in `routers`, −1 if it has none
+  int final_router = -1;            // in `routers`, or −1: the final norm reads the stream (or block_mh's last partial sum)
+  // Training: the backward's first router (the final one, else the last MLP's;
+  // none for block without a final router, whose last partial sum's gradient
+  // the final norm writes).  It assigns the gradients of the sources it reads.
+  int first_backward_router = -1;
+  // Training: the gradient buffers the backward zeroes before it starts, those
+  // nobody assigns first: source indices, −1 the running gradient (dx).
+  std::vector<int> zeroed_gradients;
+
+  // Sublayer k starts a block: an attention sublayer whose layer is a block's first.
+  bool starts_block(int64_t k) const { return k % 2 == 0 && (k / 2) % layers_per_block == 0; }
+  bool routed() const { return !routers.empty(); }
+  // The modes that do not store each sublayer input rebuild it in the backward
+  // (from the stored logits, or from the sources again).
+  bool rebuilds_inputs() const { return routed() && !mode->stores_inputs; }
+  // Whether that rebuilt input adds the routed sum to the stream (delta) or is the routed sum (full, block).
+  bool rebuilt_input_adds_stream() const { return rebuilds_inputs() && mode->stream; }
+  // Without a final router, block (block_mh) feeds the final norm its last partial sum.
+  bool final_reads_last_partial() const { return final_router < 0 && mode->sources == Sources::kPartialSums; }
+
+  static RoutingPlan build(const Config& c, const ModelOptions& o);
+};
+
+}  // namespace attnres

@@ -1,0 +1,161 @@
+// plan_test.cpp — the routing plan (model/plan.h) of every mode, built from a
+// Config alone (no model, no backend): its sources, routers and the
+// backward's bookkeeping written out for one small shape, and every golden
+// case's routers against the PyTorch oracle's (the number of sources each of
+// its routers read, tests/golden/*/interventions.safetensors).
+#include "model/plan.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "io/safetensors.h"
+#include "model/model.h"
+#include "testing/golden.h"
+
+namespace attnres {
+namespace {
+
+// 4 layers in blocks of 2 (blocks start at sublayers 0 and 4), d 16.
+Config shape(const std::string& mode, bool null_source) {
+  return Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 4}, {"num_attention_heads", 2},
+                            {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                            {"vocab_size", 11}, {"attnres_num_blocks", 2}, {"attnres_mode", mode},
+                            {"attnres_use_null_source", null_source}},
+                           "test");
+}
+
+// "name[i,j,...]" per router, in order.
+std::string routers_of(const RoutingPlan& p) {
+  std::string s;
+  for (const PlanRouter& r : p.routers) {
+    s += cat(s.empty() ? "" : " ", r.name, "[");
+    for (size_t q = 0; q < r.index.size(); ++q) s += cat(q ? "," : "", r.index[q]);
+    s += "]";
+  }
+  return s;
+}
+std::string sources_of(const RoutingPlan& p) {
+  std::string s;
+  for (const PlanSource& x : p.sources) s += cat(s.empty() ? "" : " ", x.name, x.owns_gradient ? "" : "~");
+  return s;
+}
+std::string ints(const std::vector<int>& v) {
+  std::string s;
+  for (int x : v) s += cat(s.empty() ? "" : ",", x);
+  return s;
+}
+
+struct Expected {
+  const char* mode;
+  bool null;
+  const char* sources;  // "~": shares the running gradient
+  const char* routers;
+  int final_router, first_backward;
+  const char* zeroed;  // −1: the running gradient
+  bool keeps_logits;
+};
+
+// Written out from docs/DESIGN.md §2 for this shape, not computed.
+const Expected kExpected[] = {
+    {"baseline", false, "", "", -1, -1, "", false},
+    {"full", false,
+     "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
+     "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,1,2] layers.1.mlp[0,1,2,3] layers.2.attn[0,1,2,3,4] "
+     "layers.2.mlp[0,1,2,3,4,5] layers.3.attn[0,1,2,3,4,5,6] layers.3.mlp[0,1,2,3,4,5,6,7] final[0,1,2,3,4,5,6,7,8]",
+     8, 8, "", false},
+    {"block", false, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
+     "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,2] layers.1.mlp[0,3] layers.2.attn[0,4] layers.2.mlp[0,4,5] "
+     "layers.3.attn[0,4,6] layers.3.mlp[0,4,7] final[0,4,8]",
+     8, 8, "", true},
+    // block_mh: no final router; the final norm writes the running gradient, the blocks are zeroed.
+    {"block_mh", false, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
+     "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,2] layers.1.mlp[0,3] layers.2.attn[0,4] layers.2.mlp[0,4,5] "
+     "layers.3.attn[0,4,6] layers.3.mlp[0,4,7]",
+     -1, -1, "0,4", true},
+    // delta: layer 0's attention has no router without a null source; the last output is read by none.
+    {"delta", false,
+     "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
+     "layers.0.mlp[0,1] layers.1.attn[0,1,2] layers.1.mlp[0,1,2,3] layers.2.attn[0,1,2,3,4] layers.2.mlp[0,1,2,3,4,5] "
+     "layers.3.attn[0,1,2,3,4,5,6] layers.3.mlp[0,1,2,3,4,5,6,7]",
+     -1, 6, "8", true},
+    {"delta", true,
+     "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
+     "layers.0.attn[-1] layers.0.mlp[-1,0,1] layers.1.attn[-1,0,1,2] layers.1.mlp[-1,0,1,2,3] "
+     "layers.2.attn[-1,0,1,2,3,4] layers.2.mlp[-1,0,1,2,3,4,5] layers.3.attn[-1,0,1,2,3,4,5,6] "
+     "layers.3.mlp[-1,0,1,2,3,4,5,6,7]",
+     -1, 7, "8", true},
+    // delta_block: a block's source is made at its start, after that attention sublayer read its input.
+    {"delta_block", false, "block.0 block.1",
+     "layers.0.mlp[0] layers.1.attn[0] layers.1.mlp[0] layers.2.attn[0] layers.2.mlp[0,1] layers.3.attn[0,1] "
+     "layers.3.mlp[0,1]",
+     -1, 6, "", true},
+    {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
+     "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
+     "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
+     -1, 7, "", true},
+};
+
+TEST(Plan, EveryModeRoutesWhatDesignSays) {
+  for (const Expected& e : kExpected) {
+    SCOPED_TRACE(cat(e.mode, e.null ? " + null" : ""));
+    const Config c = shape(e.mode, e.null);
+    const RoutingPlan p = RoutingPlan::build(c, ModelOptions{1, 4});  // a training model's
+    EXPECT_EQ(sources_of(p), e.sources);
+    EXPECT_EQ(routers_of(p), e.routers);
+    EXPECT_EQ(p.final_router, e.final_router);
+    EXPECT_EQ(p.first_backward_router, e.first_backward);
+    EXPECT_EQ(ints(p.zeroed_gradients), e.zeroed);
+    for (const PlanRouter& r : p.routers) {
+      EXPECT_EQ(r.keeps_logits, e.keeps_logits) << r.name;
+      ASSERT_EQ(r.source_names.size(), r.index.size());
+      for (size_t q = 0; q < r.index.size(); ++q) {  // every source exists before its router runs
+        if (r.index[q] < 0) continue;
+        EXPECT_LT(p.sources[r.index[q]].sublayer, r.k) << r.name;
+      }
+      EXPECT_EQ(p.router_of.size(), 8u);
+      if (r.k < p.K) {
+        EXPECT_EQ(p.routers[p.router_of[r.k]].name, r.name);
+      }
+    }
+    ModelOptions inference{1, 4};
+    inference.training = false;
+    for (const PlanRouter& r : RoutingPlan::build(c, inference).routers) EXPECT_FALSE(r.keeps_logits) << r.name;
+  }
+  // The block starts, written once.
+  const RoutingPlan p = RoutingPlan::build(shape("block", false), ModelOptions{1, 4});
+  std::string starts;
+  for (int64_t k = 0; k < p.K; ++k)
+    if (p.starts_block(k)) starts += cat(starts.empty() ? "" : ",", k);
+  EXPECT_EQ(starts, "0,4");
+}
+
+// Every golden case: as many routers, each reading as many sources, as the
+// oracle's forward runs (its probe; stored by make_golden.py).
+TEST(Plan, EveryGoldenCaseRoutesAsTheOracle) {
+  int cases = 0;
+  for (const std::string& name : testing::golden_cases()) {
+    const std::string dir = testing::kGoldenDir + name;
+    const Config c = Config::load(dir + "/config.json");
+    const RoutingPlan p = RoutingPlan::build(c, ModelOptions{1, 4});
+    if (!std::filesystem::exists(dir + "/interventions.safetensors")) {  // the baseline cases
+      EXPECT_FALSE(p.routed()) << name;
+      continue;
+    }
+    const SafeTensorsReader f(dir + "/interventions.safetensors");
+    const auto sizes = nlohmann::json::parse(f.metadata().at("router_sources")).get<std::vector<size_t>>();
+    ASSERT_EQ(p.routers.size(), sizes.size()) << name;
+    for (size_t r = 0; r < sizes.size(); ++r) EXPECT_EQ(p.routers[r].index.size(), sizes[r]) << name << " " << r;
+    EXPECT_EQ(p.final_router >= 0, c.final_router()) << name;
+    ++cases;
+  }
+  EXPECT_GE(cases, 13);
+}
+
+}  // namespace
+}  // namespace attnres
