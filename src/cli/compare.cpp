@@ -127,7 +127,8 @@ int cmd_compare(int argc, char** argv) {
                   "validation\nloss, speed, memory and routing.  An interrupted comparison resumes: finished runs are "
                   "not rerun.\nEvery option of attnres train is one of compare too, passed on to each run when given "
                   "(train's\ndefaults apply otherwise, except where its help says compare's default and why).");
-  opts.add(o.modes, {"modes", "baseline,block,delta,delta_block", "comma-separated attnres modes"});
+  opts.add(o.modes, {"modes", compared_modes(),
+                     cat("comma-separated attnres modes (", mode_name_list(false), ", ", mode_name_list(true), ")")});
   opts.add(o.config, {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"});
   opts.add(o.init, {"init", "", "convert this checkpoint into each mode instead of training from scratch"});
   opts.add(o.data, {"data", "", "training tokens (required)"});

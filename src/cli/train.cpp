@@ -55,8 +55,8 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
                       "preset name (tiny, tiny-deep, bench-small, qwen3-0.6b) or path to a config.json "
                       "(default with --init/--resume: the checkpoint's)"});
   opts.add(m.mode, {"mode", "",
-                    "override attnres_mode: baseline, block, full, delta, delta_block, or the reference's "
-                    "multi-head block_mh, full_mh, delta_mh"});
+                    cat("override attnres_mode: ", mode_name_list(false), ", or the reference's multi-head ",
+                        mode_name_list(true))});
   opts.add(m.routing_heads, {"routing-heads", "",
                              "override attnres_num_heads: routing heads of every router, dividing hidden_size "
                              "(default 1; the _mh modes 8)"});

@@ -51,6 +51,20 @@ const std::vector<ModeName>& mode_names() {
   return names;
 }
 
+std::string mode_name_list(bool reference_mh, const char* sep) {
+  std::string out;
+  for (const ModeName& e : mode_names())
+    if (e.reference_mh == reference_mh) out += cat(out.empty() ? "" : sep, e.name);
+  return out;
+}
+
+std::string compared_modes() {
+  std::string out;
+  for (const ModeSpec& m : kModeSpecs)
+    if (m.compared) out += cat(out.empty() ? "" : ",", m.name);
+  return out;
+}
+
 const ModeName& parse_mode_name(const std::string& s) {
   std::string names;
   for (const ModeName& e : mode_names()) {

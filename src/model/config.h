@@ -43,6 +43,11 @@ struct ModeName {
 };
 const std::vector<ModeName>& mode_names();            // every name, the five first, in modes.h's order
 const ModeName& parse_mode_name(const std::string& s);  // throws Error listing the valid names
+// The names, joined by `sep`: the five modes' (reference_mh false) or the
+// reference's multi-head ones (true) — for help texts and defaults.
+std::string mode_name_list(bool reference_mh, const char* sep = ", ");
+// compare's default --modes: the table's rows marked `compared` (modes.h).
+std::string compared_modes();
 
 struct Config {
   // Dimension letters used throughout: d = hidden, L = layers, H = query heads,

@@ -38,6 +38,7 @@ struct ModeSpec {
   bool null_source;   // attnres_use_null_source applies (a learned source 0)
   bool stores_inputs;  // training keeps each sublayer input; otherwise it is
                        // rebuilt in the backward from the stored logits and sources
+  bool compared;       // in `attnres compare`'s default --modes (full, O(L²) in its routing, is not)
 
   constexpr bool routed() const { return sources != Sources::kNone; }
   // Facts that follow from the row.  Each reads `sources` through a switch
@@ -80,12 +81,12 @@ struct ModeSpec {
 };
 
 inline constexpr ModeSpec kModeSpecs[] = {
-    // mode            name (paper's name)            sources               combine            stream final  null   stores
-    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true},
-    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false},
-    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false},
-    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false},
-    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true},
+    // mode            name (paper's name)            sources               combine            stream final  null   stores compared
+    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  true},
+    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true},
+    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false},
+    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true},
+    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);

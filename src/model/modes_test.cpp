@@ -32,6 +32,16 @@ int count_params(const ParamLayout& layout, const std::string& part) {
   return n;
 }
 
+// The CLI's mode lists come from the table: compare's default, train's help.
+TEST(Modes, TheCommandsListTheTable) {
+  EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
+  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block");
+  EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
+  std::string all;
+  for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
+  EXPECT_EQ(all, mode_name_list(false) + ", " + mode_name_list(true));
+}
+
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
   EXPECT_EQ(kNumModes, 5u);
   for (const ModeSpec& m : kModeSpecs) {
