@@ -442,7 +442,7 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
     const Config c = bench_config(g, "");
     // The fine-tuning shape of a published model is one sequence (B 1) unless --batch says otherwise.
     const int64_t B = batch_given || config == "bench-small" || config == "tiny" ? f.batch : 1;
-    const int64_t N = batch_tokens(B, f.seq_len);
+    const int64_t N = flag_batch_tokens(B, f.seq_len);
     double total[2] = {0, 0};
     if (!f.json)
       std::printf("bench --gemm: %s, N = B·T = %lld x %lld, %d threads, OpenBLAS core %s%s, oneDNN %s; "
@@ -554,7 +554,7 @@ int cmd_bench(int argc, char** argv) {
   if (f.generate) return bench_generate(f, ctx);
   if (f.gemm) return bench_gemm(f, ctx, opts.given("batch"));
   const int threads = ctx.threads();
-  batch_tokens(f.batch, f.seq_len);
+  flag_batch_tokens(f.batch, f.seq_len);
   if (f.steps <= 0 || f.warmup_steps < 0) fail("--steps must be positive and --warmup-steps not negative");
   if (f.worker) {
     const Config c = bench_config(f, f.mode);

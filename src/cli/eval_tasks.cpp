@@ -95,7 +95,8 @@ int cmd_eval_tasks(int argc, char** argv) {
   }
 
   const ModelSource src =
-      open_model(o.model.model, {.tokenizer = o.model.tokenizer, .need = NeedTokenizer::kYes, .why = "eval-tasks scores text"});
+      open_model(o.model.model, {.tokenizer = o.model.tokenizer, .need = NeedTokenizer::kYes, .why = "eval-tasks scores text",
+                                                 .how = "pass --tokenizer FILE"});
   const std::string& dir = src.dir;
   {  // an output may not be one of the files read, nor the other output
     std::vector<NamedPath> inputs;

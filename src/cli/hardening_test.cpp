@@ -343,7 +343,7 @@ TEST_F(Round3, IntegerFlagsAreTakenWholeOrRefused) {
 
   const std::string g = "generate --model " + gen_ + " --prompt-ids 1,2";
   Result r = run(g + " --max-new-tokens 9223372036854775807");
-  expect_clear_error(r, {"--max-new-tokens 9223372036854775807", "beyond max_position_embeddings 64"});
+  expect_clear_error(r, {"plus 9223372036854775807 new tokens is more than 2^63 positions", "beyond max_position_embeddings 64"});
   EXPECT_TRUE(r.out.empty()) << r.out;
   expect_clear_error(run(g + " --max-new-tokens 9223372036854775808"), {"--max-new-tokens"});
 }
@@ -359,7 +359,7 @@ TEST_F(Round3, PromptFileIdsAreCheckedWhole) {
   expect_clear_error(run(g), {file + ":1: prompt token id -1 is outside"});
   write_file_atomic(file, "{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1, 2, 3]}\n");
   expect_clear_error(run("generate --model " + gen_ + " --max-new-tokens 62 --prompts " + file),
-                     {file + ":2: the prompt (3 tokens) plus --max-new-tokens 62"});
+                     {file + ":2: the prompt (3 tokens) plus 62 new tokens"});
 }
 
 // 11. Sampled output follows (seed, index of the prompt): --batch 1, 2 and 5

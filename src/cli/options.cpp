@@ -1,6 +1,8 @@
 // options.cpp — see options.h.
 #include "cli/options.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "ops/backend.h"
 
@@ -50,6 +52,12 @@ void add_context_options(OptionList& opts, ContextOptions& o, const std::string&
   opts.check([&o] { check_device(o.device); });
 }
 
+int64_t flag_batch_tokens(int64_t B, int64_t T) {
+  if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive (got ", B, " and ", T, ")");
+  if (!fits_one_forward(B, T)) fail("--batch ", B, " x --seq-len ", T, " is more than 2^30 tokens in one forward");
+  return B * T;
+}
+
 void add_model_options(OptionList& opts, ModelFlags& o, bool with_tokenizer) {
   opts.add(o.model, {"model", "", "model directory (config.json + weights) or run directory (required)"});
   if (with_tokenizer) opts.add(o.tokenizer, {"tokenizer", "", "tokenizer.json (default: the model directory's)"});
@@ -66,7 +74,7 @@ void add_window_options(OptionList& opts, WindowOptions& o, const std::string& m
   opts.add(o.max_tokens, {"max-tokens", max_tokens_default, max_tokens_help});
   opts.check([&o] {
     if (o.data.empty()) fail("--data is required (a token file)");
-    batch_tokens(o.batch, o.seq_len);  // positive, and a forward that fits
+    flag_batch_tokens(o.batch, o.seq_len);  // positive, and a forward that fits
     if (o.max_tokens < 0) fail("--max-tokens must be 0 (all) or positive, got ", o.max_tokens);
   });
 }
@@ -79,6 +87,11 @@ void add_sampling_options(OptionList& opts, SamplingFlags& o) {
 }
 
 SamplingOptions SamplingFlags::apply(SamplingOptions s) const {
+  // The flags by name; s.validate() then checks what generation_config.json gave.
+  if (temperature && !(*temperature >= 0 && std::isfinite(*temperature)))
+    fail("--temperature must be >= 0 (0 = greedy), got ", *temperature);
+  if (top_k && *top_k < 0) fail("--top-k must be >= 0 (0 = all), got ", *top_k);
+  if (top_p && !(*top_p > 0 && *top_p <= 1)) fail("--top-p must be in (0, 1], got ", *top_p);
   if (temperature) s.temperature = *temperature;
   if (top_k) s.top_k = *top_k;
   if (top_p) s.top_p = *top_p;

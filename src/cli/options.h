@@ -125,6 +125,9 @@ void add_model_options(OptionList& opts, ModelFlags& o, bool with_tokenizer);
 
 // --data, --seq-len, --batch, --max-tokens: a token file read in consecutive
 // windows of T tokens, B windows per forward (WindowOptions, flags.h).
+// core/error.h's batch_tokens for --batch and --seq-len: the same bounds, the flags named.
+int64_t flag_batch_tokens(int64_t B, int64_t T);
+
 void add_window_options(OptionList& opts, WindowOptions& o, const std::string& max_tokens_default,
                         const std::string& max_tokens_help);
 

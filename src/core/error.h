@@ -64,12 +64,16 @@ inline int64_t checked_mul(int64_t a, int64_t b, const char* what) {
   return r;
 }
 
-// The tokens of one forward, B × T, for the flags that set them: both
-// positive, and at most 2^30 tokens, so that every activation size fits.
+// The tokens of one forward, B × T: both positive, and at most 2^30 tokens,
+// so that every activation size fits.  The commands check their flags first
+// (cli/options.h: flag_batch_tokens), naming them.
+constexpr int64_t kMaxForwardTokens = int64_t{1} << 30;
+inline bool fits_one_forward(int64_t B, int64_t T) {
+  return B > 0 && T > 0 && B <= kMaxForwardTokens && T <= kMaxForwardTokens && B * T <= kMaxForwardTokens;
+}
 inline int64_t batch_tokens(int64_t B, int64_t T) {
-  if (B <= 0 || T <= 0) fail("--batch and --seq-len must be positive (got ", B, " and ", T, ")");
-  if (B > (int64_t{1} << 30) || T > (int64_t{1} << 30) || B * T > (int64_t{1} << 30))
-    fail("--batch ", B, " x --seq-len ", T, " is more than 2^30 tokens in one forward");
+  if (B <= 0 || T <= 0) fail("batch ", B, " and sequence length ", T, ": both must be positive");
+  if (!fits_one_forward(B, T)) fail("batch ", B, " x sequence length ", T, " is more than 2^30 tokens in one forward");
   return B * T;
 }
 

@@ -51,19 +51,19 @@ struct Live {
 }  // namespace
 
 void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
-  if (prompt.empty()) fail("the prompt is empty (give text, or ids with --prompt-ids)");
+  if (prompt.empty()) fail("the prompt is empty (no token to start from)");
   for (size_t t = 0; t < prompt.size(); ++t)
     if (prompt[t] < 0 || prompt[t] >= c.V)
       fail("prompt token id ", prompt[t], " at position ", t, " is outside [0, vocab_size=", c.V, ")");
-  if (max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", max_new_tokens);
+  if (max_new_tokens < 1) fail("the number of new tokens must be at least 1, got ", max_new_tokens);
   const int64_t len = static_cast<int64_t>(prompt.size());
   if (max_new_tokens > c.max_position_embeddings - len)  // not len + max_new_tokens: that can overflow
-    fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens, " is ",
+    fail("the prompt (", prompt.size(), " tokens) plus ", max_new_tokens, " new tokens is ",
          max_new_tokens > INT64_MAX - len ? std::string("more than 2^63") : cat(len + max_new_tokens),
          " positions, beyond max_position_embeddings ", c.max_position_embeddings);
   if (len + max_new_tokens > cache_len)
-    fail("the prompt (", prompt.size(), " tokens) plus --max-new-tokens ", max_new_tokens,
-         " does not fit the KV cache of ", cache_len, " positions");
+    fail("the prompt (", prompt.size(), " tokens) plus ", max_new_tokens, " new tokens does not fit the KV cache of ",
+         cache_len, " positions");
 }
 
 std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,

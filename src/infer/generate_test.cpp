@@ -301,10 +301,10 @@ TEST(Sampler, BadOptionsAreClearErrors) {
     }
     return std::string();
   };
-  EXPECT_NE(message({-0.5, 0, 1.0}).find("--temperature must be >= 0"), std::string::npos);
-  EXPECT_NE(message({1.0, 0, 0.0}).find("--top-p must be in (0, 1]"), std::string::npos);
-  EXPECT_NE(message({1.0, 0, 1.5}).find("--top-p must be in (0, 1]"), std::string::npos);
-  EXPECT_NE(message({1.0, -1, 1.0}).find("--top-k must be >= 0"), std::string::npos);
+  EXPECT_NE(message({-0.5, 0, 1.0}).find("the sampling temperature must be >= 0"), std::string::npos);
+  EXPECT_NE(message({1.0, 0, 0.0}).find("top-p sampling's p must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(message({1.0, 0, 1.5}).find("top-p sampling's p must be in (0, 1]"), std::string::npos);
+  EXPECT_NE(message({1.0, -1, 1.0}).find("top-k sampling's k must be >= 0"), std::string::npos);
   EXPECT_EQ(message({0.7, 40, 0.95}), "");
 }
 

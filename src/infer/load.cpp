@@ -10,7 +10,7 @@
 namespace attnres {
 
 ModelSource open_model(const std::string& path, const OpenOptions& o) {
-  if (path.empty()) fail("--model is required");
+  if (path.empty()) fail("no model given (a checkpoint, run or Hugging Face model directory)");
   ModelSource s;
   s.dir = resolve_model_dir(path);
   s.config = Config::load(s.dir + "/config.json");
@@ -20,7 +20,7 @@ ModelSource open_model(const std::string& path, const OpenOptions& o) {
       s.tokenizer = Tokenizer::load_for_model(tok, s.config.V, s.dir + "/config.json");
       s.tokenizer_path = tok;
     } else if (o.need == NeedTokenizer::kYes) {
-      fail(tok, ": no such file: ", o.why, ", so it needs the model's tokenizer (pass --tokenizer FILE)");
+      fail(tok, ": no such file: ", o.why, ", so it needs the model's tokenizer (", o.how, ")");
     }
   }
   if (o.sampling_defaults) s.sampling = read_sampling_defaults(s.dir);

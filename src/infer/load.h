@@ -39,6 +39,7 @@ struct OpenOptions {
   std::string tokenizer;                    // --tokenizer ("" = the model directory's)
   NeedTokenizer need = NeedTokenizer::kNo;
   std::string why;                          // kYes: why ("eval-tasks scores text"), for the message without one
+  std::string how = "give its tokenizer.json";  // how to give one, for that message (a command: its flag)
   bool sampling_defaults = false;           // read generation_config.json's sampling settings (generate)
   bool eos_ids = false;                     // read the end-of-sequence ids (generate, unless --ignore-eos)
 };

@@ -11,9 +11,9 @@ namespace attnres {
 
 void SamplingOptions::validate() const {
   if (!(temperature >= 0) || !std::isfinite(temperature))
-    fail("--temperature must be >= 0 (0 = greedy), got ", temperature);
-  if (top_k < 0) fail("--top-k must be >= 0 (0 = no limit), got ", top_k);
-  if (!(top_p > 0 && top_p <= 1)) fail("--top-p must be in (0, 1], got ", top_p);
+    fail("the sampling temperature must be >= 0 (0 = greedy), got ", temperature);
+  if (top_k < 0) fail("top-k sampling's k must be >= 0 (0 = no limit), got ", top_k);
+  if (!(top_p > 0 && top_p <= 1)) fail("top-p sampling's p must be in (0, 1], got ", top_p);
 }
 
 int32_t argmax(std::span<const float> logits) {

@@ -521,7 +521,7 @@ TEST(Hardening, CraftedSizesAndJsonAreClearErrors) {
   // Memory that cannot be had is an Error, not std::bad_alloc.
   expect_error([] { Buffer::host_bytes(size_t{1} << 60); }, {"cannot allocate", "GiB"});
   // Sizes of one forward.
-  expect_error([] { batch_tokens(int64_t{1} << 62, 256); }, {"--batch 4611686018427387904", "2^30 tokens"});
+  expect_error([] { batch_tokens(int64_t{1} << 62, 256); }, {"batch 4611686018427387904", "2^30 tokens"});
   expect_error([] { checked_mul(int64_t{1} << 40, int64_t{1} << 40, "x"); }, {"x: ", "overflows"});
 }
 

@@ -42,7 +42,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
   if (const std::string why = ops_.unsupported(o.precision); !why.empty())
-    fail("--precision ", precision_name(o.precision), ": ", why);
+    fail("precision ", precision_name(o.precision), ": ", why);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)

@@ -33,7 +33,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, con
 std::unique_ptr<Context> open_context(const ContextOptions& o) {
   auto ctx = std::make_unique<Context>(o.threads, o.device, "", o.time_ops);
   if (const std::string why = ctx->ops().unsupported(o.precision); !why.empty())
-    fail("--precision ", precision_name(o.precision), ": ", why);
+    fail("precision ", precision_name(o.precision), ": ", why);
   return ctx;
 }
 

@@ -141,7 +141,7 @@ std::unordered_map<Shape, std::unique_ptr<Plan>, ShapeHash> g_plans;
 bool available() { return true; }
 
 const Plan& plan(const Shape& s) {
-  if (!s.f32 && !unsupported().empty()) fail("--precision bf16: ", unsupported());
+  if (!s.f32 && !unsupported().empty()) fail("precision bf16: ", unsupported());
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = g_plans.find(s);
   if (it != g_plans.end()) return *it->second;
@@ -172,7 +172,7 @@ int64_t cached_plans() {
 }
 
 double measure_gflops(int threads, bool f32) {
-  if (!f32 && !unsupported().empty()) fail("--precision bf16: ", unsupported());
+  if (!f32 && !unsupported().empty()) fail("precision bf16: ", unsupported());
   const int64_t n = 2048;
   std::vector<bf16> a16(f32 ? 0 : static_cast<size_t>(n * n)), b16(a16.size());
   std::vector<float> a32(f32 ? static_cast<size_t>(n * n) : 0), b32(a32.size());
@@ -219,14 +219,14 @@ const std::string& unsupported() {
 bool available() { return false; }
 const Plan& plan(const Shape& s) {
   if (s.f32) fail("float32 products through oneDNN: this attnres was built without oneDNN (libdnnl-dev)");
-  fail("--precision bf16: ", unsupported());
+  fail("precision bf16: ", unsupported());
 }
-void run(const Plan&, const bf16*, const bf16*, float*) { fail("--precision bf16: ", unsupported()); }
+void run(const Plan&, const bf16*, const bf16*, float*) { fail("precision bf16: ", unsupported()); }
 void run(const Plan&, const float*, const float*, float*) { fail("this attnres was built without oneDNN"); }
 int64_t cached_plans() { return 0; }
 double measure_gflops(int, bool f32) {
   if (f32) fail("float32 products through oneDNN: this attnres was built without oneDNN (libdnnl-dev)");
-  fail("--precision bf16: ", unsupported());
+  fail("precision bf16: ", unsupported());
 }
 
 #endif
