@@ -499,7 +499,7 @@ int cmd_compare(int argc, char** argv) {
         notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±", fmt(spread, 4), ")"));
     }
     // Routing heads beside the name when they are not the name's own (1, or 8 for the _mh names).
-    const int64_t named_heads = parse_mode_name(m).reference_mh ? 8 : 1;
+    const int64_t named_heads = parse_mode_name(m).heads;
     const bool say_heads = heads > 0 && heads != named_heads;
     table += cat("| ", m, say_heads ? cat(" (", heads, " routing heads)") : std::string(), " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
                  fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",

@@ -104,7 +104,7 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
   if (m.gate) j["attnres_gate_type"] = *m.gate;
   if (m.query_init) j["attnres_query_init"] = *m.query_init;
   o.model = Config::from_json(j, "the train flags");
-  if (o.model.reference_mh && o.model.mode == Mode::kDeltaBlock && m.null_source && !*m.null_source)
+  if (o.model.name_row().fixes_delta_keys && m.null_source && !*m.null_source)
     fail("--null-source false: delta_mh always has the null source (without one: --mode delta_block "
          "--block-delta reference --routing-heads H)");
   o.validate();

@@ -39,18 +39,6 @@ T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& w
 
 const char* mode_name(Mode m) { return mode_spec(m).name; }
 
-const std::vector<ModeName>& mode_names() {
-  static const std::vector<ModeName> names = [] {
-    std::vector<ModeName> v;
-    for (const ModeSpec& e : kModeSpecs) v.push_back({e.name, e.mode, false});
-    v.push_back({"block_mh", Mode::kBlock, true});
-    v.push_back({"full_mh", Mode::kFull, true});
-    v.push_back({"delta_mh", Mode::kDeltaBlock, true});
-    return v;
-  }();
-  return names;
-}
-
 std::string mode_name_list(bool reference_mh, const char* sep) {
   std::string out;
   for (const ModeName& e : mode_names())
@@ -74,21 +62,22 @@ const ModeName& parse_mode_name(const std::string& s) {
   fail("unknown attnres_mode \"", s, "\" (expected one of: ", names, ")");
 }
 
-const char* Config::mode_label() const {
-  if (reference_mh)
-    for (const ModeName& e : mode_names())
-      if (e.reference_mh && e.mode == mode) return e.name;
-  return mode_name(mode);
+const ModeName& Config::name_row() const {
+  for (const ModeName& e : mode_names())
+    if (e.mode == mode && e.reference_mh == reference_mh) return e;
+  fail("attnres_mode ", mode_name(mode), ": no _mh name");  // validate() refuses this
 }
 
-bool Config::final_router() const { return mode_spec(mode).final_router && !(reference_mh && mode == Mode::kBlock); }
+const char* Config::mode_label() const { return name_row().name; }
+
+bool Config::final_router() const { return name_row().final_router; }
 
 Config Config::with_mode(const std::string& name) const {
   const ModeName& to = parse_mode_name(name);
   nlohmann::json j = to_json();
   if (name != mode_label()) {  // what the new name fixes takes its defaults
     j.erase("attnres_num_heads");
-    if (to.reference_mh && to.mode == Mode::kDeltaBlock) {
+    if (to.fixes_delta_keys) {
       j.erase("attnres_block_delta");
       j.erase("attnres_use_null_source");
     }
@@ -168,8 +157,8 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }
-  // The reference's _mh modes have 8 heads unless the key says otherwise.
-  c.routing_heads = opt<int64_t>(j, "attnres_num_heads", c.reference_mh ? 8 : 1, where);
+  // The name's heads (the reference's _mh names: 8) unless the key says otherwise.
+  c.routing_heads = opt<int64_t>(j, "attnres_num_heads", c.name_row().heads, where);
   c.num_blocks = opt<int64_t>(j, "attnres_num_blocks", 8, where);
   std::string bd = opt<std::string>(j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true",
                                     where);
@@ -181,7 +170,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   if (gate == "bias") c.gate = Gate::kBias;
   else if (gate == "learnable_alpha") c.gate = Gate::kLearnableAlpha;
   else fail(where, ": attnres_gate_type must be \"bias\" or \"learnable_alpha\", got \"", gate, "\"");
-  if (c.reference_mh && c.mode == Mode::kDeltaBlock) {
+  if (c.name_row().fixes_delta_keys) {
     // delta_mh: the reference always adds the null source and computes its
     // block deltas as x − last block source, whatever the other keys say
     // (its config class writes attnres_use_null_source false by default);
@@ -229,8 +218,7 @@ void Config::validate(const std::string& where) const {
   if (routing_heads > 1 && !mode_spec(mode).routed())
     fail(where, ": attnres_num_heads ", routing_heads, " with attnres_mode ", mode_name(mode),
          ", which has no depth routing (routing heads need a routed mode)");
-  ATTNRES_CHECK(!reference_mh || mode == Mode::kBlock || mode == Mode::kFull || mode == Mode::kDeltaBlock,
-                "reference_mh set on a mode without an _mh name");
+  name_row();  // an Error where reference_mh is set on a mode without an _mh name
   if (H % KV != 0)
     fail(where, ": num_attention_heads (", H, ") must be a multiple of num_key_value_heads (", KV, ")");
   if (hd % 2 != 0) fail(where, ": head_dim must be even for RoPE, got ", hd);

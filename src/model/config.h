@@ -20,28 +20,16 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/modes.h"
+
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock };
 enum class BlockDelta { kTrue, kReference };
 enum class Gate { kBias, kLearnableAlpha };
 
 const char* mode_name(Mode m);  // the mode's own name (modes.h), without the reference's _mh spellings
 
-// The names attnres_mode takes: the five modes, and the reference code's
-// multi-head names, each one of the five with multi-head defaults
-// (docs/DESIGN.md §2, "Multi-head routing"):
-//   block_mh   block with H heads (default 8) and NO final router: the final
-//              norm reads the last partial block sum (the reference's Qwen3 does so);
-//   full_mh    full with H heads (default 8);
-//   delta_mh   delta_block with H heads (default 8), the null source always
-//              on and the reference's block deltas (x − last block source).
-struct ModeName {
-  const char* name;
-  Mode mode;
-  bool reference_mh;  // one of the reference's _mh names
-};
-const std::vector<ModeName>& mode_names();            // every name, the five first, in modes.h's order
+// The names attnres_mode takes are the rows of kModeNames (modes.h).
 const ModeName& parse_mode_name(const std::string& s);  // throws Error listing the valid names
 // The names, joined by `sep`: the five modes' (reference_mh false) or the
 // reference's multi-head ones (true) — for help texts and defaults.
@@ -70,6 +58,8 @@ struct Config {
 
   // The attnres_mode this config is written with: mode_name(mode), or its _mh name.
   const char* mode_label() const;
+  // Its row of kModeNames (modes.h): the facts its name fixes.
+  const ModeName& name_row() const;
   // Whether the final norm reads a final router (modes.h), or, without one,
   // the stream or (block_mh) the last partial block sum.
   bool final_router() const;

@@ -5,8 +5,9 @@
 // and plan.cpp (the sources and routers a model of the mode runs) read these
 // facts; model.cpp asks the plan.
 //
-// Adding a mode: a Mode enumerator, a row below (the static_asserts check that
-// every enumerator has its row, in order), its routers in plan.cpp, and its
+// Adding a mode: a Mode enumerator, a row below and its name's row in
+// kModeNames (the static_asserts check that every enumerator has its rows, in
+// order), its routers in plan.cpp, and its
 // steps in model.cpp; the switches over Mode there have no default, so the
 // compiler names each one left out (-Wswitch; -Werror in CI).  tests:
 // model/modes_test.cpp checks the table against the parameters and routers a
@@ -14,11 +15,14 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <span>
 
-#include "model/config.h"
 #include "ops/route_types.h"
 
 namespace attnres {
+
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -112,5 +116,51 @@ constexpr bool rows_in_place() {
 static_assert(rows_in_place(), "kModeSpecs: one row per Mode, at the index mode_row gives");
 
 inline const ModeSpec& mode_spec(Mode m) { return kModeSpecs[mode_row(m)]; }
+
+// Every name attnres_mode takes, a row each: the five modes above (their own
+// facts), then the reference code's multi-head names, each one of the five
+// with facts of its own (docs/DESIGN.md §2, "Multi-head routing"):
+//   block_mh   block with 8 heads and NO final router: the final norm reads
+//              the last partial block sum (the reference's Qwen3 does so);
+//   full_mh    full with 8 heads;
+//   delta_mh   delta_block with 8 heads, the null source always on and the
+//              reference's block deltas (x − last block source).
+struct ModeName {
+  const char* name;
+  Mode mode;              // the row of kModeSpecs it runs
+  bool reference_mh;      // one of the reference's _mh names
+  int64_t heads;          // attnres_num_heads where the config does not say
+  bool final_router;      // the final norm reads a final router
+  bool fixes_delta_keys;  // the null source on and the reference's block deltas, whatever the config says
+};
+
+inline constexpr ModeName kModeNames[] = {
+    // name          mode               _mh    heads final  fixes
+    {"baseline",    Mode::kBaseline,   false, 1,    false, false},
+    {"block",       Mode::kBlock,      false, 1,    true,  false},
+    {"full",        Mode::kFull,       false, 1,    true,  false},
+    {"delta",       Mode::kDelta,      false, 1,    false, false},
+    {"delta_block", Mode::kDeltaBlock, false, 1,    false, false},
+    {"block_mh",    Mode::kBlock,      true,  8,    false, false},
+    {"full_mh",     Mode::kFull,       true,  8,    true,  false},
+    {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},
+};
+inline std::span<const ModeName> mode_names() { return kModeNames; }
+
+// The first rows are the modes' own names, with their own facts.
+constexpr bool own_names_in_place() {
+  for (size_t i = 0; i < kNumModes; ++i) {
+    const ModeName& n = kModeNames[i];
+    const ModeSpec& m = kModeSpecs[i];
+    if (n.mode != m.mode || n.reference_mh || n.heads != 1 || n.final_router != m.final_router || n.fixes_delta_keys)
+      return false;
+    for (size_t c = 0;; ++c) {
+      if (n.name[c] != m.name[c]) return false;
+      if (!n.name[c]) break;
+    }
+  }
+  return true;
+}
+static_assert(own_names_in_place(), "kModeNames: the five modes first, in kModeSpecs' order, with its facts");
 
 }  // namespace attnres
