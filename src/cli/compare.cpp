@@ -103,6 +103,134 @@ const CompareDefault* compare_default(const std::string& key) {
   return nullptr;
 }
 
+// Matched or not (issue 33): runs cut by --minutes before their planned
+// steps did not train the tokens the others did, nor with their learning
+// rates after the cut.  Their final losses are then not compared; the modes
+// are compared at the last validation every run made before any schedule was
+// shortened (the runs were the same computation up to it), or, with no such
+// step, not at all.
+struct Matched {
+  std::vector<std::string> cut_runs;  // "mode seed S at step K"
+  int64_t step = 0;                   // the step compared: the planned steps when no run was cut
+  bool comparable = true;
+  // A run's validation loss at `step` (its final loss when no run was cut).
+  double loss_of(const nlohmann::json& r) const {
+    if (cut_runs.empty()) return r["val_loss"].get<double>();
+    for (const auto& w : r["val_curve"])
+      if (w["step"].get<int64_t>() == step) return w["val_loss"].get<double>();
+    return NAN;
+  }
+};
+
+Matched match_runs(const nlohmann::json& results, int64_t steps) {
+  Matched m;
+  int64_t same_until = steps;  // every run trained as planned up to this step
+  for (const auto& r : results)
+    if (r["cut"].get<bool>()) {
+      m.cut_runs.push_back(cat(r["mode"].get<std::string>(), " seed ", r["seed"].get<int64_t>(), " at step ",
+                               r["steps"].get<int64_t>()));
+      const int64_t at = r.value("schedule_cut_at", int64_t{0});
+      same_until = std::min(same_until, at > 0 ? at : int64_t{0});
+    }
+  m.step = m.cut_runs.empty() ? steps : 0;
+  if (!m.cut_runs.empty())
+    for (const auto& v : results.front()["val_curve"]) {  // the latest step ≤ same_until that every run validated at
+      const int64_t k = v["step"].get<int64_t>();
+      if (k > same_until || k <= m.step) continue;
+      bool everyone = true;
+      for (const auto& r : results) {
+        bool has = false;
+        for (const auto& w : r["val_curve"]) has = has || w["step"].get<int64_t>() == k;
+        everyone = everyone && has;
+      }
+      if (everyone) m.step = k;
+    }
+  m.comparable = m.cut_runs.empty() || m.step > 0;
+  return m;
+}
+
+// Per mode: mean and spread over seeds — the Markdown table's rows, the
+// notes comparing each mode with baseline, and results.json's summary.
+struct ModeTable {
+  std::string table;
+  std::vector<std::string> notes;
+  nlohmann::json summary = nlohmann::json::object();
+};
+
+ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json& results, const Matched& match,
+                     int64_t seeds, int64_t steps) {
+  ModeTable out;
+  std::string& table = out.table;
+  nlohmann::json& summary = out.summary;
+  std::vector<std::string>& notes = out.notes;
+  const bool comparable = match.comparable;
+  const int64_t matched_step = match.step;
+  table =
+      "| mode | val loss (mean ± spread) | val ppl | vs baseline | tok/s | peak RSS MiB | parameters | "
+      "deep max weight | steps |\n|---|---|---|---|---|---|---|---|---|\n";
+  double base_loss = NAN, base_spread = NAN;
+  for (const std::string& m : modes) {
+    std::vector<double> losses, speeds, deep, matched;
+    int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
+    bool cut = false;
+    for (const auto& r : results)
+      if (r["mode"] == m) {
+        losses.push_back(r["val_loss"].get<double>());
+        matched.push_back(match.loss_of(r));
+        speeds.push_back(r["tok_per_s"].get<double>());
+        rss = std::max(rss, r["peak_rss_bytes"].get<int64_t>());
+        params = r["params"].get<int64_t>();
+        heads = std::max(heads, r.value("routing_heads", int64_t{0}));
+        steps_min = std::min(steps_min, r["steps"].get<int64_t>());
+        cut = cut || r["cut"].get<bool>();
+        if (r.contains("routing")) deep.push_back(deep_max_weight(r["routing"]));
+      }
+    double mean = 0, lo = INFINITY, hi = -INFINITY, speed = 0, dmw = 0;
+    for (double x : losses) mean += x / static_cast<double>(losses.size()), lo = std::min(lo, x), hi = std::max(hi, x);
+    for (double x : speeds) speed += x / static_cast<double>(speeds.size());
+    for (double x : deep) dmw += x / static_cast<double>(deep.size());
+    const double spread = (hi - lo) / 2;
+    // What "vs baseline" compares: the final losses when every run trained as
+    // planned, else those at matched_step (its mean and spread).
+    double cmp = 0, clo = INFINITY, chi = -INFINITY;
+    for (double x : matched) cmp += x / static_cast<double>(matched.size()), clo = std::min(clo, x), chi = std::max(chi, x);
+    const double cmp_spread = (chi - clo) / 2;
+    if (m == "baseline") base_loss = cmp, base_spread = cmp_spread;
+    summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
+                  {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
+                  {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
+                  {"steps", steps_min}, {"cut", cut}};
+    if (!match.cut_runs.empty())
+      summary[m]["val_loss_at_matched_step"] = comparable ? nlohmann::json(cmp) : nlohmann::json(nullptr);
+    std::string vs = "-";
+    if (m != "baseline" && !comparable) {
+      vs = "not comparable";
+    } else if (m != "baseline" && !std::isnan(base_loss)) {
+      const double d = cmp - base_loss, spread = cmp_spread + base_spread;
+      const std::string diff = cat(d >= 0 ? "+" : "", fmt(d, 4));
+      const bool at_step = !match.cut_runs.empty();  // compared at matched_step, not at the end
+      vs = at_step ? cat(diff, " @", matched_step) : diff;
+      const std::string dv = cat(diff, " nats", at_step ? cat(" at step ", matched_step) : std::string());
+      if (seeds < 2)
+        notes.push_back(cat(m, " vs baseline: ", dv,
+                            " from one seed each; seed noise is not measured (--seeds 3 tells whether a "
+                            "difference this size is real)"));
+      else if (std::fabs(d) <= spread)
+        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±", fmt(spread, 4),
+                            "): no difference shown at this size"));
+      else
+        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±", fmt(spread, 4), ")"));
+    }
+    // Routing heads beside the name when they are not the name's own (1, or 8 for the _mh names).
+    const int64_t named_heads = parse_mode_name(m).heads;
+    const bool say_heads = heads > 0 && heads != named_heads;
+    table += cat("| ", m, say_heads ? cat(" (", heads, " routing heads)") : std::string(), " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
+                 fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",
+                 deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " |\n");
+  }
+  return out;
+}
+
 }  // namespace
 
 int cmd_compare(int argc, char** argv) {
@@ -403,108 +531,14 @@ int cmd_compare(int argc, char** argv) {
     results.push_back(r);
   }
 
-  // Matched or not (issue 33): runs cut by --minutes before their planned
-  // steps did not train the tokens the others did, nor with their learning
-  // rates after the cut.  Their final losses are then not compared; the
-  // modes are compared at the last validation every run made before any
-  // schedule was shortened (the runs were the same computation up to it),
-  // or, with no such step, not at all.
-  std::vector<std::string> cut_runs;
-  int64_t same_until = steps;  // every run trained as planned up to this step
-  for (const auto& r : results)
-    if (r["cut"].get<bool>()) {
-      cut_runs.push_back(cat(r["mode"].get<std::string>(), " seed ", r["seed"].get<int64_t>(), " at step ",
-                             r["steps"].get<int64_t>()));
-      const int64_t at = r.value("schedule_cut_at", int64_t{0});
-      same_until = std::min(same_until, at > 0 ? at : int64_t{0});
-    }
-  int64_t matched_step = cut_runs.empty() ? steps : 0;
-  if (!cut_runs.empty())
-    for (const auto& v : results.front()["val_curve"]) {  // the latest step ≤ same_until that every run validated at
-      const int64_t k = v["step"].get<int64_t>();
-      if (k > same_until || k <= matched_step) continue;
-      bool everyone = true;
-      for (const auto& r : results) {
-        bool has = false;
-        for (const auto& w : r["val_curve"]) has = has || w["step"].get<int64_t>() == k;
-        everyone = everyone && has;
-      }
-      if (everyone) matched_step = k;
-    }
-  const bool comparable = cut_runs.empty() || matched_step > 0;
-  auto loss_at = [&](const nlohmann::json& r) {  // the run's validation loss at matched_step
-    if (cut_runs.empty()) return r["val_loss"].get<double>();
-    for (const auto& w : r["val_curve"])
-      if (w["step"].get<int64_t>() == matched_step) return w["val_loss"].get<double>();
-    return static_cast<double>(NAN);
-  };
-
-  // Per mode: mean and spread over seeds.
-  std::string table =
-      "| mode | val loss (mean ± spread) | val ppl | vs baseline | tok/s | peak RSS MiB | parameters | "
-      "deep max weight | steps |\n|---|---|---|---|---|---|---|---|---|\n";
-  nlohmann::json summary = nlohmann::json::object();
-  double base_loss = NAN, base_spread = NAN;
-  std::vector<std::string> notes;
-  for (const std::string& m : modes) {
-    std::vector<double> losses, speeds, deep, matched;
-    int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
-    bool cut = false;
-    for (const auto& r : results)
-      if (r["mode"] == m) {
-        losses.push_back(r["val_loss"].get<double>());
-        matched.push_back(loss_at(r));
-        speeds.push_back(r["tok_per_s"].get<double>());
-        rss = std::max(rss, r["peak_rss_bytes"].get<int64_t>());
-        params = r["params"].get<int64_t>();
-        heads = std::max(heads, r.value("routing_heads", int64_t{0}));
-        steps_min = std::min(steps_min, r["steps"].get<int64_t>());
-        cut = cut || r["cut"].get<bool>();
-        if (r.contains("routing")) deep.push_back(deep_max_weight(r["routing"]));
-      }
-    double mean = 0, lo = INFINITY, hi = -INFINITY, speed = 0, dmw = 0;
-    for (double x : losses) mean += x / static_cast<double>(losses.size()), lo = std::min(lo, x), hi = std::max(hi, x);
-    for (double x : speeds) speed += x / static_cast<double>(speeds.size());
-    for (double x : deep) dmw += x / static_cast<double>(deep.size());
-    const double spread = (hi - lo) / 2;
-    // What "vs baseline" compares: the final losses when every run trained as
-    // planned, else those at matched_step (its mean and spread).
-    double cmp = 0, clo = INFINITY, chi = -INFINITY;
-    for (double x : matched) cmp += x / static_cast<double>(matched.size()), clo = std::min(clo, x), chi = std::max(chi, x);
-    const double cmp_spread = (chi - clo) / 2;
-    if (m == "baseline") base_loss = cmp, base_spread = cmp_spread;
-    summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
-                  {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
-                  {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
-                  {"steps", steps_min}, {"cut", cut}};
-    if (!cut_runs.empty())
-      summary[m]["val_loss_at_matched_step"] = comparable ? nlohmann::json(cmp) : nlohmann::json(nullptr);
-    std::string vs = "-";
-    if (m != "baseline" && !comparable) {
-      vs = "not comparable";
-    } else if (m != "baseline" && !std::isnan(base_loss)) {
-      const double d = cmp - base_loss, spread = cmp_spread + base_spread;
-      const std::string diff = cat(d >= 0 ? "+" : "", fmt(d, 4));
-      const bool at_step = !cut_runs.empty();  // compared at matched_step, not at the end
-      vs = at_step ? cat(diff, " @", matched_step) : diff;
-      const std::string dv = cat(diff, " nats", at_step ? cat(" at step ", matched_step) : std::string());
-      if (seeds < 2)
-        notes.push_back(cat(m, " vs baseline: ", dv,
-                            " from one seed each; seed noise is not measured (--seeds 3 tells whether a "
-                            "difference this size is real)"));
-      else if (std::fabs(d) <= spread)
-        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±", fmt(spread, 4),
-                            "): no difference shown at this size"));
-      else
-        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±", fmt(spread, 4), ")"));
-    }
-    // Routing heads beside the name when they are not the name's own (1, or 8 for the _mh names).
-    const int64_t named_heads = parse_mode_name(m).heads;
-    const bool say_heads = heads > 0 && heads != named_heads;
-    table += cat("| ", m, say_heads ? cat(" (", heads, " routing heads)") : std::string(), " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
-                 fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",
-                 deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " |\n");
-  }
+  const Matched match = match_runs(results, steps);
+  const ModeTable mt = mode_table(modes, results, match, seeds, steps);
+  const std::vector<std::string>& cut_runs = match.cut_runs;
+  const bool comparable = match.comparable;
+  const int64_t matched_step = match.step;
+  const std::string& table = mt.table;
+  const nlohmann::json& summary = mt.summary;
+  std::vector<std::string> notes = mt.notes;
   std::string text = table + "\n";
   text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", seeds,
               " seed(s) per mode, ",
