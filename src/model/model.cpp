@@ -211,16 +211,29 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, cfg_.routing_heads));
   ctx_.reserve(ws);
 
-  // Resolve the routers' sources to the carved buffers.
+  resolve_routers_();
+  if (o.cache_len > 0) {
+    seqs_ = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
+    seq_slot_ = seqs_.as<int64_t>();
+    seq_pos_ = seq_slot_ + B;
+  }
+}
+
+// The routers' sources resolved to the carved buffers (the plan's indices to
+// pointers, a source sharing the running gradient pointed at dx_), the
+// gradients zeroed before each backward, and every router's lists in backend
+// memory, where the routing ops read them: its sources, its gradient
+// pointers, and the sums of its routing statistics.
+void Model::resolve_routers_() {
   for (auto& s : sources_)
     if (!s.dv) s.dv = dx_;
-  if (train)  // the gradients nobody assigns first (plan.h): zeroed at each backward's start
+  if (opt_.training)  // the gradients nobody assigns first (plan.h): zeroed at each backward's start
     for (int j : plan_.zeroed_gradients) zeroed_dv_.push_back(j < 0 ? dx_ : sources_[j].dv);
   for (Router& R : routers_) {
     for (int j : R.index) {
       if (j < 0) {  // the router's own learned null source, one row broadcast to every token
         R.src.push_back({R.w->null_source, null_rstd_ + R.k, true});
-        R.dsrc.push_back(train ? R.g->null_source : nullptr);
+        R.dsrc.push_back(opt_.training ? R.g->null_source : nullptr);
       } else {
         R.src.push_back({sources_[j].v, sources_[j].rstd, false});
         R.dsrc.push_back(sources_[j].dv);
@@ -233,7 +246,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t entries = 0, sums = 0;
   for (const Router& R : routers_) {
     entries += static_cast<int64_t>(R.src.size());
-    sums += route_stats_size(static_cast<int64_t>(R.src.size()), c.routing_heads);
+    sums += route_stats_size(static_cast<int64_t>(R.src.size()), cfg_.routing_heads);
   }
   if (entries > 0) {
     const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
@@ -251,13 +264,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       R.stats = stats_at;
       src_at += S;
       dsrc_at += S;
-      stats_at += route_stats_size(static_cast<int64_t>(S), c.routing_heads);
+      stats_at += route_stats_size(static_cast<int64_t>(S), cfg_.routing_heads);
     }
-  }
-  if (o.cache_len > 0) {
-    seqs_ = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
-    seq_slot_ = seqs_.as<int64_t>();
-    seq_pos_ = seq_slot_ + B;
   }
 }
 

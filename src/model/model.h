@@ -400,6 +400,7 @@ class Model {
 
   // The per-mode steps of the layer loop (model.cpp).
   void attach_routers_();
+  void resolve_routers_();
   void embed_();
   void embed_backward_();
   void final_input_();
