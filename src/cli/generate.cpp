@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <memory>
@@ -56,6 +57,54 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
 // JSON text of j; bytes of generated text that are not UTF-8 (a token may end
 // inside a character) become U+FFFD, as Hugging Face's decode does.
 std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+struct Prompt {
+  std::vector<int32_t> ids;
+  bool from_ids = false;
+  std::string where;  // "FILE:LINE: " of a --prompts line, for its errors
+};
+
+// --prompts FILE: one JSON object a line, {"prompt": TEXT} or {"prompt_ids":
+// [ids]}; blank lines skipped; every error names FILE:LINE.  need_tokenizer
+// fails (saying why) where a text prompt has no tokenizer to encode it.
+std::vector<Prompt> read_prompt_file(const std::string& path, const Config& c, const Tokenizer* tok,
+                                     const std::function<void(const char*)>& need_tokenizer) {
+  std::vector<Prompt> prompts;
+  const std::string text = read_file(path);
+  size_t line_no = 0, at = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line = text.substr(at, end - at);
+    at = end + 1;
+    ++line_no;
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = parse_json(line, cat(path, ":", line_no));
+    Prompt p;
+    p.where = cat(path, ":", line_no, ": ");
+    if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
+      for (const auto& x : j["prompt_ids"]) {
+        if (!x.is_number_integer()) fail(p.where, "prompt_ids must be integers");
+        // Checked whole (as --prompt-ids is), never wrapped to 32 bits.
+        if (x.is_number_unsigned() ? x.get<uint64_t>() >= static_cast<uint64_t>(c.V) : x.get<int64_t>() < 0 || x.get<int64_t>() >= c.V)
+          fail(p.where, "prompt token id ", x.dump(), " is outside [0, vocab_size=", c.V, ")");
+        p.ids.push_back(x.get<int32_t>());
+      }
+      p.from_ids = true;
+    } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
+      need_tokenizer((p.where + "a text prompt").c_str());
+      try {  // the tokenizer's own limits (a regex match limit) name the line too
+        for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
+      } catch (const Error& e) {
+        fail(p.where, e.what());
+      }
+    } else {
+      fail(p.where, "expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
+    }
+    prompts.push_back(std::move(p));
+  }
+  if (prompts.empty()) fail(path, ": no prompts");
+  return prompts;
+}
 
 }  // namespace
 
@@ -127,48 +176,10 @@ int cmd_generate(int argc, char** argv) {
     if (!o.prompts.empty()) sources.push_back("--prompts");
     if (sources.size() > 1) fail(sources[0], " and ", sources[1], " both give the prompt: give one of them");
   }
-  struct Prompt {
-    std::vector<int32_t> ids;
-    bool from_ids = false;
-    std::string where;  // "FILE:LINE: " of a --prompts line, for its errors
-  };
   std::vector<Prompt> prompts;
   const bool batch_file = !o.prompts.empty();
   if (batch_file) {
-    const std::string& path = o.prompts;
-    const std::string text = read_file(path);
-    size_t line_no = 0, at = 0;
-    while (at < text.size()) {
-      const size_t end = std::min(text.find('\n', at), text.size());
-      const std::string line = text.substr(at, end - at);
-      at = end + 1;
-      ++line_no;
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const nlohmann::json j = parse_json(line, cat(path, ":", line_no));
-      Prompt p;
-      p.where = cat(path, ":", line_no, ": ");
-      if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
-        for (const auto& x : j["prompt_ids"]) {
-          if (!x.is_number_integer()) fail(p.where, "prompt_ids must be integers");
-          // Checked whole (as --prompt-ids is), never wrapped to 32 bits.
-          if (x.is_number_unsigned() ? x.get<uint64_t>() >= static_cast<uint64_t>(c.V) : x.get<int64_t>() < 0 || x.get<int64_t>() >= c.V)
-            fail(p.where, "prompt token id ", x.dump(), " is outside [0, vocab_size=", c.V, ")");
-          p.ids.push_back(x.get<int32_t>());
-        }
-        p.from_ids = true;
-      } else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string()) {
-        need_tokenizer((p.where + "a text prompt").c_str());
-        try {  // the tokenizer's own limits (a regex match limit) name the line too
-          for (uint32_t id : tok->encode(j["prompt"].get<std::string>())) p.ids.push_back(static_cast<int32_t>(id));
-        } catch (const Error& e) {
-          fail(p.where, e.what());
-        }
-      } else {
-        fail(p.where, "expected {\"prompt\": TEXT} or {\"prompt_ids\": [ids]}");
-      }
-      prompts.push_back(std::move(p));
-    }
-    if (prompts.empty()) fail(path, ": no prompts");
+    prompts = read_prompt_file(o.prompts, c, tok ? &*tok : nullptr, need_tokenizer);
   } else if (o.prompt_ids) {
     prompts.push_back({parse_ids(*o.prompt_ids, "--prompt-ids"), true, ""});
   } else {
