@@ -827,5 +827,34 @@ TEST_F(Cli, RoutingInterventions) {
                      {"attnres_mode is baseline: the model has no depth routing"});
 }
 
+// --sources and --combine: the mode by its two axes.  Every defined pair
+// trains (the five named modes' pairs and block_add, the pair the papers
+// leave out) and is written under its mode's name; the undefined pair and
+// bad combinations of the flags are one line each.
+TEST_F(Cli, TheModeAxes) {
+  const std::string common =
+      "train --data " + dir_ + "/ok.bin --steps 1 --batch 1 --seq-len 8 --threads 1 --num-blocks 1 ";
+  const std::pair<const char*, const char*> pairs[][2] = {
+      {{"outputs", "replace"}, {"full", ""}},         {{"outputs", "add"}, {"delta", ""}},
+      {{"partial_sums", "replace"}, {"block", ""}},   {{"partial_sums", "add"}, {"block_add", ""}},
+      {{"block_deltas", "add"}, {"delta_block", ""}}};
+  for (const auto& p : pairs) {
+    const std::string out = dir_ + "/axes_" + p[0].first + "_" + p[0].second;
+    Result r = run(common + "--sources " + p[0].first + " --combine " + p[0].second + " --out " + out);
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_EQ(Config::load(out + "/step_00000001/config.json").mode_label(), std::string(p[1].first));
+  }
+  expect_clear_error(run(common + "--sources block_deltas --combine replace --out " + dir_ + "/x"),
+                     {"--sources block_deltas with --combine replace is not defined"});
+  expect_clear_error(run(common + "--sources outputs --out " + dir_ + "/x"), {"--sources and --combine go together"});
+  expect_clear_error(run(common + "--mode delta --sources outputs --combine add --out " + dir_ + "/x"),
+                     {"--mode and --sources/--combine both name the mode"});
+  expect_clear_error(run(common + "--sources rows --combine add --out " + dir_ + "/x"),
+                     {"--sources 'rows': outputs, partial_sums or block_deltas"});
+  expect_clear_error(run(common + "--sources outputs --combine mix --out " + dir_ + "/x"),
+                     {"--combine 'mix': replace or add"});
+  EXPECT_FALSE(fs::exists(dir_ + "/x"));
+}
+
 }  // namespace
 }  // namespace attnres

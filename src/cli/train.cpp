@@ -45,10 +45,27 @@ TrainTestHooks test_hooks_from_environment(Comm& comm) {
 // attnres_* keys laid over it (converting a plain Qwen3 needs no hand-written config).
 struct ConfigFlags {
   std::string config;
-  std::optional<std::string> mode, block_delta, gate, query_init;
+  std::optional<std::string> mode, sources, combine, block_delta, gate, query_init;
   std::optional<int64_t> num_blocks, routing_heads;
   std::optional<bool> null_source;
 };
+
+// The mode named by its two axes (--sources, --combine): the row of the mode
+// table with those sources and that combination, or one line saying why the
+// pair has none.
+std::string mode_of_axes(const std::string& sources, const std::string& combine) {
+  static const std::pair<const char*, Sources> kSources[] = {
+      {"outputs", Sources::kOutputs}, {"partial_sums", Sources::kPartialSums}, {"block_deltas", Sources::kBlockDeltas}};
+  static const std::pair<const char*, Combine> kCombine[] = {{"replace", Combine::kReplace}, {"add", Combine::kAdd}};
+  const auto* s = std::find_if(std::begin(kSources), std::end(kSources), [&](const auto& e) { return sources == e.first; });
+  const auto* c = std::find_if(std::begin(kCombine), std::end(kCombine), [&](const auto& e) { return combine == e.first; });
+  if (s == std::end(kSources)) fail("--sources '", visible(sources), "': outputs, partial_sums or block_deltas");
+  if (c == std::end(kCombine)) fail("--combine '", visible(combine), "': replace or add");
+  for (const ModeSpec& m : kModeSpecs)
+    if (m.sources == s->second && m.combine == c->second) return m.name;
+  fail("--sources block_deltas with --combine replace is not defined: a block delta is what a block added to the "
+       "residual stream, and a replacing router keeps no stream (replace reads partial_sums: block)");
+}
 
 void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.config, {"config", "tiny",
@@ -57,6 +74,14 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.mode, {"mode", "",
                     cat("override attnres_mode: ", mode_name_list(false), ", or the reference's multi-head ",
                         mode_name_list(true))});
+  opts.add(m.sources, {"sources", "",
+                       "with --combine, the mode by its two axes instead of --mode: what the routers read — "
+                       "outputs (every sublayer's), partial_sums (the block sums), block_deltas (what each block "
+                       "added to the stream)"});
+  opts.add(m.combine, {"combine", "",
+                       "with --sources: how the routed sum makes a sublayer's input — replace, or add (to a "
+                       "residual stream); outputs+replace = full, outputs+add = delta, partial_sums+replace = "
+                       "block, partial_sums+add = block_add, block_deltas+add = delta_block"});
   opts.add(m.routing_heads, {"routing-heads", "",
                              "override attnres_num_heads: routing heads of every router, dividing hidden_size "
                              "(default 1; the _mh modes 8)"});
@@ -95,7 +120,13 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
   const std::string from = !resume_dir.empty() ? resume_dir : o.init;
   const bool preset = opts.given("config") || from.empty();
   o.model = preset ? load_config(m.config) : Config::load(resolve_model_dir(from) + "/config.json");
-  if (m.mode) o.model = o.model.with_mode(*m.mode);  // with the name's defaults (heads; delta_mh's fixed keys)
+  std::optional<std::string> mode = m.mode;
+  if (m.sources || m.combine) {
+    if (mode) fail("--mode and --sources/--combine both name the mode: give one of them");
+    if (!m.sources || !m.combine) fail("--sources and --combine go together (the two axes of a mode)");
+    mode = mode_of_axes(*m.sources, *m.combine);
+  }
+  if (mode) o.model = o.model.with_mode(*mode);  // with the name's defaults (heads; delta_mh's fixed keys)
   nlohmann::json j = o.model.to_json();
   if (m.routing_heads) j["attnres_num_heads"] = *m.routing_heads;
   if (m.num_blocks) j["attnres_num_blocks"] = *m.num_blocks;

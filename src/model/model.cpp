@@ -151,6 +151,10 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     take("dh", dh_, N * F);
     take("dup", dup_, N * F);
     if (mode.running_gradient()) take("dx", dx_, N * d);  // full has none
+    if (plan_.partials_beside_stream()) {
+      take("dp", dp_, N * d);
+      take("dsum", dsum_, N * d);
+    }
     take("dln", dln_, N * d);
     take("dq", dq_, N * qd);
     take("dk", dk_, N * kvd);
@@ -225,10 +229,11 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
 // memory, where the routing ops read them: its sources, its gradient
 // pointers, and the sums of its routing statistics.
 void Model::resolve_routers_() {
+  dpart_ = dp_ ? dp_ : dx_;
   for (auto& s : sources_)
-    if (!s.dv) s.dv = dx_;
+    if (!s.dv) s.dv = dpart_;
   if (opt_.training)  // the gradients nobody assigns first (plan.h): zeroed at each backward's start
-    for (int j : plan_.zeroed_gradients) zeroed_dv_.push_back(j < 0 ? dx_ : sources_[j].dv);
+    for (int j : plan_.zeroed_gradients) zeroed_dv_.push_back(j < 0 ? dpart_ : sources_[j].dv);
   for (Router& R : routers_) {
     for (int j : R.index) {
       if (j < 0) {  // the router's own learned null source, one row broadcast to every token
@@ -595,7 +600,8 @@ void Model::embed_() {
       ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
       ops_.source_rstd(sources_[0].rstd, sources_[0].v, N, d, eps);
       break;
-    case Mode::kDelta:  // source 0 = e, and the stream x = e
+    case Mode::kDelta:      // source 0 = e, and the stream x = e
+    case Mode::kBlockAdd:   // P_0 = e, and the stream x = e
       ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
       ops_.source_rstd(sources_[0].rstd, sources_[0].v, N, d, eps);
       ops_.copy(stream_, sources_[0].v, N * d);
@@ -616,7 +622,8 @@ const float* Model::sublayer_input_(int64_t k) {
       if (r < 0) return stream_;  // layer 0, no null source: u = x = e
       route_(r, u_, stream_);     // u = x + g·R
       return u_;
-    case Mode::kDeltaBlock: {
+    case Mode::kDeltaBlock:
+    case Mode::kBlockAdd: {
       float* u = stored_input_(k);  // kept for the backward
       if (r < 0) ops_.copy(u, stream_, rows() * cfg_.d);
       else route_(r, u, stream_);
@@ -646,6 +653,9 @@ void Model::sublayer_output_(int64_t k) {
       ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
       ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
       break;
+    case Mode::kBlockAdd:  // x += out, then block's partial sum
+      ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
+      [[fallthrough]];
     case Mode::kBlock:  // P_{k+1} = P_k + out, or out alone after a block start's reset
       if (!plan_.starts_block(k)) ops_.add_inplace(sources_[k + 1].v, sources_[k].v, N * d);
       ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
@@ -693,6 +703,12 @@ float* Model::sublayer_output_backward_(int64_t k) {
       // own buffer (the reset cut it from P_{k+2}): restart the running one from it.
       if (sources_[k + 1].dv != dx_) ops_.copy(dx_, sources_[k + 1].dv, N * d);
       return dx_;
+    case Mode::kBlockAdd:
+      // As block with dp_ the running d(P), and out feeds the stream too:
+      // d(out) = dx + d(P_{k+1}).
+      if (sources_[k + 1].dv != dp_) ops_.copy(dp_, sources_[k + 1].dv, N * d);
+      ops_.add(dsum_, dx_, dp_, N * d);
+      return dsum_;
   }
   return nullptr;
 }
@@ -703,7 +719,8 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
   if (rebuilt_ == k) return u_;  // done by the previous router backward
   switch (cfg_.mode) {
     case Mode::kBaseline:
-    case Mode::kDeltaBlock: return stored_input_(k);
+    case Mode::kDeltaBlock:
+    case Mode::kBlockAdd: return stored_input_(k);
     case Mode::kFull:
     case Mode::kBlock: route_mix_(r, u_, gate_base_(r)); return u_;
     case Mode::kDelta:
@@ -746,7 +763,8 @@ void Model::sublayer_input_backward_(int64_t k) {
         }
       }
       [[fallthrough]];
-    case Mode::kDelta:  // u = x + g·R: dx += dU (inside route_backward_)
+    case Mode::kDelta:     // u = x + g·R: dx += dU (inside route_backward_)
+    case Mode::kBlockAdd:  // the same; the current partial's share goes into dp_
       if (r < 0) ops_.add_inplace(dx_, dU_, N * d);
       else route_backward_(r, r == plan_.first_backward_router);
       return;
@@ -766,7 +784,8 @@ void Model::embed_backward_() {
     case Mode::kDeltaBlock: ops_.embedding_backward(g_.embed, dx_, tokens_, N, d); return;
     case Mode::kFull:
     case Mode::kBlock: ops_.embedding_backward(g_.embed, sources_[0].dv, tokens_, N, d); return;
-    case Mode::kDelta:  // e is the stream's start and source 0
+    case Mode::kDelta:     // e is the stream's start and source 0
+    case Mode::kBlockAdd:  // e is the stream's start and P_0 (block.0)
       ops_.add_inplace(dx_, sources_[0].dv, N * d);
       ops_.embedding_backward(g_.embed, dx_, tokens_, N, d);
       return;

@@ -330,6 +330,9 @@ class Model {
   float* dh_ = nullptr;       // (N, F)
   float* dup_ = nullptr;      // (N, F)
   float* dx_ = nullptr;       // (N, d)      gradient of the residual stream (block: of the partial sum)
+  float* dp_ = nullptr;       // (N, d)      block_add: gradient of the current partial sum (beside dx_'s stream)
+  float* dsum_ = nullptr;     // (N, d)      block_add: a sublayer output's gradient, dx_ + dp_
+  float* dpart_ = nullptr;    //             the partial sums' running gradient: dx_ (block) or dp_ (block_add)
   float* dln_ = nullptr;      // (N, d)
   float* dq_ = nullptr;       // (N, H·hd)
   float* dk_ = nullptr;       // (N, KV·hd)

@@ -22,7 +22,7 @@
 
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock };
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -91,6 +91,10 @@ inline constexpr ModeSpec kModeSpecs[] = {
     {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false},
     {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true},
     {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true},
+    // Not in the papers: block's sources (the partial block sums) combined as
+    // the delta modes combine (added to a residual stream), the pair of the
+    // two axes the named modes leave out (--sources partial_sums --combine add).
+    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  false},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -105,6 +109,7 @@ constexpr size_t mode_row(Mode m) {
     case Mode::kFull: return 2;
     case Mode::kDelta: return 3;
     case Mode::kDeltaBlock: return 4;
+    case Mode::kBlockAdd: return 5;
   }
   return kNumModes;
 }
@@ -141,6 +146,7 @@ inline constexpr ModeName kModeNames[] = {
     {"full",        Mode::kFull,       false, 1,    true,  false},
     {"delta",       Mode::kDelta,      false, 1,    false, false},
     {"delta_block", Mode::kDeltaBlock, false, 1,    false, false},
+    {"block_add",   Mode::kBlockAdd,   false, 1,    false, false},
     {"block_mh",    Mode::kBlock,      true,  8,    false, false},
     {"full_mh",     Mode::kFull,       true,  8,    true,  false},
     {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},

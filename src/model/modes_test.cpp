@@ -35,7 +35,7 @@ int count_params(const ParamLayout& layout, const std::string& part) {
 // The CLI's mode lists come from the table: compare's default, train's help.
 TEST(Modes, TheCommandsListTheTable) {
   EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
-  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block");
+  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block, block_add");
   EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
   std::string all;
   for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
@@ -43,7 +43,7 @@ TEST(Modes, TheCommandsListTheTable) {
 }
 
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
-  EXPECT_EQ(kNumModes, 5u);
+  EXPECT_EQ(kNumModes, 6u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
     EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);
@@ -68,8 +68,10 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       Model model(testing::test_context(), c, 1, 3);
       const auto& routers = model.routers();
       // Every sublayer has a router, but the delta modes' layer-0 attention
-      // without a null source (no source exists yet), plus the final router.
-      const int expected = m.routed() ? 2 * L - (m.null_source && !null ? 1 : 0) + (m.final_router ? 1 : 0) : 0;
+      // without a null source (no output or block source exists yet; block_add
+      // has P_0 = e), plus the final router.
+      const bool first_empty = m.null_source && !null && m.sources != Sources::kPartialSums;
+      const int expected = m.routed() ? 2 * L - (first_empty ? 1 : 0) + (m.final_router ? 1 : 0) : 0;
       EXPECT_EQ(static_cast<int>(routers.size()), expected);
       EXPECT_EQ(!routers.empty() && routers.back().name == "final", m.final_router);
       for (const Router& r : routers) {

@@ -59,6 +59,9 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         if (k >= 1)
           for (int64_t j = 0; j <= k; ++j) index.push_back(static_cast<int>(j));
         break;
+      case Mode::kBlockAdd:  // [null] + block's sources
+        if (null) index.push_back(-1);
+        [[fallthrough]];
       case Mode::kBlock:  // the blocks pushed before this router, then the current partial sum
         for (int64_t j = 0; j < k; j += 2)
           if (p.starts_block(j)) index.push_back(static_cast<int>(j));
@@ -95,10 +98,11 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   p.first_backward_router = p.final_router >= 0                       ? p.final_router
                             : mode.sources == Sources::kPartialSums ? -1
                                                                     : p.router_of[K - 1];
-  auto buffer = [&](int j) { return p.sources[j].owns_gradient ? j : -1; };  // −1: the running gradient dx
+  auto buffer = [&](int j) { return p.sources[j].owns_gradient ? j : -1; };  // −1: the partials' running gradient
   for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {
     const int b = buffer(j);
-    bool covered = b < 0 && p.final_router < 0;  // the final norm's backward assigns dx
+    // block_mh: the final norm's backward assigns the partials' running gradient (dx, the last partial's)
+    bool covered = b < 0 && p.final_router < 0 && !mode.stream;
     if (p.first_backward_router >= 0)
       for (int i : p.routers[p.first_backward_router].index) covered |= i >= 0 && buffer(i) == b;
     if (!covered && std::find(p.zeroed_gradients.begin(), p.zeroed_gradients.end(), b) == p.zeroed_gradients.end())

@@ -58,7 +58,8 @@ struct RoutingPlan {
   // the final norm writes).  It assigns the gradients of the sources it reads.
   int first_backward_router = -1;
   // Training: the gradient buffers the backward zeroes before it starts, those
-  // nobody assigns first: source indices, −1 the running gradient (dx).
+  // nobody assigns first: source indices, −1 the running gradient of the
+  // partial sums that own none (block's dx; block_add's own, beside the stream's).
   std::vector<int> zeroed_gradients;
 
   // Sublayer k starts a block: an attention sublayer whose layer is a block's first.
@@ -69,8 +70,12 @@ struct RoutingPlan {
   bool rebuilds_inputs() const { return routed() && !mode->stores_inputs; }
   // Whether that rebuilt input adds the routed sum to the stream (delta) or is the routed sum (full, block).
   bool rebuilt_input_adds_stream() const { return rebuilds_inputs() && mode->stream; }
-  // Without a final router, block (block_mh) feeds the final norm its last partial sum.
-  bool final_reads_last_partial() const { return final_router < 0 && mode->sources == Sources::kPartialSums; }
+  // block_add: partial sums beside a stream, each with a running gradient of its own.
+  bool partials_beside_stream() const { return mode->stream && mode->sources == Sources::kPartialSums; }
+  // Without a final router or a stream, block (block_mh) feeds the final norm its last partial sum.
+  bool final_reads_last_partial() const {
+    return final_router < 0 && !mode->stream && mode->sources == Sources::kPartialSums;
+  }
 
   static RoutingPlan build(const Config& c, const ModelOptions& o);
 };

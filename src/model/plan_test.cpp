@@ -95,6 +95,12 @@ const Expected kExpected[] = {
      "layers.0.mlp[0] layers.1.attn[0] layers.1.mlp[0] layers.2.attn[0] layers.2.mlp[0,1] layers.3.attn[0,1] "
      "layers.3.mlp[0,1]",
      -1, 6, "", true},
+    // block_add: block's sources, [null] first, added to the stream: no final router, and the
+    // partials' running gradient is zeroed like the blocks' (the final norm writes the stream's).
+    {"block_add", true, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
+     "layers.0.attn[-1,0] layers.0.mlp[-1,0,1] layers.1.attn[-1,0,2] layers.1.mlp[-1,0,3] layers.2.attn[-1,0,4] "
+     "layers.2.mlp[-1,0,4,5] layers.3.attn[-1,0,4,6] layers.3.mlp[-1,0,4,7]",
+     -1, -1, "0,-1,4", true},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
@@ -154,7 +160,7 @@ TEST(Plan, EveryGoldenCaseRoutesAsTheOracle) {
     EXPECT_EQ(p.final_router >= 0, c.final_router()) << name;
     ++cases;
   }
-  EXPECT_GE(cases, 13);
+  EXPECT_GE(cases, 14);
 }
 
 }  // namespace

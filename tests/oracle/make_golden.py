@@ -82,6 +82,8 @@ CASES = {
     "full_mh": {"attnres_mode": "full_mh", "attnres_num_heads": 4},
     "delta_mh": {"attnres_mode": "delta_mh", "attnres_num_blocks": 3, "attnres_num_heads": 4},
     "delta_h4": {"attnres_mode": "delta", "attnres_num_heads": 4},
+    # Block's sources added to a stream (--sources partial_sums --combine add; not in the papers).
+    "block_add": {"attnres_mode": "block_add", "attnres_num_blocks": 3, "attnres_use_null_source": True},
 }
 
 # Random init of golden weights (not the engine's init; see README.md).

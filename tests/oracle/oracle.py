@@ -100,7 +100,9 @@ ATTNRES_DEFAULTS = {
     "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
 
-MODES = ("baseline", "full", "block", "delta", "delta_block")
+MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add")
+# block_add (not in the papers): block's sources (the partial block sums) added
+# to a residual stream as the delta modes add their routed sum.
 # The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
 # each is one of the modes above with 8 heads by default; block_mh has no
 # final router, delta_mh always has the null source and the reference's block deltas.
@@ -168,7 +170,7 @@ def param_shapes(cfg):
             for s in ("attn", "mlp"):
                 out += [(p + f"{s}_res_proj.weight", (1, d)),
                         (p + f"{s}_res_norm.weight", (d,))]
-            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block"):
+            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add"):
                 out += [(p + "attn_null_source", (d,)), (p + "mlp_null_source", (d,))]
             if cfg["attnres_gate_type"] == "learnable_alpha":
                 # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
@@ -377,7 +379,7 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
     cos, sin = rope_cos_sin(T, cfg["head_dim"], float(cfg["rope_theta"]), E.dtype)
     nb = layers_per_block(cfg)
     alpha_gate = cfg["attnres_gate_type"] == "learnable_alpha"
-    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block")
+    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add")
 
     def lp(i):
         return f"model.layers.{i}."
@@ -448,6 +450,19 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
                            P["model.final_res_norm.weight"])
         else:  # block_mh: the final norm reads the last partial sum
             h = partial
+
+    elif mode == "block_add":
+        blocks, partial, x = [], e, e
+        for i in range(L):
+            a = attn_of(i, additive(i, "attn", x, blocks + [partial]))
+            if i % nb == 0:
+                blocks, partial = blocks + [partial], torch.zeros_like(partial)
+            partial = partial + a
+            x = x + a
+            m = mlp_of(i, additive(i, "mlp", x, blocks + [partial]))
+            partial = partial + m
+            x = x + m
+        h = x
 
     elif mode == "delta":
         srcs, x = [], e
