@@ -37,6 +37,48 @@ nlohmann::json result_json(const TaskResult& r) {
   return j;
 }
 
+// --log-samples: one JSON line per request (task, document, the texts and
+// their ids, the log-likelihood and whether it is greedy), streamed into place
+// like every output (core/file_util.h).
+void write_log_samples(const std::string& path, const std::vector<TaskSpec>& tasks,
+                       const std::vector<std::vector<Doc>>& docs, const std::vector<TokenRequest>& requests,
+                       const std::vector<Loglik>& scored) {
+  write_file_atomic(path, [&](int fd) {
+    size_t k = 0;  // requests are in task, document, request order
+    for (size_t t = 0; t < tasks.size(); ++t)
+      for (size_t d = 0; d < docs[t].size(); ++d)
+        for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++k) {
+          const Request& r = docs[t][d].requests[i];
+          const nlohmann::json j = {{"task", tasks[t].name},     {"doc", d},
+                                    {"request", i},              {"gold", docs[t][d].gold},
+                                    {"context", r.context},      {"continuation", r.continuation},
+                                    {"context_ids", requests[k].context},
+                                    {"continuation_ids", requests[k].continuation},
+                                    {"ll", scored[k].ll},        {"greedy", scored[k].greedy}};
+          const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+          write_all(fd, line.data(), line.size(), path);
+        }
+  });
+}
+
+// The table of every task's metrics, and the average the paper reports.
+void print_results(const std::vector<TaskSpec>& tasks, const std::vector<TaskResult>& results, double average) {
+  std::printf("| task | metric | value | stderr | n |\n|---|---|---|---|---|\n");
+  for (size_t t = 0; t < tasks.size(); ++t)
+    for (const auto& [name, m] : results[t].metrics)
+      std::printf("| %s | %s | %.4f | %s | %lld |\n", results[t].task.c_str(), name.c_str(), m.value,
+                  std::isnan(m.stderr_) ? "N/A" : cat(std::round(m.stderr_ * 1e4) / 1e4).c_str(),
+                  static_cast<long long>(results[t].n));
+  std::string how;
+  for (size_t t = 0; t < tasks.size(); ++t) how += cat(t ? ", " : "", tasks[t].name, " ", tasks[t].average_metric);
+  std::printf("\naverage %.4f over %zu task%s (%s)\n", average, tasks.size(), tasks.size() == 1 ? "" : "s",
+              how.c_str());
+  if (!results.empty())
+    for (const TaskResult& r : results)
+      if (!r.subjects.empty())
+        std::printf("%s: %zu subjects, weighted by size (per subject: --json)\n", r.task.c_str(), r.subjects.size());
+}
+
 }  // namespace
 
 int cmd_eval_tasks(int argc, char** argv) {
@@ -151,10 +193,8 @@ int cmd_eval_tasks(int argc, char** argv) {
 
   // Per task: its documents' log-likelihoods, and the metrics.
   std::vector<TaskResult> results;
-  std::vector<size_t> first_request;  // of each task, into requests and scored
   size_t next = 0;
   for (size_t t = 0; t < tasks.size(); ++t) {
-    first_request.push_back(next);
     std::vector<std::vector<Loglik>> lls;
     for (size_t d = 0; d < docs[t].size(); ++d) {
       lls.emplace_back();
@@ -162,24 +202,7 @@ int cmd_eval_tasks(int argc, char** argv) {
     }
     results.push_back(score_task(tasks[t], docs[t], lls));
   }
-  if (!o.log_samples.empty())  // streamed into place like every output (core/file_util.h)
-    write_file_atomic(o.log_samples, [&](int fd) {
-      for (size_t t = 0; t < tasks.size(); ++t) {
-        size_t k = first_request[t];
-        for (size_t d = 0; d < docs[t].size(); ++d)
-          for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++k) {
-            const Request& r = docs[t][d].requests[i];
-            const nlohmann::json j = {{"task", tasks[t].name},     {"doc", d},
-                                      {"request", i},              {"gold", docs[t][d].gold},
-                                      {"context", r.context},      {"continuation", r.continuation},
-                                      {"context_ids", requests[k].context},
-                                      {"continuation_ids", requests[k].continuation},
-                                      {"ll", scored[k].ll},        {"greedy", scored[k].greedy}};
-            const std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-            write_all(fd, line.data(), line.size(), o.log_samples);
-          }
-      }
-    });
+  if (!o.log_samples.empty()) write_log_samples(o.log_samples, tasks, docs, requests, scored);
 
   // The average the paper reports: one metric per task, named.
   nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};
@@ -208,20 +231,7 @@ int cmd_eval_tasks(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("| task | metric | value | stderr | n |\n|---|---|---|---|---|\n");
-  for (size_t t = 0; t < tasks.size(); ++t)
-    for (const auto& [name, m] : results[t].metrics)
-      std::printf("| %s | %s | %.4f | %s | %lld |\n", results[t].task.c_str(), name.c_str(), m.value,
-                  std::isnan(m.stderr_) ? "N/A" : cat(std::round(m.stderr_ * 1e4) / 1e4).c_str(),
-                  static_cast<long long>(results[t].n));
-  std::string how;
-  for (size_t t = 0; t < tasks.size(); ++t) how += cat(t ? ", " : "", tasks[t].name, " ", tasks[t].average_metric);
-  std::printf("\naverage %.4f over %zu task%s (%s)\n", average, tasks.size(), tasks.size() == 1 ? "" : "s",
-              how.c_str());
-  if (!results.empty())
-    for (const TaskResult& r : results)
-      if (!r.subjects.empty())
-        std::printf("%s: %zu subjects, weighted by size (per subject: --json)\n", r.task.c_str(), r.subjects.size());
+  print_results(tasks, results, average);
   return 0;
 }
 

@@ -44,8 +44,8 @@ int hardware_threads() {
 
 Context::Context(int threads, const std::string& backend, const std::string& cpu_level, bool time_ops)
     : threads_(threads > 0 ? threads : hardware_threads()) {
-  if (threads < 0) fail("--threads must be 0 (all cores) or positive, got ", threads);
-  if (threads_ > 1024) fail("--threads ", threads_, " is more than 1024");
+  // The commands check --threads first (cli/options.h: add_threads_option), naming it.
+  if (threads < 0 || threads_ > 1024) fail("threads ", threads, ": 0 (all cores) to 1024");
   ops_ = make_backend(backend, *this, cpu_level);
   if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
 }
