@@ -486,6 +486,25 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
   return 0;
 }
 
+// One (mode, precision) of the training benchmark as a line of text: the
+// median tok/s (the runs' range with --rounds), ms per step, MFU, RSS, and
+// the ratios to baseline and to fp32; with --profile, where the step went.
+void print_bench_line(const nlohmann::json& r, const std::vector<double>& tok, bool profile) {
+  const int64_t heads = r["routing_heads"].get<int64_t>();
+  const std::string label = r["mode"].get<std::string>() + (heads > 1 ? cat(" H", heads) : "");
+  std::printf("%-15s %-4s %8.0f tok/s", label.c_str(), r["precision"].get<std::string>().c_str(), r["tok_per_s"].get<double>());
+  if (tok.size() > 1)
+    std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
+  std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
+              100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
+  if (r.contains("tok_per_s_vs_baseline") && r["mode"] != "baseline")
+    std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
+                r["rss_vs_baseline"].get<double>());
+  if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());
+  std::printf("\n");
+  if (profile) print_profile(r["profile_ms_per_step"], r["routing_traffic"], r["ms_per_step"].get<double>());
+}
+
 }  // namespace
 
 int cmd_bench(int argc, char** argv) {
@@ -648,23 +667,8 @@ int cmd_bench(int argc, char** argv) {
       }
       if (p == Precision::kF32) fp32_tok[i] = r["tok_per_s"].get<double>();
       else if (fp32_tok[i] > 0) r["tok_per_s_vs_fp32"] = r["tok_per_s"].get<double>() / fp32_tok[i];
-      if (json) {
-        std::printf("%s\n", r.dump().c_str());
-      } else {
-        const int64_t heads = r["routing_heads"].get<int64_t>();
-        const std::string label = r["mode"].get<std::string>() + (heads > 1 ? cat(" H", heads) : "");
-        std::printf("%-15s %-4s %8.0f tok/s", label.c_str(), precision_name(p), r["tok_per_s"].get<double>());
-        if (rounds > 1)
-          std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
-        std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
-                    100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
-        if (r.contains("tok_per_s_vs_baseline") && mode != "baseline")
-          std::printf("  (%.2fx tok/s, %.2fx RSS of baseline)", r["tok_per_s_vs_baseline"].get<double>(),
-                      r["rss_vs_baseline"].get<double>());
-        if (r.contains("tok_per_s_vs_fp32")) std::printf("  (%.2fx fp32)", r["tok_per_s_vs_fp32"].get<double>());
-        std::printf("\n");
-        if (f.profile) print_profile(r["profile_ms_per_step"], r["routing_traffic"], r["ms_per_step"].get<double>());
-      }
+      if (json) std::printf("%s\n", r.dump().c_str());
+      else print_bench_line(r, tok, f.profile);
       std::fflush(stdout);
     }
   }
