@@ -178,6 +178,14 @@ void check_heads(int64_t H, int64_t d) {
   ATTNRES_CHECK(H >= 1 && H <= kMaxRoutingHeads && d % H == 0, "routing heads ", H, " for d = ", d,
                 " (1 to ", kMaxRoutingHeads, ", dividing d)");
 }
+// The heads and base checked, and (a, c): what route_forward, route_mix and
+// route_mix_weights ask of their arguments before combining.
+Mix checked_mix(int64_t H, int64_t d, const float* base, const float* gate, Combine combine) {
+  check_heads(H, d);
+  const Mix m = mix_coefficients(combine, gate);
+  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  return m;
+}
 }  // namespace
 
 // ---- forward ------------------------------------------------------------------
@@ -190,9 +198,7 @@ void CpuKernels::route_forward(float* out, float* logits, const RouteSource* src
                                const float* w, const float* gamma, const float* base, const float* gate,
                                Combine combine, int64_t N, int64_t d, double* stats) {
   check_sources(src, S);
-  check_heads(H, d);
-  const Mix m = mix_coefficients(combine, gate);
-  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  const Mix m = checked_mix(H, d, base, gate, combine);
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
   const double inv_h = 1.0 / static_cast<double>(H);
   fold_query(sc, w, gamma);
@@ -307,9 +313,7 @@ void mix_tokens(const Scratch& sc, int threads, float* out, const RouteSource* s
 void CpuKernels::route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                            const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
-  check_heads(H, d);
-  const Mix m = mix_coefficients(combine, gate);
-  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  const Mix m = checked_mix(H, d, base, gate, combine);
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
   mix_tokens(sc, threads(), out, src, S, H, base, m, N, d, [&](int64_t n, double* alpha) {
     for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, logits + (n * H + h) * S, S);
@@ -320,9 +324,7 @@ void CpuKernels::route_mix(float* out, const float* logits, const RouteSource* s
 void CpuKernels::route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
                                    const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
   check_sources(src, S);
-  check_heads(H, d);
-  const Mix m = mix_coefficients(combine, gate);
-  ATTNRES_CHECK(m.a == 0.0f || base, "this combination needs a base");
+  const Mix m = checked_mix(H, d, base, gate, combine);
   const Scratch sc(ctx_.workspace(route_workspace(N, d, S, H)), d, S, H);
   mix_tokens(sc, threads(), out, src, S, H, base, m, N, d, [&](int64_t, double*) { return weights; });
 }
