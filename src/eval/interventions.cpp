@@ -49,6 +49,14 @@ std::vector<int> chosen_routers(const std::vector<Router>& routers, const std::v
   return out;
 }
 
+// Router r ablating the source at position p of its list: every other one kept.
+RouteIntervention ablate_one(const std::vector<Router>& routers, int r, int p) {
+  std::vector<int> keep;
+  for (int q = 0; q < static_cast<int>(routers[r].src.size()); ++q)
+    if (q != p) keep.push_back(q);
+  return RouteIntervention::ablate(r, std::move(keep));
+}
+
 Effect effect_of(const Job& j, int64_t windows, int64_t tokens) {
   Effect e;
   e.dloss = j.sum_tokens / static_cast<double>(tokens);
@@ -132,12 +140,8 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
     re.ablate.resize(static_cast<size_t>(S));
     const int at = static_cast<int>(res.routers.size());
     res.routers.push_back(std::move(re));
-    for (int64_t i = 0; i < S; ++i) {
-      std::vector<int> keep;
-      for (int64_t p = 0; p < S; ++p)
-        if (p != i) keep.push_back(static_cast<int>(p));
-      jobs.push_back({Job::What::kAblate, at, static_cast<int>(i), R.k, {RouteIntervention::ablate(r, keep)}});
-    }
+    for (int i = 0; i < static_cast<int>(S); ++i)
+      jobs.push_back({Job::What::kAblate, at, i, R.k, {ablate_one(routers, r, i)}});
     std::vector<double> mean;  // (H, S): each head's own mean weights
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < S; ++i) mean.push_back((H > 1 ? a.head_weight_sum[h * S + i] : a.weight_sum[i]) / n);
@@ -164,10 +168,7 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
       if (e.at.size() < 2) continue;
       Job j{Job::What::kWhole, static_cast<int>(res.whole_sources.size()), 0, 2 * model.config().L, {}};
       for (const auto& [r, p] : e.at) {
-        std::vector<int> keep;
-        for (int q = 0; q < static_cast<int>(routers[r].src.size()); ++q)
-          if (q != p) keep.push_back(q);
-        j.iv.push_back(RouteIntervention::ablate(r, keep));
+        j.iv.push_back(ablate_one(routers, r, p));
         j.start = std::min(j.start, routers[r].k);
       }
       res.whole_sources.push_back({e.name, static_cast<int64_t>(e.at.size()), {}});
@@ -181,7 +182,6 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
   const int64_t batches = (W + B - 1) / B;
   const uint64_t total = static_cast<uint64_t>(batches * static_cast<int64_t>(jobs.size()));
   Progress progress(progress_out, "interventions", total);
-  uint64_t done = 0;
   for (int64_t w0 = 0; w0 < W; w0 += B) {
     const int64_t nb = std::min(B, W - w0);
     model.begin_prefix(inputs.data() + w0 * T, nb, T);
@@ -198,12 +198,11 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
         j.sum_w += dw;
         j.sum_w2 += dw * dw;
       }
-      ++res.interventions;
-      ++done;
+      const uint64_t done = static_cast<uint64_t>(++res.interventions);
       progress.update(done, progress.rate(done, "forwards"));
     }
   }
-  progress.finish(progress.rate(done, "forwards"));
+  progress.finish(progress.rate(static_cast<uint64_t>(res.interventions), "forwards"));
 
   for (const Job& j : jobs) {
     const Effect e = effect_of(j, W, W * T);
