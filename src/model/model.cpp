@@ -285,10 +285,14 @@ void Model::attach_routers_() {
     R.index = p.index;
     R.source_names = p.source_names;
     R.logits_kept = p.keeps_logits;
-    const int64_t l = p.k / 2;
-    R.w = p.k == plan_.K ? &w_.final_router : p.k % 2 ? &w_.layers[l].mlp_router : &w_.layers[l].attn_router;
-    if (opt_.training)
-      R.g = p.k == plan_.K ? &g_.final_router : p.k % 2 ? &g_.layers[l].mlp_router : &g_.layers[l].attn_router;
+    // Router k's tensors in a set of weights (or of their gradients).
+    auto router_of = [&](Weights& set) {
+      return p.k == plan_.K ? &set.final_router
+             : p.k % 2      ? &set.layers[p.k / 2].mlp_router
+                            : &set.layers[p.k / 2].attn_router;
+    };
+    R.w = router_of(w_);
+    if (opt_.training) R.g = router_of(g_);
     routers_.push_back(std::move(R));
   }
   combine_ = plan_.mode->combine;
