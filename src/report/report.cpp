@@ -196,14 +196,20 @@ specs['chart-maxdist'] = {
   encoding: {x: {field: 'max_weight', type: 'quantitative', scale: {domain: [0, 1]}, title: 'largest weight of a token'},
              y: {field: 'share', type: 'quantitative', title: 'share of tokens'},
              color: modeColor, detail: {field: 'run'}}};
-const heatRuns = [];
-for (const r of routed) if (!heatRuns.some(h => h.mode === r.mode)) heatRuns.push(r);  // one per mode: its first seed
+// A chart element of its own, appended to `parent` (the charts drawn one per run).
+function chartDiv(parent, id) {
+  const div = document.createElement('div');
+  div.id = id;
+  div.className = 'chart';
+  parent.appendChild(div);
+  return div;
+}
+// One run per mode: its first seed.
+const firstPerMode = list => list.filter((r, i) => list.findIndex(h => h.mode === r.mode) === i);
+const heatRuns = firstPerMode(routed);
 const heats = document.getElementById('heatmaps');
 heatRuns.forEach((r, k) => {
-  const div = document.createElement('div');
-  div.id = 'chart-heat-' + k;
-  div.className = 'chart';
-  heats.appendChild(div);
+  const div = chartDiv(heats, 'chart-heat-' + k);
   const values = r.routing.routers.flatMap((name, i) => r.routing.sources[i].map((s, j) => ({router: i + ' ' + name, source: j + ' ' + s, weight: r.routing.mean_weight[i][j]})));
   specs[div.id] = {
     title: r.mode + ': mean routing weight, router × source (' + label(r) + ')', width: W, height: {step: 12},
@@ -214,8 +220,7 @@ heatRuns.forEach((r, k) => {
 });
 // Interventions (attnres routing --interventions): what a source's routing
 // mass does to the loss.  Per run with them (one per mode: its first seed).
-const ivRuns = [];
-for (const r of runs) if (r.interventions && !ivRuns.some(h => h.mode === r.mode)) ivRuns.push(r);
+const ivRuns = firstPerMode(runs.filter(r => r.interventions));
 const ivPoints = ivRuns.flatMap(r => r.interventions.routers.flatMap((e, i) => e.sources.map((s, j) => ({
   mode: r.mode, run: label(r), router: i + ' ' + e.router, source: j + ' ' + s, mass: e.mass[j],
   dloss: e.ablate[j].dloss, se: e.ablate[j].se}))));
@@ -237,10 +242,7 @@ specs['chart-iv-depth'] = {
              tooltip: [{field: 'router'}, {field: 'kind'}, {field: 'dloss', format: '+.4f'}]}};
 const ivHeats = document.getElementById('iv-heatmaps');
 ivRuns.forEach((r, k) => {
-  const div = document.createElement('div');
-  div.id = 'chart-iv-heat-' + k;
-  div.className = 'chart';
-  ivHeats.appendChild(div);
+  const div = chartDiv(ivHeats, 'chart-iv-heat-' + k);
   const values = ivPoints.filter(p => p.run === label(r));
   const m = Math.max(1e-9, ...values.map(p => Math.abs(p.dloss)));
   specs[div.id] = {
@@ -272,10 +274,7 @@ specs['chart-disagree'] = {
   encoding: {x: {field: 'depth', type: 'quantitative', title: 'router (depth)'}, y: {field: 'value', type: 'quantitative', title: 'disagreement'},
              color: modeColor, detail: {field: 'run'}, tooltip: [{field: 'router'}, {field: 'value', format: '.4f'}]}};
 heatRuns.filter(r => r.routing.heads > 1).forEach((r, k) => {
-  const div = document.createElement('div');
-  div.id = 'chart-heads-' + k;
-  div.className = 'chart';
-  heats.appendChild(div);
+  const div = chartDiv(heats, 'chart-heads-' + k);
   const i = r.routing.routers.length - 1;
   const values = r.routing.head_mean_weight[i].flatMap((row, h) => row.map((w, j) => ({head: 'head ' + h, source: j + ' ' + r.routing.sources[i][j], weight: w})));
   specs[div.id] = {
