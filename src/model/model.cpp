@@ -21,10 +21,13 @@
 //
 // The modes differ only in the small functions below the sublayers
 // (embedding, sublayer input / output, final input, and their backward),
-// each a switch over the mode; the facts they share (which sources, how a
-// router combines, what is stored) are the table of model/modes.h, and which
-// sources each router reads, where blocks start and the backward's
-// bookkeeping are the routing plan (model/plan.h), fixed at construction.
+// and none of them asks which mode runs: each does the steps the routing
+// plan (model/plan.h) gives sublayer k — which router makes its input,
+// whether the input is stored, what block source, stream update, source or
+// partial sum its output makes — a flat list of `if`s, each one op.  The
+// plan derives those steps from the mode table (model/modes.h) and the
+// sources, with the routers' source lists and the backward's bookkeeping,
+// fixed at construction.
 #include "model/model.h"
 
 #include <algorithm>
@@ -568,7 +571,7 @@ void Model::route_backward_(int r, bool first) {
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
   RouteRebuild rb;
   const int64_t j = R.k - 1;  // the sublayer whose input comes next
-  const int rj = j >= 0 ? plan_.router_of[j] : -1;
+  const int rj = j >= 0 ? plan_.sublayers[j].router : -1;
   if (plan_.rebuilds_inputs() && rj >= 0) {
     const Router& P = routers_[rj];
     rb = {u_, P.logits_kept ? P.logits : nullptr, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads,
@@ -596,20 +599,13 @@ void Model::embed_() {
   const int64_t N = rows(), d = cfg_.d;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const Weight table = W_(w_.embed);
-  switch (cfg_.mode) {
-    case Mode::kBaseline: ops_.embedding_forward(layer_[0].x_attn, tokens_, table, N, d); return;
-    case Mode::kDeltaBlock: ops_.embedding_forward(stream_, tokens_, table, N, d); break;  // x = e
-    case Mode::kFull:
-    case Mode::kBlock:  // source 0 = e = P_0
-      ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
-      ops_.source_rstd(sources_[0].rstd, sources_[0].v, N, d, eps);
-      break;
-    case Mode::kDelta:      // source 0 = e, and the stream x = e
-    case Mode::kBlockAdd:   // P_0 = e, and the stream x = e
-      ops_.embedding_forward(sources_[0].v, tokens_, table, N, d);
-      ops_.source_rstd(sources_[0].rstd, sources_[0].v, N, d, eps);
-      ops_.copy(stream_, sources_[0].v, N * d);
-      break;
+  const int e = plan_.embedding_source;
+  if (e < 0) {  // e starts the stream only
+    ops_.embedding_forward(plan_.stream_in_inputs ? stored_input_(0) : stream_, tokens_, table, N, d);
+  } else {  // e is a source (full, delta, block's P_0), and the stream's start where there is one
+    ops_.embedding_forward(sources_[e].v, tokens_, table, N, d);
+    ops_.source_rstd(sources_[e].rstd, sources_[e].v, N, d, eps);
+    if (plan_.mode->stream) ops_.copy(stream_, sources_[e].v, N * d);
   }
   for (const Router& R : routers_)
     if (!R.index.empty() && R.index[0] < 0) ops_.source_rstd(null_rstd_ + R.k, R.w->null_source, 1, d, eps);
@@ -617,68 +613,50 @@ void Model::embed_() {
 
 // The input u of sublayer k (N, d).
 const float* Model::sublayer_input_(int64_t k) {
-  const int r = plan_.router_of[k];
-  switch (cfg_.mode) {
-    case Mode::kBaseline: return stored_input_(k);  // u = x
-    case Mode::kFull:
-    case Mode::kBlock: route_(r, u_, gate_base_(r)); return u_;  // u = R, or (1−g)·last + g·R
-    case Mode::kDelta:
-      if (r < 0) return stream_;  // layer 0, no null source: u = x = e
-      route_(r, u_, stream_);     // u = x + g·R
-      return u_;
-    case Mode::kDeltaBlock:
-    case Mode::kBlockAdd: {
-      float* u = stored_input_(k);  // kept for the backward
-      if (r < 0) ops_.copy(u, stream_, rows() * cfg_.d);
-      else route_(r, u, stream_);
-      return u;
-    }
+  if (plan_.stream_in_inputs) return stored_input_(k);  // u = x, stored
+  const PlanSublayer& s = plan_.sublayers[k];
+  float* u = s.stores_input ? stored_input_(k) : u_;
+  if (s.router < 0) {  // u = x (delta, delta_block: layer 0's attention without a null source)
+    if (!s.stores_input) return stream_;
+    ops_.copy(u, stream_, rows() * cfg_.d);
+    return u;
   }
-  return nullptr;
+  // u = x + g·R (add), or R, or (1−g)·last + g·R (replace)
+  route_(s.router, u, combine_ == Combine::kAdd ? stream_ : gate_base_(s.router));
+  return u;
 }
 
 // Where sublayer k writes its output.
 float* Model::sublayer_out_(int64_t k) {
-  return plan_.mode->outputs_are_sources() ? sources_[k + 1].v : out_;
+  const int j = plan_.sublayers[k].output_source;
+  return j >= 0 ? sources_[j].v : out_;
 }
 
-// After sublayer k wrote its output.
+// After sublayer k wrote its output: what it makes (plan.h: PlanSublayer).
 void Model::sublayer_output_(int64_t k) {
   const int64_t N = rows(), d = cfg_.d, K = 2 * cfg_.L;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  switch (cfg_.mode) {
-    case Mode::kBaseline:  // x_next = x + out
-      ops_.add(k + 1 < K ? stored_input_(k + 1) : stream_, stored_input_(k), out_, N * d);
-      break;
-    case Mode::kFull:  // out is source k+1
-      ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
-      break;
-    case Mode::kDelta:  // out is source k+1, and x += out
-      ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
-      ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
-      break;
-    case Mode::kBlockAdd:  // x += out, then block's partial sum
-      ops_.add_inplace(stream_, sources_[k + 1].v, N * d);
-      [[fallthrough]];
-    case Mode::kBlock:  // P_{k+1} = P_k + out, or out alone after a block start's reset
-      if (!plan_.starts_block(k)) ops_.add_inplace(sources_[k + 1].v, sources_[k].v, N * d);
-      ops_.source_rstd(sources_[k + 1].rstd, sources_[k + 1].v, N, d, eps);
-      break;
-    case Mode::kDeltaBlock:
-      // At a block start, after the attention ran and before x += a, a block
-      // source is appended: "true" x − x_at_previous_start, "reference"
-      // x − last_source; x itself for the first.
-      if (plan_.starts_block(k)) {
-        const int64_t b = k / 2 / cfg_.layers_per_block();
-        Source& s = sources_[b];
-        if (b == 0) ops_.copy(s.v, stream_, N * d);
-        else ops_.sub(s.v, stream_, cfg_.block_delta == BlockDelta::kTrue ? xb_ : sources_[b - 1].v, N * d);
-        if (xb_) ops_.copy(xb_, stream_, N * d);
-        ops_.source_rstd(s.rstd, s.v, N, d, eps);
-      }
-      ops_.add_inplace(stream_, out_, N * d);
-      break;
+  if (plan_.stream_in_inputs) {  // x_{k+1} = x_k + out
+    ops_.add(k + 1 < K ? stored_input_(k + 1) : stream_, stored_input_(k), out_, N * d);
+    return;
   }
+  const PlanSublayer& s = plan_.sublayers[k];
+  const float* out = sublayer_out_(k);
+  if (s.makes_block >= 0) {
+    // A block starts: before x += out, its source is made from x: "true"
+    // x − x_at_previous_start, "reference" x − last_source; x itself for the first.
+    const int b = s.makes_block;
+    Source& src = sources_[b];
+    if (b == 0) ops_.copy(src.v, stream_, N * d);
+    else ops_.sub(src.v, stream_, cfg_.block_delta == BlockDelta::kTrue ? xb_ : sources_[b - 1].v, N * d);
+    if (xb_) ops_.copy(xb_, stream_, N * d);
+    ops_.source_rstd(src.rstd, src.v, N, d, eps);
+  }
+  if (s.adds_to_stream) ops_.add_inplace(stream_, out, N * d);  // x += out
+  if (s.output_source < 0) return;
+  Source& o = sources_[s.output_source];
+  if (s.previous_partial >= 0) ops_.add_inplace(o.v, sources_[s.previous_partial].v, N * d);  // P_{k+1} = P_k + out
+  ops_.source_rstd(o.rstd, o.v, N, d, eps);
 }
 
 // The input of the final norm, in stream_: the stream already, or the final
@@ -695,84 +673,69 @@ void Model::final_input_() {
 // The gradient of sublayer k's output (N, d); every router reading it has run its backward.
 float* Model::sublayer_output_backward_(int64_t k) {
   const int64_t N = rows(), d = cfg_.d;
-  switch (cfg_.mode) {
-    case Mode::kBaseline:
-    case Mode::kDeltaBlock: return dx_;  // x_next = x + out: d(out) = dx
-    case Mode::kFull: return sources_[k + 1].dv;
-    case Mode::kDelta:  // out feeds the stream and its routers
-      ops_.add_inplace(sources_[k + 1].dv, dx_, N * d);
-      return sources_[k + 1].dv;
-    case Mode::kBlock:
-      // dx_ is the running d(P).  If P_{k+1} is a block, its gradient is its
-      // own buffer (the reset cut it from P_{k+2}): restart the running one from it.
-      if (sources_[k + 1].dv != dx_) ops_.copy(dx_, sources_[k + 1].dv, N * d);
-      return dx_;
-    case Mode::kBlockAdd:
-      // As block with dp_ the running d(P), and out feeds the stream too:
-      // d(out) = dx + d(P_{k+1}).
-      if (sources_[k + 1].dv != dp_) ops_.copy(dp_, sources_[k + 1].dv, N * d);
-      ops_.add(dsum_, dx_, dp_, N * d);
-      return dsum_;
+  const PlanSublayer& s = plan_.sublayers[k];
+  if (s.output_source < 0) return dx_;  // x_next = x + out: d(out) = dx
+  Source& o = sources_[s.output_source];
+  if (!s.output_is_partial_sum) {  // out is a source (full), and x += out (delta): d(out) = dv (+ dx)
+    if (s.adds_to_stream) ops_.add_inplace(o.dv, dx_, N * d);
+    return o.dv;
   }
-  return nullptr;
+  // dpart_ is the running d(P).  If P_{k+1} is a block, its gradient is its
+  // own buffer (the reset cut it from P_{k+2}): restart the running one from it.
+  if (o.dv != dpart_) ops_.copy(dpart_, o.dv, N * d);
+  if (!s.adds_to_stream) return dpart_;
+  ops_.add(dsum_, dx_, dpart_, N * d);  // out fed the stream too: d(out) = dx + d(P_{k+1})
+  return dsum_;
 }
 
 // The input u of sublayer k again: stored, or rebuilt from the stored logits.
 const float* Model::sublayer_input_recompute_(int64_t k) {
-  const int r = plan_.router_of[k];
+  if (plan_.stream_in_inputs) return stored_input_(k);
+  const PlanSublayer& s = plan_.sublayers[k];
+  if (s.stores_input) return stored_input_(k);
   if (rebuilt_ == k) return u_;  // done by the previous router backward
-  switch (cfg_.mode) {
-    case Mode::kBaseline:
-    case Mode::kDeltaBlock:
-    case Mode::kBlockAdd: return stored_input_(k);
-    case Mode::kFull:
-    case Mode::kBlock: route_mix_(r, u_, gate_base_(r)); return u_;
-    case Mode::kDelta:
-      if (r < 0) return sources_[0].v;                 // u = e
-      if (k == 0) route_mix_(r, u_, sources_[0].v);    // u = e + g·null
-      else {
-        // u = x + g·R with x = e + out_0 + … + out_{k−1}: the router's sources
-        // after the null one, summed in one pass as the forward's stream was.
-        const Router& R = routers_[r];
-        ATTNRES_CHECK(R.logits_kept, "delta's routers keep their logits");
-        ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->alpha, rows(),
-                              cfg_.d);
-      }
-      return u_;
+  const int r = s.router;
+  if (combine_ == Combine::kReplace) {  // u = R, or (1−g)·last + g·R
+    route_mix_(r, u_, gate_base_(r));
+    return u_;
   }
-  return nullptr;
+  // u = x + g·R, with the stream x = e + out_0 + … + out_{k−1}: the sources
+  // (modes.h: rebuilt_streams_are_sums).  Layer 0's attention: x = e.
+  if (k == 0) {
+    if (r < 0) return sources_[0].v;  // u = e
+    route_mix_(r, u_, sources_[0].v);  // u = e + g·R
+    return u_;
+  }
+  // x is the router's sources after the null one, summed in the same pass as
+  // the mix, in the forward stream's order.
+  ATTNRES_CHECK(r >= 0 && routers_[r].logits_kept, "sublayer ", k, ": a rebuilt input x + g·R needs its router's logits");
+  const Router& R = routers_[r];
+  ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->alpha,
+                        rows(), cfg_.d);
+  return u_;
 }
 
 // dU_ holds the gradient of sublayer k's input; send it on to what made it.
 void Model::sublayer_input_backward_(int64_t k) {
   const int64_t N = rows(), d = cfg_.d;
-  const int r = plan_.router_of[k];
-  switch (cfg_.mode) {
-    case Mode::kBaseline: return;  // the sublayer accumulated into dx_ itself
-    case Mode::kFull:
-    case Mode::kBlock: route_backward_(r); return;  // the final router ran first
-    case Mode::kDeltaBlock:
-      if (plan_.starts_block(k)) {
-        // Block source b was made from the x this sublayer read:
-        //   "true":      s_b = x − x_{b−1}  ⇒  dx += ds_b − ds_{b+1}
-        //   "reference": s_b = x − s_{b−1}  ⇒  ds_b(total) = ds_b − ds_{b+1}(total);  dx += ds_b
-        const int64_t b = k / 2 / cfg_.layers_per_block();
-        const bool next = b + 1 < static_cast<int64_t>(sources_.size());
-        if (cfg_.block_delta == BlockDelta::kTrue) {
-          ops_.add_inplace(dx_, sources_[b].dv, N * d);
-          if (next) ops_.sub(dx_, dx_, sources_[b + 1].dv, N * d);
-        } else {
-          if (next) ops_.sub(sources_[b].dv, sources_[b].dv, sources_[b + 1].dv, N * d);
-          ops_.add_inplace(dx_, sources_[b].dv, N * d);
-        }
-      }
-      [[fallthrough]];
-    case Mode::kDelta:     // u = x + g·R: dx += dU (inside route_backward_)
-    case Mode::kBlockAdd:  // the same; the current partial's share goes into dp_
-      if (r < 0) ops_.add_inplace(dx_, dU_, N * d);
-      else route_backward_(r, r == plan_.first_backward_router);
-      return;
+  if (plan_.stream_in_inputs) return;  // the sublayer accumulated into dx_ itself
+  const PlanSublayer& s = plan_.sublayers[k];
+  if (s.makes_block >= 0) {
+    // Block source b was made from the x this sublayer read:
+    //   "true":      s_b = x − x_{b−1}  ⇒  dx += ds_b − ds_{b+1}
+    //   "reference": s_b = x − s_{b−1}  ⇒  ds_b(total) = ds_b − ds_{b+1}(total);  dx += ds_b
+    const int b = s.makes_block;
+    const bool next = b + 1 < static_cast<int>(sources_.size());
+    if (cfg_.block_delta == BlockDelta::kTrue) {
+      ops_.add_inplace(dx_, sources_[b].dv, N * d);
+      if (next) ops_.sub(dx_, dx_, sources_[b + 1].dv, N * d);
+    } else {
+      if (next) ops_.sub(sources_[b].dv, sources_[b].dv, sources_[b + 1].dv, N * d);
+      ops_.add_inplace(dx_, sources_[b].dv, N * d);
+    }
   }
+  if (s.router < 0) ops_.add_inplace(dx_, dU_, N * d);  // u = x
+  else route_backward_(s.router, s.router == plan_.first_backward_router);  // u = x + g·R: dx += dU there
 }
 
 void Model::final_input_backward_() {
@@ -783,17 +746,11 @@ void Model::final_input_backward_() {
 void Model::embed_backward_() {
   if (!g_.embed) return;  // frozen
   const int64_t N = rows(), d = cfg_.d;
-  switch (cfg_.mode) {
-    case Mode::kBaseline:
-    case Mode::kDeltaBlock: ops_.embedding_backward(g_.embed, dx_, tokens_, N, d); return;
-    case Mode::kFull:
-    case Mode::kBlock: ops_.embedding_backward(g_.embed, sources_[0].dv, tokens_, N, d); return;
-    case Mode::kDelta:     // e is the stream's start and source 0
-    case Mode::kBlockAdd:  // e is the stream's start and P_0 (block.0)
-      ops_.add_inplace(dx_, sources_[0].dv, N * d);
-      ops_.embedding_backward(g_.embed, dx_, tokens_, N, d);
-      return;
-  }
+  const int e = plan_.embedding_source;
+  const float* de = dx_;  // e started the stream
+  if (e >= 0 && !plan_.mode->stream) de = sources_[e].dv;  // e is a source only
+  else if (e >= 0) ops_.add_inplace(dx_, sources_[e].dv, N * d);  // both: the stream's start and a source
+  ops_.embedding_backward(g_.embed, de, tokens_, N, d);
 }
 
 // ---- whole model --------------------------------------------------------------

@@ -7,9 +7,13 @@
 //
 // Adding a mode: a Mode enumerator, a row below and its name's row in
 // kModeNames (the static_asserts check that every enumerator has its rows, in
-// order), its routers in plan.cpp, and its
-// steps in model.cpp; the switches over Mode there have no default, so the
-// compiler names each one left out (-Wswitch; -Werror in CI).  tests:
+// order), and which sources its routers read: its case in plan.cpp's one
+// switch over Mode, which has no default, so the compiler names it (-Wswitch;
+// -Werror in CI).  Nothing else in the engine: the plan wires each sublayer
+// from the sources, and model.cpp runs the plan's steps.  A new kind of
+// sources (Sources) is a case in each switch over Sources, here and in
+// plan.cpp.  Outside the engine, the PyTorch oracle (tests/oracle/oracle.py)
+// and docs/DESIGN.md §2 define the mode too.  tests:
 // model/modes_test.cpp checks the table against the parameters and routers a
 // model of each mode builds, model/plan_test.cpp each mode's plan.
 #pragma once
@@ -42,6 +46,8 @@ struct ModeSpec {
   bool null_source;   // attnres_use_null_source applies (a learned source 0)
   bool stores_inputs;  // training keeps each sublayer input; otherwise it is
                        // rebuilt in the backward from the stored logits and sources
+  bool keeps_logits;   // training keeps each router's logits (N, H, S) for the backward; not in full,
+                       // whose routers read every earlier output (K²/2 of them): its backward computes them again
   bool compared;       // in `attnres compare`'s default --modes (full, O(L²) in its routing, is not)
 
   constexpr bool routed() const { return sources != Sources::kNone; }
@@ -85,16 +91,16 @@ struct ModeSpec {
 };
 
 inline constexpr ModeSpec kModeSpecs[] = {
-    // mode            name (paper's name)            sources               combine            stream final  null   stores compared
-    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  true},
-    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true},
-    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false},
-    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true},
-    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true},
+    // mode            name (paper's name)            sources               combine            stream final  null   stores logits compared
+    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  false, true},
+    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true,  true},
+    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false, false},
+    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true,  true},
+    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true,  true},
     // Not in the papers: block's sources (the partial block sums) combined as
     // the delta modes combine (added to a residual stream), the pair of the
     // two axes the named modes leave out (--sources partial_sums --combine add).
-    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  false},
+    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -121,6 +127,16 @@ constexpr bool rows_in_place() {
 static_assert(rows_in_place(), "kModeSpecs: one row per Mode, at the index mode_row gives");
 
 inline const ModeSpec& mode_spec(Mode m) { return kModeSpecs[mode_row(m)]; }
+
+// An input x + g·R that the backward rebuilds needs the stream x again: the
+// backward sums it from the router's sources (model.cpp,
+// sublayer_input_recompute_), which holds when they are e and every output so far.
+constexpr bool rebuilt_streams_are_sums() {
+  for (const ModeSpec& m : kModeSpecs)
+    if (m.routed() && !m.stores_inputs && m.stream && m.sources != Sources::kOutputs) return false;
+  return true;
+}
+static_assert(rebuilt_streams_are_sums(), "kModeSpecs: a mode that adds to a stream and rebuilds its inputs routes over the outputs");
 
 // Every name attnres_mode takes, a row each: the five modes above (their own
 // facts), then the reference code's multi-head names, each one of the five

@@ -22,8 +22,11 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   p.K = 2 * c.L;
   p.layers_per_block = c.layers_per_block();
   const int64_t K = p.K, Bl = p.layers_per_block;
-  p.router_of.assign(static_cast<size_t>(K), -1);
-  if (!mode.routed()) return p;
+  p.sublayers.assign(static_cast<size_t>(K), {});
+  if (!mode.routed()) {  // the residual stream alone, kept as the sublayers' inputs
+    p.stream_in_inputs = true;
+    return p;
+  }
 
   // The sources, and what makes each.
   using Made = PlanSource::Made;
@@ -87,17 +90,37 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
     // whose routers read every earlier output: (N, H, S) of them per router
     // add up to (N, H, K²/2), so its backward computes them again from the
     // source rows it reads anyway.
-    r.keeps_logits = o.training && c.mode != Mode::kFull;
+    r.keeps_logits = o.training && mode.keeps_logits;
     if (k == K) p.final_router = static_cast<int>(p.routers.size());
-    else p.router_of[k] = static_cast<int>(p.routers.size());
+    else p.sublayers[k].router = static_cast<int>(p.routers.size());
     p.routers.push_back(std::move(r));
+  }
+
+  // Each sublayer's steps, from what makes each source.
+  for (PlanSublayer& s : p.sublayers) {
+    s.stores_input = mode.stores_inputs;
+    s.adds_to_stream = mode.stream;
+  }
+  for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {
+    const PlanSource& src = p.sources[j];
+    PlanSublayer* s = src.sublayer >= 0 ? &p.sublayers[src.sublayer] : nullptr;
+    switch (src.made) {
+      case Made::kEmbedding: p.embedding_source = j; break;
+      case Made::kOutput: s->output_source = j; break;
+      case Made::kPartialSum:
+        s->output_source = j;
+        s->output_is_partial_sum = true;
+        if (!p.starts_block(src.sublayer)) s->previous_partial = j - 1;
+        break;
+      case Made::kBlockDelta: s->makes_block = j; break;
+    }
   }
 
   // The backward's bookkeeping (training).  Source gradients accumulate over
   // the routers reading them; the first router assigns those it reads.
   p.first_backward_router = p.final_router >= 0                       ? p.final_router
                             : mode.sources == Sources::kPartialSums ? -1
-                                                                    : p.router_of[K - 1];
+                                                                    : p.sublayers[K - 1].router;
   auto buffer = [&](int j) { return p.sources[j].owns_gradient ? j : -1; };  // −1: the partials' running gradient
   for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {
     const int b = buffer(j);

@@ -45,13 +45,32 @@ struct PlanRouter {
   bool keeps_logits = false;              // training keeps its (N, H, S) logits for the backward
 };
 
+// What sublayer k does around the sublayer itself, as the forward runs it
+// (the backward mirrors it): where its input u comes from, and what its
+// output makes.  Each field is one op of model.cpp's sublayer_input_ /
+// sublayer_output_ (and their backward); the plan fills them from the
+// sources (what makes each), so a mode is wired by its table row alone.
+struct PlanSublayer {
+  int router = -1;                     // in `routers`: the router that makes u; −1: u is the stream x
+  bool stores_input = false;           // u is kept for the backward (else rebuilt there from the router)
+  int makes_block = -1;                // after the sublayer, before x += out: this block source is made from x (delta_block)
+  bool adds_to_stream = false;         // x += out
+  int output_source = -1;              // the sublayer writes its output into this source; −1: into a scratch buffer
+  bool output_is_partial_sum = false;  // that source is the partial sum P_{k+1}, with a running gradient (block, block_add)
+  int previous_partial = -1;           // P_{k+1} = P_k + out: the source P_k; −1 at a block start (P restarts at out)
+};
+
 struct RoutingPlan {
   const ModeSpec* mode = nullptr;  // the row of the mode table
   int64_t K = 0;                   // sublayers
   int64_t layers_per_block = 1;
   std::vector<PlanSource> sources;
   std::vector<PlanRouter> routers;  // forward order
-  std::vector<int> router_of;       // (K) sublayer k's router in `routers`, −1 if it has none
+  std::vector<PlanSublayer> sublayers;  // (K) what each sublayer reads and what its output makes
+  int embedding_source = -1;        // e is this source (0), or −1: e only starts the stream
+  // The stream x_k is kept as the stored input of sublayer k and the next one
+  // written out of place, x_{k+1} = x_k + out (baseline: no router reads it).
+  bool stream_in_inputs = false;
   int final_router = -1;            // in `routers`, or −1: the final norm reads the stream (or block_mh's last partial sum)
   // Training: the backward's first router (the final one, else the last MLP's;
   // none for block without a final router, whose last partial sum's gradient

@@ -1,6 +1,6 @@
 // plan_test.cpp — the routing plan (model/plan.h) of every mode, built from a
-// Config alone (no model, no backend): its sources, routers and the
-// backward's bookkeeping written out for one small shape, and every golden
+// Config alone (no model, no backend): its sources, routers, each sublayer's
+// steps and the backward's bookkeeping written out for one small shape, and every golden
 // case's routers against the PyTorch oracle's (the number of sources each of
 // its routers read, tests/golden/*/interventions.safetensors).
 #include "model/plan.h"
@@ -45,6 +45,23 @@ std::string sources_of(const RoutingPlan& p) {
   for (const PlanSource& x : p.sources) s += cat(s.empty() ? "" : " ", x.name, x.owns_gradient ? "" : "~");
   return s;
 }
+// Each sublayer's steps (PlanSublayer) as "in>out": in is "x" (the stream) or
+// "r<router>", with "*" when stored; out lists, in the forward's order, "B<j>"
+// (block source j made), "+x" (added to the stream), "o<j>" (written into
+// source j) or "p<j>" (into the partial sum j), "+P<j>" (plus partial sum j).
+std::string steps_of(const RoutingPlan& p) {
+  std::string s;
+  for (const PlanSublayer& k : p.sublayers) {
+    std::string out;
+    auto add = [&](const std::string& t) { out += cat(out.empty() ? "" : ",", t); };
+    if (k.makes_block >= 0) add(cat("B", k.makes_block));
+    if (k.adds_to_stream) add("+x");
+    if (k.output_source >= 0) add(cat(k.output_is_partial_sum ? "p" : "o", k.output_source));
+    if (k.previous_partial >= 0) add(cat("+P", k.previous_partial));
+    s += cat(s.empty() ? "" : " ", k.router < 0 ? "x" : cat("r", k.router), k.stores_input ? "*" : "", ">", out);
+  }
+  return s;
+}
 std::string ints(const std::vector<int>& v) {
   std::string s;
   for (int x : v) s += cat(s.empty() ? "" : ",", x);
@@ -59,52 +76,55 @@ struct Expected {
   int final_router, first_backward;
   const char* zeroed;  // −1: the running gradient
   bool keeps_logits;
+  const char* steps;  // steps_of
+  int embedding;      // the source e is, or −1
 };
 
 // Written out from docs/DESIGN.md §2 for this shape, not computed.
 const Expected kExpected[] = {
-    {"baseline", false, "", "", -1, -1, "", false},
+    {"baseline", false, "", "", -1, -1, "", false, "x> x> x> x> x> x> x> x>", -1},
     {"full", false,
      "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
      "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,1,2] layers.1.mlp[0,1,2,3] layers.2.attn[0,1,2,3,4] "
      "layers.2.mlp[0,1,2,3,4,5] layers.3.attn[0,1,2,3,4,5,6] layers.3.mlp[0,1,2,3,4,5,6,7] final[0,1,2,3,4,5,6,7,8]",
-     8, 8, "", false},
+     8, 8, "", false, "r0>o1 r1>o2 r2>o3 r3>o4 r4>o5 r5>o6 r6>o7 r7>o8", 0},
     {"block", false, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
      "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,2] layers.1.mlp[0,3] layers.2.attn[0,4] layers.2.mlp[0,4,5] "
      "layers.3.attn[0,4,6] layers.3.mlp[0,4,7] final[0,4,8]",
-     8, 8, "", true},
+     8, 8, "", true, "r0>p1 r1>p2,+P1 r2>p3,+P2 r3>p4,+P3 r4>p5 r5>p6,+P5 r6>p7,+P6 r7>p8,+P7", 0},
     // block_mh: no final router; the final norm writes the running gradient, the blocks are zeroed.
     {"block_mh", false, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
      "layers.0.attn[0] layers.0.mlp[0,1] layers.1.attn[0,2] layers.1.mlp[0,3] layers.2.attn[0,4] layers.2.mlp[0,4,5] "
      "layers.3.attn[0,4,6] layers.3.mlp[0,4,7]",
-     -1, -1, "0,4", true},
+     -1, -1, "0,4", true, "r0>p1 r1>p2,+P1 r2>p3,+P2 r3>p4,+P3 r4>p5 r5>p6,+P5 r6>p7,+P6 r7>p8,+P7", 0},
     // delta: layer 0's attention has no router without a null source; the last output is read by none.
     {"delta", false,
      "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
      "layers.0.mlp[0,1] layers.1.attn[0,1,2] layers.1.mlp[0,1,2,3] layers.2.attn[0,1,2,3,4] layers.2.mlp[0,1,2,3,4,5] "
      "layers.3.attn[0,1,2,3,4,5,6] layers.3.mlp[0,1,2,3,4,5,6,7]",
-     -1, 6, "8", true},
+     -1, 6, "8", true, "x>+x,o1 r0>+x,o2 r1>+x,o3 r2>+x,o4 r3>+x,o5 r4>+x,o6 r5>+x,o7 r6>+x,o8", 0},
     {"delta", true,
      "embed layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn layers.3.mlp",
      "layers.0.attn[-1] layers.0.mlp[-1,0,1] layers.1.attn[-1,0,1,2] layers.1.mlp[-1,0,1,2,3] "
      "layers.2.attn[-1,0,1,2,3,4] layers.2.mlp[-1,0,1,2,3,4,5] layers.3.attn[-1,0,1,2,3,4,5,6] "
      "layers.3.mlp[-1,0,1,2,3,4,5,6,7]",
-     -1, 7, "8", true},
+     -1, 7, "8", true, "r0>+x,o1 r1>+x,o2 r2>+x,o3 r3>+x,o4 r4>+x,o5 r5>+x,o6 r6>+x,o7 r7>+x,o8", 0},
     // delta_block: a block's source is made at its start, after that attention sublayer read its input.
     {"delta_block", false, "block.0 block.1",
      "layers.0.mlp[0] layers.1.attn[0] layers.1.mlp[0] layers.2.attn[0] layers.2.mlp[0,1] layers.3.attn[0,1] "
      "layers.3.mlp[0,1]",
-     -1, 6, "", true},
+     -1, 6, "", true, "x*>B0,+x r0*>+x r1*>+x r2*>+x r3*>B1,+x r4*>+x r5*>+x r6*>+x", -1},
     // block_add: block's sources, [null] first, added to the stream: no final router, and the
     // partials' running gradient is zeroed like the blocks' (the final norm writes the stream's).
     {"block_add", true, "block.0 partial~ partial~ partial~ block.1 partial~ partial~ partial~ partial~",
      "layers.0.attn[-1,0] layers.0.mlp[-1,0,1] layers.1.attn[-1,0,2] layers.1.mlp[-1,0,3] layers.2.attn[-1,0,4] "
      "layers.2.mlp[-1,0,4,5] layers.3.attn[-1,0,4,6] layers.3.mlp[-1,0,4,7]",
-     -1, -1, "0,-1,4", true},
+     -1, -1, "0,-1,4", true,
+     "r0*>+x,p1 r1*>+x,p2,+P1 r2*>+x,p3,+P2 r3*>+x,p4,+P3 r4*>+x,p5 r5*>+x,p6,+P5 r6*>+x,p7,+P6 r7*>+x,p8,+P7", 0},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
-     -1, 7, "", true},
+     -1, 7, "", true, "r0*>B0,+x r1*>+x r2*>+x r3*>+x r4*>B1,+x r5*>+x r6*>+x r7*>+x", -1},
 };
 
 TEST(Plan, EveryModeRoutesWhatDesignSays) {
@@ -124,11 +144,13 @@ TEST(Plan, EveryModeRoutesWhatDesignSays) {
         if (r.index[q] < 0) continue;
         EXPECT_LT(p.sources[r.index[q]].sublayer, r.k) << r.name;
       }
-      EXPECT_EQ(p.router_of.size(), 8u);
       if (r.k < p.K) {
-        EXPECT_EQ(p.routers[p.router_of[r.k]].name, r.name);
+        EXPECT_EQ(p.routers[p.sublayers[r.k].router].name, r.name);
       }
     }
+    EXPECT_EQ(steps_of(p), e.steps);
+    EXPECT_EQ(p.embedding_source, e.embedding);
+    EXPECT_EQ(p.stream_in_inputs, !p.routed());
     ModelOptions inference{1, 4};
     inference.training = false;
     for (const PlanRouter& r : RoutingPlan::build(c, inference).routers) EXPECT_FALSE(r.keeps_logits) << r.name;
