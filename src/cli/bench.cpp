@@ -26,7 +26,7 @@
 #include "cli/spawn.h"
 #include "core/buffer.h"
 #include "core/error.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/rng.h"
 #include "core/timer.h"
 #include "data/corpus.h"

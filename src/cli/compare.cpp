@@ -24,7 +24,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/spawn.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "core/precision.h"
 #include "core/timer.h"

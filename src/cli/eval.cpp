@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/timer.h"
 #include "eval/perplexity.h"
 #include "infer/load.h"

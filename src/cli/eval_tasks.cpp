@@ -10,7 +10,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "core/progress.h"
 #include "core/timer.h"

@@ -24,7 +24,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "core/json_util.h"
 #include "core/timer.h"

@@ -21,7 +21,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/progress.h"
 #include "core/timer.h"
 #include "infer/load.h"

@@ -1,5 +1,5 @@
 // parallel.h — helpers for the OpenMP parallel regions of the CPU kernels.
-// The thread count of a region always comes from the Context (core/context.h).
+// The thread count of a region always comes from the Context (ops/context.h).
 #pragma once
 
 #include <omp.h>

@@ -19,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "core/context.h"
 #include "core/precision.h"
 #include "model/config.h"
 #include "infer/sampler.h"
@@ -27,6 +26,8 @@
 #include "tokenizer/tokenizer.h"
 
 namespace attnres {
+
+class Context;  // where the model runs (ops/context.h)
 
 // Whether a command needs the model's tokenizer.
 enum class NeedTokenizer {

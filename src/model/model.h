@@ -79,7 +79,7 @@
 
 #include "core/bf16.h"
 #include "core/buffer.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/precision.h"
 #include "model/config.h"
 #include "model/params.h"

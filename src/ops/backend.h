@@ -45,8 +45,8 @@
 
 #include "core/bf16.h"
 #include "core/buffer.h"
-#include "core/context.h"
 #include "core/precision.h"
+#include "ops/context.h"
 #include "ops/route_types.h"
 
 namespace attnres {
@@ -353,18 +353,5 @@ std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, con
 std::vector<std::string> backend_names();
 // An Error naming --device and the known names unless `name` is one of them.
 void check_device(const std::string& name);
-
-// Where and how a command's model runs: the shared options of every command
-// that runs one (--threads, --device, --precision).
-struct ContextOptions {
-  int threads = 0;             // 0 = every core of this machine
-  std::string device = "cpu";  // a name of backend_names()
-  Precision precision = Precision::kF32;
-  bool time_ops = false;       // each op's time added to its family (ops/timed_backend.h)
-};
-// The one place a command's Context is built from them: an unknown device is
-// an Error listing the known ones, and a precision the device cannot run here
-// is an Error saying why (both naming the flags).
-std::unique_ptr<Context> open_context(const ContextOptions& o);
 
 }  // namespace attnres

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "core/bf16.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "ops/cpu/cpu_level.h"
 #include "ops/cpu/fast_exp.h"

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/bf16.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "ops/backend.h"
 #include "ops/cpu/cpu_backend.h"

@@ -20,7 +20,7 @@
 #include <random>
 #include <vector>
 
-#include "core/context.h"
+#include "ops/context.h"
 #include "testing/check.h"
 
 namespace attnres {

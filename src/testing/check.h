@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "core/buffer.h"
-#include "core/context.h"
+#include "ops/context.h"
 #include "core/error.h"
 #include "core/precision.h"
 #include "core/rng.h"

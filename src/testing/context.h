@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "core/context.h"
+#include "ops/context.h"
 #include "ops/backend.h"
 
 namespace attnres::testing {

@@ -1,5 +1,7 @@
 // context.h — where and how the ops of a model run: the backend (CPU today),
-// its thread count, and the workspace its kernels take scratch from.
+// its thread count, and the workspace its kernels take scratch from.  It sits
+// with the ops because it makes its backend (make_backend, ops/backend.h);
+// defined in ops/context.cpp.
 //
 // Every kernel runs with exactly threads() threads (an explicit num_threads on
 // each parallel region) and sizes per-thread scratch from the same number, so
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "core/buffer.h"
+#include "core/precision.h"
 
 namespace attnres {
 
@@ -50,5 +53,18 @@ class Context {
 
 // Threads of this machine (the OpenMP processor count).
 int hardware_threads();
+
+// Where and how a command's model runs: the shared options of every command
+// that runs one (--threads, --device, --precision).
+struct ContextOptions {
+  int threads = 0;             // 0 = every core of this machine
+  std::string device = "cpu";  // a name of backend_names() (ops/backend.h)
+  Precision precision = Precision::kF32;
+  bool time_ops = false;       // each op's time added to its family (ops/timed_backend.h)
+};
+// The one place a command's Context is built from them: an unknown device is
+// an Error listing the known ones, and a precision the device cannot run here
+// is an Error saying why (both naming the flags).
+std::unique_ptr<Context> open_context(const ContextOptions& o);
 
 }  // namespace attnres
