@@ -39,8 +39,8 @@ namespace attnres {
 
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c), plan_(RoutingPlan::build(c, o)) {
+  // The plan checked B, T and rows (its arena is sized by them).
   const int64_t B = o.batch, T = o.seq_len;
-  batch_tokens(B, T);
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
@@ -78,61 +78,24 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   attach_routers_();
 
-  const ModeSpec& mode = *plan_.mode;
-  if (o.rows > B * T || (o.rows > 0 && o.rows < std::max(B, T)))
-    fail("ModelOptions: rows ", o.rows, " must lie between max(batch, seq_len) and batch x seq_len");
-  const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F, K = 2 * c.L;
+  const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
   const int64_t positions = std::max(T, o.cache_len);
-  // The activation arena as a table of sizes (llm.c's habit): every buffer
-  // named with its floats and its offset (64-byte aligned), in carving order
-  // (arena() returns the table), then one allocation carved by it.
-  std::vector<float**> slots;  // (entries of arena_) the pointer each entry sets
-  int64_t floats = 0;
-  auto take = [&](const std::string& what, float*& p, int64_t n) {
-    slots.push_back(&p);
-    arena_.push_back({what, n, floats});
-    floats += (n + 15) / 16 * 16;
-  };
-  float* tokens = nullptr;
-  float* targets = nullptr;
-  take("tokens", tokens, N);  // int32s, as many as floats
-  take("targets", targets, N);
-  // Per-layer activations: training keeps every layer's, inference one set
-  // that all layers share (set after carving).
-  // With recompute, training keeps every layer's inputs (stores_inputs modes)
-  // and one shared set of the rest, rebuilt per layer in the backward.
-  const bool shared_acts = !train || o.recompute;
+  // The activation arena: the plan's table of sizes (plan.h: arena), one
+  // allocation, each buffer pointed at its offset.
+  acts_ = ops_.alloc(static_cast<size_t>(plan_.arena_floats) * sizeof(float));
   layer_.resize(static_cast<size_t>(c.L));
-  for (size_t l = 0; l < layer_.size(); ++l) {
-    LayerActs& a = layer_[l];
-    const std::string at = cat("layers.", l, ".");
-    if (mode.stores_inputs && train) {
-      take(at + "x_attn", a.x_attn, N * d);
-      take(at + "x_mlp", a.x_mlp, N * d);
+  for (const ArenaEntry& e : plan_.arena) bind_(e, acts_.data() + e.offset);
+  if (plan_.shares_layer_acts)
+    for (LayerActs& a : layer_) {
+      LayerActs shared = layer_[0];
+      if (train) {  // the inputs stay the layer's own
+        shared.x_attn = a.x_attn;
+        shared.x_mlp = a.x_mlp;
+      }
+      a = shared;
     }
-    if (l > 0 && shared_acts) continue;
-    if (mode.stores_inputs && !train) {
-      take(at + "x_attn", a.x_attn, N * d);
-      take(at + "x_mlp", a.x_mlp, N * d);
-    }
-    take(at + "rstd1", a.rstd1, N);
-    take(at + "q", a.q, N * qd);
-    take(at + "k", a.k, N * kvd);
-    take(at + "v", a.v, N * kvd);
-    take(at + "q_rstd", a.q_rstd, N * c.H);
-    take(at + "k_rstd", a.k_rstd, N * c.KV);
-    take(at + "att", a.att, N * qd);
-    if (train) take(at + "lse", a.lse, N * c.H);
-    take(at + "rstd2", a.rstd2, N);
-    take(at + "gate", a.gate, N * F);
-    take(at + "up", a.up, N * F);
-  }
-  take("stream", stream_, N * d);
-  take("rstd_f", rstd_f_, N);
-  take("xf", xf_, N * d);
-  take("rope_cos", rope_cos_, positions * c.hd / 2);
-  take("rope_sin", rope_sin_, positions * c.hd / 2);
-  take("logits", logits_, B * c.V);
+  for (auto& r : routers_)
+    if (!r.logits_kept) r.logits = shared_logits_;
   k_cache_.assign(static_cast<size_t>(c.L), nullptr);
   v_cache_.assign(static_cast<size_t>(c.L), nullptr);
   if (o.cache_len > 0) {
@@ -145,67 +108,6 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       v_cache_[l] = kv_cache_.data() + (2 * l + 1) * per;
     }
   }
-  take("ln", ln_, N * d);
-  take("qr", qr_, N * qd);
-  take("kr", kr_, N * kvd);
-  if (!mode.outputs_are_sources()) take("out", out_, N * d);
-  take("h", h_, N * F);
-  if (train) {
-    take("dh", dh_, N * F);
-    take("dup", dup_, N * F);
-    if (mode.running_gradient()) take("dx", dx_, N * d);  // full has none
-    if (plan_.partials_beside_stream()) {
-      take("dp", dp_, N * d);
-      take("dsum", dsum_, N * d);
-    }
-    take("dln", dln_, N * d);
-    take("dq", dq_, N * qd);
-    take("dk", dk_, N * kvd);
-    take("dv", dv_, N * kvd);
-    take("datt", datt_, N * qd);
-  }
-  // Depth routing.
-  for (size_t j = 0; j < sources_.size(); ++j) {
-    Source& s = sources_[j];
-    const std::string src = cat("sources.", j, ".");
-    take(src + "v", s.v, N * d);
-    take(src + "rstd", s.rstd, N);
-    // block: only the blocks (the P_k at block starts) own a gradient buffer;
-    // the other partial sums share the running dx_ (set below).
-    if (train && plan_.sources[j].owns_gradient) take(src + "dv", s.dv, N * d);
-  }
-  if (mode.routed() && !mode.stores_inputs) take("u", u_, N * d);
-  if (train && mode.routed()) take("dU", dU_, N * d);
-  if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && sources_.size() > 1)
-    take("xb", xb_, N * d);
-  if (mode.routed()) take("null_rstd", null_rstd_, K);
-  // The routers' logits: kept for the backward where the plan says so (not
-  // in full: plan.cpp), else one buffer that every router's forward shares.
-  int64_t S_max = 1;
-  bool shares_logits = false;
-  for (auto& r : routers_) {
-    const int64_t S = static_cast<int64_t>(r.index.size());
-    if (r.logits_kept) take("routers." + r.name + ".logits", r.logits, N * c.routing_heads * S);
-    shares_logits |= !r.logits_kept;
-    S_max = std::max(S_max, S);
-  }
-  float* shared_logits = nullptr;
-  if (shares_logits) take("shared_logits", shared_logits, N * c.routing_heads * S_max);
-  acts_ = ops_.alloc(static_cast<size_t>(floats) * sizeof(float));
-  for (size_t i = 0; i < slots.size(); ++i) *slots[i] = acts_.data() + arena_[i].offset;
-  tokens_ = reinterpret_cast<int32_t*>(tokens);
-  targets_ = reinterpret_cast<int32_t*>(targets);
-  if (shared_acts)
-    for (LayerActs& a : layer_) {
-      LayerActs shared = layer_[0];
-      if (train) {  // the inputs stay the layer's own
-        shared.x_attn = a.x_attn;
-        shared.x_mlp = a.x_mlp;
-      }
-      a = shared;
-    }
-  for (auto& r : routers_)
-    if (!r.logits_kept) r.logits = shared_logits;
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
   ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
@@ -215,7 +117,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len), c.hd, o.precision),
                          ops_.lm_head_workspace(d, c.V, o.precision),
                          ops_.matmul_workspace(N, widest, widest, o.precision)});
-  if (mode.routed()) ws = std::max(ws, ops_.route_workspace(N, d, S_max, cfg_.routing_heads));
+  if (plan_.routed()) ws = std::max(ws, ops_.route_workspace(N, d, plan_.max_router_sources, cfg_.routing_heads));
   ctx_.reserve(ws);
 
   resolve_routers_();
@@ -223,6 +125,60 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     seqs_ = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
     seq_slot_ = seqs_.as<int64_t>();
     seq_pos_ = seq_slot_ + B;
+  }
+}
+
+// Points the buffer an arena entry names at p.
+void Model::bind_(const ArenaEntry& e, float* p) {
+  using Buf = ArenaEntry::Buffer;
+  LayerActs* a = e.index >= 0 && e.index < static_cast<int64_t>(layer_.size()) ? &layer_[e.index] : nullptr;
+  Source* s = e.index >= 0 && e.index < static_cast<int64_t>(sources_.size()) ? &sources_[e.index] : nullptr;
+  switch (e.buffer) {
+    case Buf::kTokens: tokens_ = reinterpret_cast<int32_t*>(p); return;
+    case Buf::kTargets: targets_ = reinterpret_cast<int32_t*>(p); return;
+    case Buf::kInputAttn: a->x_attn = p; return;
+    case Buf::kInputMlp: a->x_mlp = p; return;
+    case Buf::kRstd1: a->rstd1 = p; return;
+    case Buf::kQ: a->q = p; return;
+    case Buf::kK: a->k = p; return;
+    case Buf::kV: a->v = p; return;
+    case Buf::kQRstd: a->q_rstd = p; return;
+    case Buf::kKRstd: a->k_rstd = p; return;
+    case Buf::kAtt: a->att = p; return;
+    case Buf::kLse: a->lse = p; return;
+    case Buf::kRstd2: a->rstd2 = p; return;
+    case Buf::kGate: a->gate = p; return;
+    case Buf::kUp: a->up = p; return;
+    case Buf::kStream: stream_ = p; return;
+    case Buf::kRstdFinal: rstd_f_ = p; return;
+    case Buf::kXf: xf_ = p; return;
+    case Buf::kRopeCos: rope_cos_ = p; return;
+    case Buf::kRopeSin: rope_sin_ = p; return;
+    case Buf::kLogits: logits_ = p; return;
+    case Buf::kLn: ln_ = p; return;
+    case Buf::kQr: qr_ = p; return;
+    case Buf::kKr: kr_ = p; return;
+    case Buf::kOut: out_ = p; return;
+    case Buf::kH: h_ = p; return;
+    case Buf::kDh: dh_ = p; return;
+    case Buf::kDup: dup_ = p; return;
+    case Buf::kDx: dx_ = p; return;
+    case Buf::kDp: dp_ = p; return;
+    case Buf::kDsum: dsum_ = p; return;
+    case Buf::kDln: dln_ = p; return;
+    case Buf::kDq: dq_ = p; return;
+    case Buf::kDk: dk_ = p; return;
+    case Buf::kDv: dv_ = p; return;
+    case Buf::kDatt: datt_ = p; return;
+    case Buf::kSourceV: s->v = p; return;
+    case Buf::kSourceRstd: s->rstd = p; return;
+    case Buf::kSourceDv: s->dv = p; return;
+    case Buf::kU: u_ = p; return;
+    case Buf::kDU: dU_ = p; return;
+    case Buf::kXb: xb_ = p; return;
+    case Buf::kNullRstd: null_rstd_ = p; return;
+    case Buf::kRouterLogits: routers_[e.index].logits = p; return;
+    case Buf::kSharedLogits: shared_logits_ = p; return;
   }
 }
 
@@ -411,7 +367,7 @@ std::vector<uint8_t> Model::token_greedy() const {
 }
 
 void Model::fill_gradient_buffers_for_testing(float value) {
-  for (const ArenaEntry& e : arena_) {
+  for (const ArenaEntry& e : plan_.arena) {
     // The gradient buffers by their names: the backward's scratch (d…) and the sources' gradients (….dv).
     const bool gradient = e.what[0] == 'd' || (e.what.size() > 3 && e.what.compare(e.what.size() - 3, 3, ".dv") == 0);
     if (gradient) ops_.fill(acts_.data() + e.offset, value, e.floats);

@@ -22,7 +22,11 @@
 //                   block starts, no copies), gradients for the blocks only;
 //                   inputs rebuilt;
 //      delta_block  the sublayer inputs (2L, as baseline) and the block sources
-//                   with their gradients.
+//                   with their gradients;
+//      block_add    the sublayer inputs and every partial sum, gradients for
+//                   the blocks only, and a running gradient of the partial
+//                   sums (dp_) beside the stream's (dx_).
+//    The plan carves them (RoutingPlan::arena, model/plan.cpp).
 //    Plus the logits z (N·H·S floats per router) and r (N per source) —
 //    except in full, whose routers read every earlier output: its backward
 //    computes each router's z again from the rows it reads anyway
@@ -172,16 +176,6 @@ struct Router {
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
 };
 
-// One buffer of a model's activation arena: its name ("layers.3.q",
-// "sources.5.dv", "dx", ...; the gradient buffers are the names that begin
-// with d or end in .dv), its floats, and where it starts, as planned at
-// construction.
-struct ArenaEntry {
-  std::string what;
-  int64_t floats = 0;
-  int64_t offset = 0;  // floats from the arena's start (a multiple of 16)
-};
-
 class Model {
  public:
   Model(Context& ctx, const Config& c, const ModelOptions& o);
@@ -280,8 +274,8 @@ class Model {
   const RoutingPlan& plan() const { return plan_; }
 
   // The activation arena's table of sizes, in carving order; the header's
-  // "what each mode keeps" is this table (Routing.TheArenaKeepsWhatTheHeaderSays).
-  const std::vector<ArenaEntry>& arena() const { return arena_; }
+  // "what each mode keeps" is this table (Plan.TheArenaKeepsWhatTheModelHeaderSays).
+  const std::vector<ArenaEntry>& arena() const { return plan_.arena; }
 
   // Training FLOPs per token of one forward+backward (6·matmul params + attention).
   double flops_per_token(int64_t T) const;
@@ -305,7 +299,6 @@ class Model {
 
   // Activations (arena).
   Buffer acts_;
-  std::vector<ArenaEntry> arena_;
   std::vector<LayerActs> layer_;  // (L); in inference every entry points at the same buffers
   int32_t* tokens_ = nullptr;     // (N)      the inputs, in backend memory
   int32_t* targets_ = nullptr;    // (N)
@@ -351,6 +344,7 @@ class Model {
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
+  float* shared_logits_ = nullptr;  // (N, H, S_max) the logits of every router that does not keep its own
   Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
   bool collect_stats_ = false;
@@ -403,6 +397,7 @@ class Model {
 
   // The per-mode steps of the layer loop (model.cpp).
   void attach_routers_();
+  void bind_(const ArenaEntry& e, float* p);  // the buffer e names, pointed at p
   void resolve_routers_();
   void embed_();
   void embed_backward_();

@@ -250,47 +250,6 @@ void same_random_weights(Model& a, Model& b) {
   std::memcpy(b.params(), a.params(), static_cast<size_t>(a.layout().total()) * sizeof(float));
 }
 
-// model.h's table of what each mode keeps for the backward, read off the
-// arena's plan (L = 6, 3 blocks: blocks start at layers 0, 2, 4).
-TEST(Routing, TheArenaKeepsWhatTheHeaderSays) {
-  auto count = [](const Model& m, const std::string& prefix, const std::string& suffix) {
-    int n = 0;
-    for (const ArenaEntry& e : m.arena())
-      n += e.what.rfind(prefix, 0) == 0 && e.what.size() >= suffix.size() &&
-           e.what.compare(e.what.size() - suffix.size(), suffix.size(), suffix) == 0;
-    return n;
-  };
-  const int L = 6, K = 2 * L;
-  struct Keeps {
-    const char* mode;
-    int inputs, sources, source_grads;  // stored sublayer inputs; source tensors; their own gradient buffers
-  };
-  // baseline: every sublayer input; full, delta: e and every output, each with
-  // its gradient; block: every partial sum, gradients for the 3 blocks only;
-  // delta_block: the inputs and the block sources (e and the completed blocks) with gradients.
-  for (const Keeps& k : {Keeps{"baseline", K, 0, 0}, Keeps{"full", 0, K + 1, K + 1}, Keeps{"delta", 0, K + 1, K + 1},
-                         Keeps{"block", 0, K + 1, 3}, Keeps{"delta_block", K, 3, 3}}) {
-    Model m(testing::test_context(), tiny(k.mode), kB, kT);
-    EXPECT_EQ(count(m, "layers.", ".x_attn") + count(m, "layers.", ".x_mlp"), k.inputs) << k.mode;
-    EXPECT_EQ(count(m, "sources.", ".v"), k.sources) << k.mode;
-    EXPECT_EQ(count(m, "sources.", ".dv"), k.source_grads) << k.mode;
-    // z, for the backward; full's backward computes them again (one shared buffer for the forward's).
-    const bool full = std::string(k.mode) == "full";
-    EXPECT_EQ(count(m, "routers.", ".logits"), full ? 0 : static_cast<int>(m.routers().size())) << k.mode;
-    EXPECT_EQ(count(m, "shared_logits", ""), full ? 1 : 0) << k.mode;
-    int64_t floats = 0;
-    for (const ArenaEntry& e : m.arena()) floats += (e.floats + 15) / 16 * 16;
-    EXPECT_GT(floats, 0);
-    // Inference: one layer's activations shared by all, no gradients, one logits buffer.
-    ModelOptions io{kB, kT};
-    io.training = false;
-    Model inf(testing::test_context(), tiny(k.mode), io);
-    EXPECT_EQ(count(inf, "layers.1.", ""), 0) << k.mode;
-    EXPECT_EQ(count(inf, "sources.", ".dv") + count(inf, "d", ""), 0) << k.mode;
-    EXPECT_EQ(count(inf, "sources.", ".v"), k.sources) << k.mode;  // later routers read them
-  }
-}
-
 // The backward's bookkeeping (model.h: which router assigns a source's
 // gradient and which accumulate, the sources zeroed at its start, the shared
 // dx_ of block mode, the input a router backward rebuilt): NaN in every

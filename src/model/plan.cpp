@@ -13,6 +13,102 @@ namespace {
 
 std::string sublayer_name(int64_t k) { return cat("layers.", k / 2, k % 2 ? ".mlp" : ".attn"); }
 
+// The activation arena of a model of plan p (plan.h: arena).  The sizes
+// follow the buffers' shapes in model.h; every entry starts 64-byte aligned.
+void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
+  using Buf = ArenaEntry::Buffer;
+  const ModeSpec& mode = *p.mode;
+  const bool train = o.training;
+  const int64_t B = o.batch, T = o.seq_len;
+  batch_tokens(B, T);
+  if (o.rows > B * T || (o.rows > 0 && o.rows < std::max(B, T)))
+    fail("ModelOptions: rows ", o.rows, " must lie between max(batch, seq_len) and batch x seq_len");
+  const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
+  const int64_t positions = std::max(T, o.cache_len);
+  auto take = [&](Buf b, int64_t index, const std::string& what, int64_t floats) {
+    p.arena.push_back({what, b, index, floats, p.arena_floats});
+    p.arena_floats += (floats + 15) / 16 * 16;
+  };
+  take(Buf::kTokens, -1, "tokens", N);
+  take(Buf::kTargets, -1, "targets", N);
+  // Per-layer activations: training keeps every layer's, inference one set
+  // that all layers share.  With recompute, training keeps every layer's
+  // inputs (stores_inputs modes) and one shared set of the rest, rebuilt per
+  // layer in the backward.
+  p.shares_layer_acts = !train || o.recompute;
+  for (int64_t l = 0; l < c.L; ++l) {
+    const std::string at = cat("layers.", l, ".");
+    const bool inputs = mode.stores_inputs && (train || l == 0);
+    if (inputs) {
+      take(Buf::kInputAttn, l, at + "x_attn", N * d);
+      take(Buf::kInputMlp, l, at + "x_mlp", N * d);
+    }
+    if (l > 0 && p.shares_layer_acts) continue;
+    take(Buf::kRstd1, l, at + "rstd1", N);
+    take(Buf::kQ, l, at + "q", N * qd);
+    take(Buf::kK, l, at + "k", N * kvd);
+    take(Buf::kV, l, at + "v", N * kvd);
+    take(Buf::kQRstd, l, at + "q_rstd", N * c.H);
+    take(Buf::kKRstd, l, at + "k_rstd", N * c.KV);
+    take(Buf::kAtt, l, at + "att", N * qd);
+    if (train) take(Buf::kLse, l, at + "lse", N * c.H);
+    take(Buf::kRstd2, l, at + "rstd2", N);
+    take(Buf::kGate, l, at + "gate", N * F);
+    take(Buf::kUp, l, at + "up", N * F);
+  }
+  take(Buf::kStream, -1, "stream", N * d);
+  take(Buf::kRstdFinal, -1, "rstd_f", N);
+  take(Buf::kXf, -1, "xf", N * d);
+  take(Buf::kRopeCos, -1, "rope_cos", positions * c.hd / 2);
+  take(Buf::kRopeSin, -1, "rope_sin", positions * c.hd / 2);
+  take(Buf::kLogits, -1, "logits", B * c.V);
+  take(Buf::kLn, -1, "ln", N * d);
+  take(Buf::kQr, -1, "qr", N * qd);
+  take(Buf::kKr, -1, "kr", N * kvd);
+  if (!mode.outputs_are_sources()) take(Buf::kOut, -1, "out", N * d);
+  take(Buf::kH, -1, "h", N * F);
+  if (train) {
+    take(Buf::kDh, -1, "dh", N * F);
+    take(Buf::kDup, -1, "dup", N * F);
+    if (mode.running_gradient()) take(Buf::kDx, -1, "dx", N * d);  // full has none
+    if (p.partials_beside_stream()) {
+      take(Buf::kDp, -1, "dp", N * d);
+      take(Buf::kDsum, -1, "dsum", N * d);
+    }
+    take(Buf::kDln, -1, "dln", N * d);
+    take(Buf::kDq, -1, "dq", N * qd);
+    take(Buf::kDk, -1, "dk", N * kvd);
+    take(Buf::kDv, -1, "dv", N * kvd);
+    take(Buf::kDatt, -1, "datt", N * qd);
+  }
+  // Depth routing.
+  for (size_t j = 0; j < p.sources.size(); ++j) {
+    const std::string src = cat("sources.", j, ".");
+    const int64_t i = static_cast<int64_t>(j);
+    take(Buf::kSourceV, i, src + "v", N * d);
+    take(Buf::kSourceRstd, i, src + "rstd", N);
+    // block: only the blocks (the P_k at block starts) own a gradient buffer;
+    // the other partial sums share the running one.
+    if (train && p.sources[j].owns_gradient) take(Buf::kSourceDv, i, src + "dv", N * d);
+  }
+  if (!p.routed()) return;
+  if (!mode.stores_inputs) take(Buf::kU, -1, "u", N * d);
+  if (train) take(Buf::kDU, -1, "dU", N * d);
+  if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && p.sources.size() > 1) take(Buf::kXb, -1, "xb", N * d);
+  take(Buf::kNullRstd, -1, "null_rstd", p.K);
+  // The routers' logits: kept for the backward where the plan says so (not
+  // in full), else one buffer that every router's forward shares.
+  bool shares_logits = false;
+  for (size_t r = 0; r < p.routers.size(); ++r) {
+    const PlanRouter& R = p.routers[r];
+    const int64_t S = static_cast<int64_t>(R.index.size());
+    if (R.keeps_logits) take(Buf::kRouterLogits, static_cast<int64_t>(r), "routers." + R.name + ".logits", N * c.routing_heads * S);
+    shares_logits |= !R.keeps_logits;
+    p.max_router_sources = std::max(p.max_router_sources, S);
+  }
+  if (shares_logits) take(Buf::kSharedLogits, -1, "shared_logits", N * c.routing_heads * p.max_router_sources);
+}
+
 }  // namespace
 
 RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
@@ -25,6 +121,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   p.sublayers.assign(static_cast<size_t>(K), {});
   if (!mode.routed()) {  // the residual stream alone, kept as the sublayers' inputs
     p.stream_in_inputs = true;
+    carve_arena(p, c, o);
     return p;
   }
 
@@ -131,6 +228,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
     if (!covered && std::find(p.zeroed_gradients.begin(), p.zeroed_gradients.end(), b) == p.zeroed_gradients.end())
       p.zeroed_gradients.push_back(b);
   }
+  carve_arena(p, c, o);
   return p;
 }
 

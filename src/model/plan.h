@@ -1,10 +1,14 @@
 // plan.h — what routes what in a model, as one value: the routing sources
-// and what makes each, every router and the sources it reads, where blocks
-// start, the final router (or its absence), and the bookkeeping of the
-// backward (which router runs first and assigns its sources' gradients, which
-// gradients start at zero, which routers keep their logits).  Built from the
-// Config and ModelOptions alone, so it is tested without a backend
-// (model/plan_test.cpp); Model carves its buffers for it and runs it.
+// and what makes each, every router and the sources it reads, each
+// sublayer's steps around it (where its input comes from, what its output
+// makes), where blocks start, the final router (or its absence), the
+// bookkeeping of the backward (which router runs first and assigns its
+// sources' gradients, which gradients start at zero, which routers keep their
+// logits), and the activation arena (every buffer a forward and backward
+// use, what a training forward stores).  Built from the Config and
+// ModelOptions alone, so it is tested without a backend or a model
+// (model/plan_test.cpp); Model makes the arena's one allocation, points its
+// buffers into it, and runs the steps.
 //
 // Notation as docs/DESIGN.md §2: sublayer k = 2l (attention of layer l) or
 // 2l + 1 (its MLP), K = 2L sublayers; "router k" makes sublayer k's input,
@@ -21,6 +25,29 @@
 namespace attnres {
 
 struct ModelOptions;
+
+// One buffer of a model's activation arena (llm.c's habit): its name
+// ("layers.3.q", "sources.5.dv", "dx", ...; the gradient buffers are the
+// names that begin with d or end in .dv), which of the model's buffers it is,
+// its floats, and where it starts.  The plan lists them in carving order;
+// Model makes one allocation of arena_floats and points each buffer at its
+// offset.
+struct ArenaEntry {
+  enum class Buffer {
+    kTokens, kTargets,                                                             // int32s, as many as floats
+    kInputAttn, kInputMlp,                                                         // a layer's stored sublayer inputs
+    kRstd1, kQ, kK, kV, kQRstd, kKRstd, kAtt, kLse, kRstd2, kGate, kUp,            // a layer's activations
+    kStream, kRstdFinal, kXf, kRopeCos, kRopeSin, kLogits, kLn, kQr, kKr, kOut, kH,  // one of each
+    kDh, kDup, kDx, kDp, kDsum, kDln, kDq, kDk, kDv, kDatt,                        // the backward's scratch
+    kSourceV, kSourceRstd, kSourceDv,                                              // a routing source's
+    kU, kDU, kXb, kNullRstd, kRouterLogits, kSharedLogits,                         // routing's own
+  };
+  std::string what;
+  Buffer buffer = Buffer::kTokens;
+  int64_t index = -1;  // its layer, source or router; −1 for one of a kind
+  int64_t floats = 0;
+  int64_t offset = 0;  // floats from the arena's start (a multiple of 16)
+};
 
 // One routing source tensor (N, d) of the mode.
 struct PlanSource {
@@ -80,6 +107,15 @@ struct RoutingPlan {
   // nobody assigns first: source indices, −1 the running gradient of the
   // partial sums that own none (block's dx; block_add's own, beside the stream's).
   std::vector<int> zeroed_gradients;
+
+  // The activation arena, in carving order, and its size.  Training keeps
+  // every layer's activations (with recompute only their stored inputs and
+  // one shared set of the rest); inference carves one layer's, which every
+  // layer shares (Model points the others at them: shares_layer_acts).
+  std::vector<ArenaEntry> arena;
+  int64_t arena_floats = 0;
+  bool shares_layer_acts = false;
+  int64_t max_router_sources = 1;  // the most sources one router reads (the shared logits' and workspace's S)
 
   // Sublayer k starts a block: an attention sublayer whose layer is a block's first.
   bool starts_block(int64_t k) const { return k % 2 == 0 && (k / 2) % layers_per_block == 0; }

@@ -1,6 +1,7 @@
 // plan_test.cpp — the routing plan (model/plan.h) of every mode, built from a
 // Config alone (no model, no backend): its sources, routers, each sublayer's
-// steps and the backward's bookkeeping written out for one small shape, and every golden
+// steps, the backward's bookkeeping and what the activation arena keeps,
+// written out for one small shape, and every golden
 // case's routers against the PyTorch oracle's (the number of sources each of
 // its routers read, tests/golden/*/interventions.safetensors).
 #include "model/plan.h"
@@ -161,6 +162,83 @@ TEST(Plan, EveryModeRoutesWhatDesignSays) {
   for (int64_t k = 0; k < p.K; ++k)
     if (p.starts_block(k)) starts += cat(starts.empty() ? "" : ",", k);
   EXPECT_EQ(starts, "0,4");
+}
+
+// model.h's table of what each mode keeps for the backward, read off the
+// plan's arena (4 layers, 2 blocks: blocks start at sublayers 0 and 4).
+TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
+  auto count = [](const RoutingPlan& p, const std::string& prefix, const std::string& suffix) {
+    int n = 0;
+    for (const ArenaEntry& e : p.arena)
+      n += e.what.rfind(prefix, 0) == 0 && e.what.size() >= suffix.size() &&
+           e.what.compare(e.what.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return n;
+  };
+  const int K = 8;
+  struct Keeps {
+    const char* mode;
+    int inputs, sources, source_grads;  // stored sublayer inputs; source tensors; their own gradient buffers
+    bool running_gradient, second_running_gradient, u;  // dx; dp and dsum (block_add); the rebuilt input's buffer
+  };
+  // baseline: every sublayer input; full, delta: e and every output, each with
+  // its gradient, inputs rebuilt; block: every partial sum, gradients for the
+  // 2 blocks only, inputs rebuilt; delta_block: the inputs and the block
+  // sources with gradients; block_add: the inputs and every partial sum,
+  // gradients for the blocks, and a running gradient of the partial sums
+  // beside the stream's.
+  for (const Keeps& k : {Keeps{"baseline", K, 0, 0, true, false, false}, Keeps{"full", 0, K + 1, K + 1, false, false, true},
+                         Keeps{"delta", 0, K + 1, K + 1, true, false, true}, Keeps{"block", 0, K + 1, 2, true, false, true},
+                         Keeps{"delta_block", K, 2, 2, true, false, false},
+                         Keeps{"block_add", K, K + 1, 2, true, true, false}}) {
+    SCOPED_TRACE(k.mode);
+    const RoutingPlan p = RoutingPlan::build(shape(k.mode, false), ModelOptions{2, 4});
+    EXPECT_EQ(count(p, "layers.", ".x_attn") + count(p, "layers.", ".x_mlp"), k.inputs);
+    EXPECT_EQ(count(p, "sources.", ".v"), k.sources);
+    EXPECT_EQ(count(p, "sources.", ".dv"), k.source_grads);
+    EXPECT_EQ(count(p, "dx", ""), k.running_gradient ? 1 : 0);
+    EXPECT_EQ(count(p, "dp", "") + count(p, "dsum", ""), k.second_running_gradient ? 2 : 0);
+    EXPECT_EQ(count(p, "u", ""), k.u ? 1 : 0);
+    EXPECT_EQ(count(p, "layers.3.", ""), 11 + (k.inputs ? 2 : 0));  // every layer's activations: rstd1 … up
+    // z, for the backward; full's backward computes them again (one shared buffer for the forward's).
+    const bool full = std::string(k.mode) == "full";
+    EXPECT_EQ(count(p, "routers.", ".logits"), full ? 0 : static_cast<int>(p.routers.size()));
+    EXPECT_EQ(count(p, "shared_logits", ""), full ? 1 : 0);
+    // The entries tile the arena: in order, 64-byte aligned, no overlap.
+    int64_t end = 0;
+    for (const ArenaEntry& e : p.arena) {
+      EXPECT_EQ(e.offset, end) << e.what;
+      EXPECT_EQ(e.offset % 16, 0) << e.what;
+      end = e.offset + (e.floats + 15) / 16 * 16;
+    }
+    EXPECT_EQ(p.arena_floats, end);
+    // Inference: one layer's activations shared by all, no gradients, one logits buffer.
+    ModelOptions io{2, 4};
+    io.training = false;
+    const RoutingPlan inf = RoutingPlan::build(shape(k.mode, false), io);
+    EXPECT_TRUE(inf.shares_layer_acts);
+    EXPECT_EQ(count(inf, "layers.1.", ""), 0);
+    EXPECT_EQ(count(inf, "sources.", ".dv") + count(inf, "d", ""), 0);
+    EXPECT_EQ(count(inf, "sources.", ".v"), k.sources);  // later routers read them
+    EXPECT_EQ(count(inf, "layers.0.", ".x_attn"), k.inputs ? 1 : 0);
+    // Recompute: every layer's stored inputs, one shared set of the rest.
+    ModelOptions rc{2, 4};
+    rc.recompute = true;
+    const RoutingPlan re = RoutingPlan::build(shape(k.mode, false), rc);
+    EXPECT_EQ(count(re, "layers.3.", ""), k.inputs ? 2 : 0);
+    EXPECT_EQ(count(re, "layers.0.", ".q"), 1);
+  }
+  // Rows between max(B, T) and B·T, or a clear error before anything is sized.
+  ModelOptions rows{2, 4};
+  rows.rows = 5;
+  EXPECT_EQ(RoutingPlan::build(shape("delta", false), rows).arena[0].floats, 5);
+  rows.rows = 3;
+  std::string error = "(no error)";
+  try {
+    RoutingPlan::build(shape("delta", false), rows);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, "ModelOptions: rows 3 must lie between max(batch, seq_len) and batch x seq_len");
 }
 
 // Every golden case: as many routers, each reading as many sources, as the
