@@ -479,7 +479,8 @@ TEST_F(Cli, ThreadsOutOfRangeIsAnError) {
   for (const std::string& c : {"eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 16 --batch 2",
                                "tokenize --tokenizer " + dir_ + "/model/tokenizer.json --bench " + dir_ + "/ok.bin",
                                "prepare --input " + dir_ + "/ok.bin --out " + dir_ + "/prep",
-                               "tokenizer-train --input " + dir_ + "/ok.bin --output " + dir_ + "/tok.json"}) {
+                               "tokenizer-train --input " + dir_ + "/ok.bin --output " + dir_ + "/tok.json",
+                               "train --data " + dir_ + "/ok.bin --config tiny --steps 1 --out " + dir_ + "/thr"}) {
     expect_clear_error(run(c + " --threads 4294967297"), {range + "4294967297"});
     expect_clear_error(run(c + " --threads -1"), {range + "-1"});
   }

@@ -124,13 +124,6 @@ std::string Flags::help() const {
   return out;
 }
 
-FlagSpec device_flag() {
-  std::string devices;
-  for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
-  return {"device", "cpu",
-          "where the model runs (this build: " + devices +
-              "; cpu-guarded is the CPU with its memory locked outside the op interface: slow, for "
-              "checking that the code keeps to it)"};
-}
+FlagSpec device_flag() { return {"device", "cpu", device_help()}; }
 
 }  // namespace attnres

@@ -32,7 +32,7 @@ void add_threads_option(OptionList& opts, int& threads, const std::string& what)
       [&threads](const std::string& text, const std::string& flag) {
         int64_t n = 0;
         parse_value(n, flag, text);
-        if (n < 0 || n > 1024) fail(flag, " must be 0 (all cores) or at most 1024, got ", n);
+        check_threads(n, flag);
         threads = static_cast<int>(n);
       },
       [&threads] { return cat(threads); });
@@ -41,9 +41,7 @@ void add_threads_option(OptionList& opts, int& threads, const std::string& what)
 void add_context_options(OptionList& opts, ContextOptions& o, const std::string& precision_default) {
   add_threads_option(opts, o.threads);
   opts.add(o.device, device_flag());
-  opts.add_parsed({"precision", precision_default,
-                   "fp32, or bf16: matrix products with bfloat16 inputs and float32 sums on the CPU's matrix units "
-                   "(AMX / AVX512-BF16); norms, attention and routing stay float32"},
+  opts.add_parsed({"precision", precision_default, kPrecisionHelp},
                   [&o](const std::string& text, const std::string& flag) {
                     o.precision = parse_precision(text, flag.c_str());
                   },

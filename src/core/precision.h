@@ -2,14 +2,15 @@
 //
 //   fp32  every product in float32 (SGEMM): the exact path, compared with the
 //         float64 oracle at float32's tolerances.
-//   bf16  every large product — the projections, the MLP, the LM head, forward
-//         and backward — takes bfloat16 inputs (float32 values rounded to
-//         nearest even) and accumulates and writes float32; the weight
-//         matrices are read from a bfloat16 copy of the float32 master
-//         weights (in training refreshed once per optimizer step, in the
-//         AdamW pass).  Everything else stays float32: norms, RoPE, SwiGLU,
-//         attention, softmax, the loss, all depth-routing arithmetic, the
-//         master weights, gradients and AdamW moments.  docs/DESIGN.md §6.
+//   bf16  every large product — the projections, the MLP, the LM head and
+//         attention's QKᵀ and PV, forward and backward — takes bfloat16
+//         inputs (float32 values rounded to nearest even) and accumulates and
+//         writes float32; the weight matrices are read from a bfloat16 copy
+//         of the float32 master weights (in training refreshed once per
+//         optimizer step, in the AdamW pass).  Everything else stays float32:
+//         norms, RoPE, SwiGLU, the softmaxes, the loss, all depth-routing
+//         arithmetic, the master weights, gradients and AdamW moments.
+//         docs/DESIGN.md §6.
 //
 // Which products run in which precision is decided in one place: the weight
 // views a model hands its products (Model::W_), whose element type the
@@ -23,6 +24,12 @@
 namespace attnres {
 
 enum class Precision { kF32, kBF16 };
+
+// --precision's help, in every command that runs a model.
+inline constexpr const char kPrecisionHelp[] =
+    "fp32, or bf16: the matrix products (projections, MLP, LM head, attention) take bfloat16 inputs and sum in "
+    "float32 on the CPU's matrix units (AMX / AVX512-BF16); norms, softmaxes, routing, master weights, gradients "
+    "and AdamW moments stay float32";
 
 inline const char* precision_name(Precision p) { return p == Precision::kBF16 ? "bf16" : "fp32"; }
 

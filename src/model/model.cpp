@@ -44,8 +44,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
-  if (const std::string why = ops_.unsupported(o.precision); !why.empty())
-    fail("precision ", precision_name(o.precision), ": ", why);
+  ops_.check_supported(o.precision);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)

@@ -11,6 +11,14 @@ namespace attnres {
 // interface (guarded_backend.h) — for checking that the callers keep to it.
 std::vector<std::string> backend_names() { return {"cpu", "cpu-guarded"}; }
 
+std::string device_help() {
+  std::string devices;
+  for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
+  return "where the model runs (this build: " + devices +
+         "; cpu-guarded is the CPU with its memory locked outside the op interface: slow, for checking that the "
+         "code keeps to it)";
+}
+
 void check_device(const std::string& name) {
   std::string known;
   for (const std::string& n : backend_names()) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/bf16.h"
+#include "core/error.h"
 #include "core/buffer.h"
 #include "core/precision.h"
 #include "ops/context.h"
@@ -108,6 +109,10 @@ class Backend {
   // Why this backend cannot run products in precision p here (a CPU without
   // bf16 matrix instructions, a build without the library); "" when it can.
   virtual std::string unsupported(Precision p) const = 0;
+  // An Error "precision bf16: <why>" unless this backend can run p here.
+  void check_supported(Precision p) const {
+    if (const std::string why = unsupported(p); !why.empty()) fail("precision ", precision_name(p), ": ", why);
+  }
   // The peak rate of this backend's products in precision p, GFLOP/s,
   // measured once per process (MFU's denominator), and what it is of in
   // words ("float32 matmul (oneDNN)", …).
@@ -351,6 +356,8 @@ class HostView {
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, const std::string& cpu_level = "");
 // The names make_backend knows in this build ("cpu", "cpu-guarded").
 std::vector<std::string> backend_names();
+// --device's help: the names of this build and what cpu-guarded is.
+std::string device_help();
 // An Error naming --device and the known names unless `name` is one of them.
 void check_device(const std::string& name);
 

@@ -11,8 +11,7 @@ namespace attnres {
 
 std::unique_ptr<Context> open_context(const ContextOptions& o) {
   auto ctx = std::make_unique<Context>(o.threads, o.device, "", o.time_ops);
-  if (const std::string why = ctx->ops().unsupported(o.precision); !why.empty())
-    fail("precision ", precision_name(o.precision), ": ", why);
+  ctx->ops().check_supported(o.precision);
   return ctx;
 }
 
@@ -21,10 +20,13 @@ int hardware_threads() {
   return n > 0 ? n : 1;
 }
 
+void check_threads(int64_t n, const std::string& what) {
+  if (n < 0 || n > 1024) fail(what, " must be 0 (all cores) or at most 1024, got ", n);
+}
+
 Context::Context(int threads, const std::string& backend, const std::string& cpu_level, bool time_ops)
     : threads_(threads > 0 ? threads : hardware_threads()) {
-  // The commands check --threads first (cli/options.h: add_threads_option), naming it.
-  if (threads < 0 || threads_ > 1024) fail("threads ", threads, ": 0 (all cores) to 1024");
+  check_threads(threads, "threads");  // the commands check --threads first, naming the flag
   ops_ = make_backend(backend, *this, cpu_level);
   if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
 }

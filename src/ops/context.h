@@ -53,6 +53,10 @@ class Context {
 
 // Threads of this machine (the OpenMP processor count).
 int hardware_threads();
+// The thread counts a Context (and every command's --threads) takes: 0, every
+// core, or 1 to 1024.  Otherwise an Error "<what> must be 0 (all cores) or at
+// most 1024, got <n>".
+void check_threads(int64_t n, const std::string& what);
 
 // Where and how a command's model runs: the shared options of every command
 // that runs one (--threads, --device, --precision).

@@ -82,7 +82,7 @@ void TrainOptions::validate() const {
   parse_save_dtype(save_dtype, "--save-dtype");
   if (data_order != "random" && data_order != "sequential")
     fail("--data-order must be random or sequential, got '", data_order, "'");
-  if (threads < 0) fail("--threads must be 0 (all cores) or positive");
+  check_threads(threads, "--threads");
   check_device(device);
   parse_precision(precision);  // an Error naming the flag
   if (on_nan != "stop" && on_nan != "skip") fail("--on-nan must be stop or skip, got '", on_nan, "'");

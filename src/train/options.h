@@ -22,7 +22,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/parse_value.h"
+#include "core/precision.h"
 #include "model/config.h"
+#include "ops/backend.h"
 #include "train/optimizer.h"
 
 namespace attnres {
@@ -62,7 +64,7 @@ struct TrainOptions {
   double time_budget;       // seconds; 0 = none
   bool recompute;           // rerun each sublayer's forward in the backward (same bits, less memory)
   std::string precision;    // "fp32" or "bf16": of the matrix products (core/precision.h)
-  int threads;              // 0 = every core
+  int64_t threads;          // 0 = every core, else 1 to 1024 (check_threads, ops/context.h)
   std::string device;       // the backend the model runs on (ops/backend.h: backend_names)
   double peak_gflops;       // MFU's denominator; 0 = measure this machine's products (of the precision) at start
   std::string on_nan;       // "stop" or "skip" a step whose loss or gradient is not finite
@@ -120,14 +122,10 @@ struct TrainOptions {
     visit(o.recompute, "recompute", "false", R::kFree,
           "keep one layer's activations and recompute the rest in the backward (a third more compute; the same "
           "gradients)");
-    visit(o.precision, "precision", "fp32", R::kFixed,
-          "fp32, or bf16: the matrix products take bfloat16 inputs on the CPU's matrix units (AMX / AVX512-BF16), "
-          "float32 sums; weights, gradients, AdamW moments, norms, attention and routing stay float32");
+    visit(o.precision, "precision", "fp32", R::kFixed, kPrecisionHelp);
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
-    visit(o.device, "device", "cpu", R::kFree,
-          "where the model runs (this build: cpu, cpu-guarded; cpu-guarded is the CPU with its memory locked "
-          "outside the op interface: slow, for checking that the code keeps to it)");
+    visit(o.device, "device", "cpu", R::kFree, device_help().c_str());
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
           "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
           "SGEMM, or oneDNN's bf16 matmul)");

@@ -301,7 +301,7 @@ RunPlan plan_run(const TrainOptions& opt, int local_ranks) {
   }
   // --threads 0: the cores this process may run on — the ones mpirun bound it
   // to, or, unbound, the machine's shared by the ranks on it.
-  plan.threads = opt.threads;
+  plan.threads = static_cast<int>(opt.threads);  // validate(): 0 to 1024
   if (plan.threads == 0) {
     const int mine = hardware_threads(), online = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
     plan.threads = mine < online ? mine : std::max(1, mine / local_ranks);
@@ -572,8 +572,8 @@ void Run::log_line(const nlohmann::json& j) {
   try {
     write_all(log_, line.data(), line.size(), log_path_);
   } catch (const Error& e) {
-    if (good >= 0 && ::ftruncate(log_, good) != 0) {
-    }  // best effort: resume truncates the log to the checkpoint's step anyway
+    // Best effort (its result unused): resume truncates the log to the checkpoint's step anyway.
+    if (good >= 0) [[maybe_unused]] const int truncated = ::ftruncate(log_, good);
     stop_after_failed_write(cat(e.what(), " (", space_note(opt_.out, line.size()), ")"));
   }
 }
