@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -231,38 +232,45 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
   return out;
 }
 
-}  // namespace
-
-int cmd_compare(int argc, char** argv) {
-  // compare's own options, then every training option of `attnres train`
-  // (train/options.h) with train's default — passed on to each run when given
-  // — except those compare sets per run, and with compare's defaults where
-  // kCompareDefaults says why.
-  struct {
-    std::string modes, config, init, data, val_data;
-    int64_t tokens = 0, steps = 0;
-    double minutes = 0;
-    int64_t seeds = 0;
-    uint64_t seed = 0;
-    std::string precision;
-    int64_t ranks = 0, routing_tokens = 0, interventions = 0;
-    std::string out, vega_dir;
-  } o;
+// A comparison: compare's own flags, every training option of `attnres
+// train` (train/options.h) with train's default — passed on to each run when
+// given — except those compare sets per run, and what they resolve to.
+struct Comparison {
+  // The flags.
+  std::string modes_flag, config, init, data, val_data;
+  int64_t tokens = 0, steps_flag = 0;
+  double minutes = 0;
+  int64_t seeds = 0;
+  uint64_t seed = 0;
+  std::string precision;  // "auto" until resolved, then fp32 or bf16
+  int64_t ranks = 0, routing_tokens = 0, interventions = 0;
+  std::string out, vega_dir;
   TrainOptions t;  // the runs' training options (those compare sets per run aside)
-  OptionList opts("compare",
-                  "Matched training runs of several routing modes (the same data windows in the same order, the same "
-                  "base\ninitialisation or the same --init checkpoint, the same schedule and tokens), then a table of "
-                  "validation\nloss, speed, memory and routing.  An interrupted comparison resumes: finished runs are "
-                  "not rerun.\nEvery option of attnres train is one of compare too, passed on to each run when given "
-                  "(train's\ndefaults apply otherwise, except where its help says compare's default and why).");
-  opts.add(o.modes, {"modes", compared_modes(),
-                     cat("comma-separated attnres modes (", mode_name_list(false), ", ", mode_name_list(true), ")")});
+  // What they resolve to (resolve_comparison).
+  std::vector<std::string> modes;
+  int64_t steps = 0, B = 0, T = 0;
+  bool precision_given = false;
+  std::vector<std::string> launcher;             // mpirun -np N, for --ranks N > 1
+  std::map<std::string, std::string> computed;   // the options each run gets by compare's rules
+  std::vector<std::string> passed_fixed, passed_free;  // "--flag=value" of each given option
+  nlohmann::json settings;                       // compare.json: a rerun must ask for the same comparison
+};
+
+// One run of the comparison: a mode and a seed, in its own directory.
+struct Run {
+  std::string mode, dir;
+  int64_t seed;
+};
+
+void add_compare_options(OptionList& opts, Comparison& o) {
+  opts.add(o.modes_flag, {"modes", compared_modes(),
+                          cat("comma-separated attnres modes (", mode_name_list(false), ", ", mode_name_list(true), ")")});
   opts.add(o.config, {"config", "tiny", "preset or config.json (its attnres_mode is replaced by each mode)"});
   opts.add(o.init, {"init", "", "convert this checkpoint into each mode instead of training from scratch"});
   opts.add(o.data, {"data", "", "training tokens (required)"});
   opts.add(o.val_data, {"val-data", "", "validation tokens (required)"});
   opts.add(o.tokens, {"tokens", "0", "training tokens per run (required unless --steps)"});
-  opts.add(o.steps, {"steps", "0", "optimizer steps per run (instead of --tokens)"});
+  opts.add(o.steps_flag, {"steps", "0", "optimizer steps per run (instead of --tokens)"});
   opts.add(o.minutes, {"minutes", "0",
                        "time limit of the whole comparison; a run that would pass its share is cut, with its "
                        "learning-rate decay completed (0 = none)"});
@@ -283,7 +291,7 @@ int cmd_compare(int argc, char** argv) {
   opts.add(o.vega_dir, {"vega-dir", "",
                         "node_modules holding vega, vega-lite, vega-embed for the report (default: "
                         "scripts/fetch_vega.sh's)"});
-  add_train_options(opts, t, [](const std::string& key, FlagSpec& spec) {
+  add_train_options(opts, o.t, [](const std::string& key, FlagSpec& spec) {
     if (kSetPerRun.count(key)) return false;
     spec.help = "train: " + spec.help;
     if (key == "batch") spec.help = "micro-batch size B of each step (with --ranks N: the global one, B / N per rank)";
@@ -293,7 +301,11 @@ int cmd_compare(int argc, char** argv) {
     }
     return true;
   });
-  if (!opts.parse(argc, argv)) return 0;
+}
+
+// The flags checked, and what every run shares worked out from them.
+void resolve_comparison(Comparison& o, const OptionList& opts) {
+  TrainOptions& t = o.t;
   if (opts.given("lr") && !opts.given("lr-min")) t.lr_min = t.lr / 10;  // as train takes it (cli/train.cpp)
   const std::string& out = o.out;
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
@@ -302,15 +314,15 @@ int cmd_compare(int argc, char** argv) {
     if (fs::exists(out, ec) && !fs::is_directory(out, ec))
       fail(out, ": is a file; --out names the comparison's directory (new, or one to resume)");
   }
-  const std::vector<std::string> modes = split_modes(o.modes);
+  o.modes = split_modes(o.modes_flag);
   if (!(o.minutes >= 0) || !std::isfinite(o.minutes))
     fail("--minutes must be 0 (no limit) or a positive number of minutes, got ", o.minutes);
-  for (const std::string& m : modes) parse_mode_name(m);  // an Error names a bad one
+  for (const std::string& m : o.modes) parse_mode_name(m);  // an Error names a bad one
   const int64_t seeds = o.seeds, B = t.batch, T = t.seq_len;
   constexpr int64_t kMostRuns = 1000;  // a bound checked before any work (issue 33: --seeds 99999999999 grew to 1.17 GB)
   if (seeds < 1 || seeds > kMostRuns) fail("--seeds must be from 1 to ", kMostRuns, ", got ", seeds);
-  if (static_cast<int64_t>(modes.size()) * seeds > kMostRuns)
-    fail(modes.size(), " modes × --seeds ", seeds, " is more than ", kMostRuns, " runs");
+  if (static_cast<int64_t>(o.modes.size()) * seeds > kMostRuns)
+    fail(o.modes.size(), " modes × --seeds ", seeds, " is more than ", kMostRuns, " runs");
   if (o.routing_tokens < 0) fail("--routing-tokens must be 0 or positive, got ", o.routing_tokens);
   if (o.interventions < 0 || (o.interventions > 0 && o.interventions < t.seq_len))
     fail("--interventions must be 0 (none) or at least one window of --seq-len ", t.seq_len, ", got ",
@@ -319,23 +331,25 @@ int cmd_compare(int argc, char** argv) {
   const int64_t ranks = o.ranks;
   if (ranks < 1) fail("--ranks must be at least 1");
   if (B % ranks != 0) fail("--batch ", B, " does not split over --ranks ", ranks, " (each rank takes B / ranks windows)");
+  o.B = B;
+  o.T = T;
   // Each run under mpirun: the same global batch, split over the ranks (docs/distributed.md).
-  const std::vector<std::string> launcher =
-      ranks > 1 ? std::vector<std::string>{"mpirun", "-np", cat(ranks)} : std::vector<std::string>{};
-  int64_t steps = o.steps;
-  if (steps <= 0) {
+  if (ranks > 1) o.launcher = {"mpirun", "-np", cat(ranks)};
+  o.steps = o.steps_flag;
+  if (o.steps <= 0) {
     if (o.tokens <= 0) fail("give the work per run: --tokens N (or --steps N)");
-    steps = (o.tokens + B * T - 1) / (B * T);
+    o.steps = (o.tokens + B * T - 1) / (B * T);
   }
+  const int64_t steps = o.steps;
   // The precision of every run: auto resolves here, once, and is stored with the settings.
-  std::string precision = o.precision;
+  o.precision_given = opts.given("precision");
   {
     const std::unique_ptr<Context> probe = open_context({1, t.device, Precision::kF32});
     const bool bf16_here = probe->ops().unsupported(Precision::kBF16).empty();
-    if (precision == "auto") precision = bf16_here ? "bf16" : "fp32";
-    const Precision p = parse_precision(precision);
+    if (o.precision == "auto") o.precision = bf16_here ? "bf16" : "fp32";
+    const Precision p = parse_precision(o.precision);
     open_context({1, t.device, p});  // an Error where the device cannot run p
-    precision = precision_name(p);
+    o.precision = precision_name(p);
   }
   const int64_t val_every = t.val_every > 0 ? t.val_every : std::max<int64_t>(1, steps / 4);
   const int64_t routing_every = t.routing_every > 0 ? t.routing_every : std::max<int64_t>(1, steps / 20);
@@ -343,233 +357,214 @@ int cmd_compare(int argc, char** argv) {
   const int64_t ckpt_every = t.ckpt_every > 0 ? t.ckpt_every : val_every;
   // Each run's flags from compare's: those it sets per run or by its own
   // rules, and every other training option given here, as given.
-  std::map<std::string, std::string> computed = {
-      {"batch", cat(B / ranks)},          {"warmup", cat(warmup)},
-      {"val_every", cat(val_every)},      {"ckpt_every", cat(ckpt_every)},
-      {"routing_every", cat(routing_every)}, {"keep_checkpoints", cat(t.keep_checkpoints)},
-      {"val_tokens", cat(t.val_tokens)}};
-  std::vector<std::string> passed_fixed, passed_free;  // "--flag=value" of each given option
+  o.computed = {{"batch", cat(B / ranks)},          {"warmup", cat(warmup)},
+                {"val_every", cat(val_every)},      {"ckpt_every", cat(ckpt_every)},
+                {"routing_every", cat(routing_every)}, {"keep_checkpoints", cat(t.keep_checkpoints)},
+                {"val_tokens", cat(t.val_tokens)}};
   nlohmann::json given_options = nlohmann::json::object();  // those that shape a run: a rerun must give the same
   TrainOptions::each(t, [&](const auto& field, const char* key, const char*, OnResume rule, const char*) {
     const std::string flag = option_flag(key);
-    if (kSetPerRun.count(key) || computed.count(key) || !opts.given(flag)) return;
-    auto& into = rule == OnResume::kFree ? passed_free : passed_fixed;
+    if (kSetPerRun.count(key) || o.computed.count(key) || !opts.given(flag)) return;
+    auto& into = rule == OnResume::kFree ? o.passed_free : o.passed_fixed;
     into.push_back(cat("--", flag, "=", option_text(field)));  // "=": a switch takes its value inline
     if (rule != OnResume::kFree) given_options[key] = option_text(field);
   });
+  o.settings = {{"modes", o.modes}, {"config", o.config}, {"init", o.init},
+                {"data", fs::absolute(o.data).string()},
+                {"val_data", fs::absolute(o.val_data).string()},
+                {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
+                {"seed", o.seed}, {"lr", t.lr}, {"lr_min", t.lr_min},
+                {"val_every", val_every}, {"val_tokens", t.val_tokens},
+                {"routing_every", routing_every}, {"precision", o.precision},
+                {"train_options", given_options}};
+}
 
-  // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
-  std::printf("attnres compare\n%s", opts.table().c_str());
+// compare.json: written by a new comparison; a rerun must ask for the same one.
+void check_or_write_settings(const Comparison& o) {
+  const std::string settings_path = o.out + "/compare.json";
+  if (!fs::exists(settings_path)) {
+    write_file_atomic(settings_path, o.settings.dump(2) + "\n");
+    return;
+  }
+  nlohmann::json was = parse_json(read_file(settings_path), settings_path);
+  if (!was.contains("precision")) was["precision"] = "fp32";  // a comparison from before --precision
+  if (!was.contains("train_options")) was["train_options"] = nlohmann::json::object();  // from before they passed
+  // The same modes in another order are the same comparison (a run per mode and seed).
+  auto sorted = [](nlohmann::json m) {
+    if (m.is_array()) std::sort(m.begin(), m.end());
+    return m;
+  };
+  if (was.contains("modes") && sorted(was["modes"]) == sorted(o.settings["modes"])) was["modes"] = o.settings["modes"];
+  for (auto it = o.settings.begin(); it != o.settings.end(); ++it)
+    if (!was.contains(it.key()) || was[it.key()] != it.value())
+      fail(o.out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
+           ", not ", brief(it.value()), " (resume it with its own flags, or use another --out)");
+}
+
+// With --interventions, a routed run's record gets its routing interventions
+// on the validation tokens (once; true when it got them now).
+bool add_interventions(const Comparison& o, nlohmann::json& r, const std::string& mode, int64_t seed) {
+  if (o.interventions == 0 || r.value("routing_heads", int64_t{0}) == 0) return false;
+  if (r.contains("interventions") && r["interventions"].value("requested", int64_t{0}) == o.interventions)
+    return false;  // measured before, on as many tokens
+  std::printf("compare: %s seed %lld: routing interventions on %lld validation tokens\n", mode.c_str(),
+              static_cast<long long>(seed), static_cast<long long>(o.interventions));
   std::fflush(stdout);
+  const ChildResult iv = run_self({"routing", "--model", r["dir"].get<std::string>(), "--data", o.val_data,
+                                   "--seq-len", cat(o.T), "--interventions", "--intervention-tokens",
+                                   cat(o.interventions), "--whole-sources", "--threads", cat(o.t.threads),
+                                   "--device", o.t.device, "--precision", o.precision, "--json", "--quiet"});
+  if (iv.exit_code != 0) fail(mode, " seed ", seed, ": the routing interventions failed");
+  r["interventions"] = nlohmann::json::parse(iv.out);
+  r["interventions"]["requested"] = o.interventions;
+  return true;
+}
 
-  // The comparison's settings: a rerun must ask for the same comparison.
-  {
-    std::error_code ec;
-    fs::create_directories(out, ec);
-    if (ec) fail(out, ": cannot create the comparison's directory: ", ec.message());
+// The record of a run that finished before (done.json), checked field by
+// field; null where there is none or it does not hold (the run is then
+// evaluated again).
+nlohmann::json finished_record(const Comparison& o, const Run& run) {
+  const std::string done_path = run.dir + "/done.json";
+  if (!fs::exists(done_path)) return nullptr;
+  try {
+    nlohmann::json r = parse_json(read_file(done_path), done_path);
+    check_run_record(r, done_path);
+    if (r["mode"] != run.mode || r["seed"] != run.seed)
+      fail(done_path, ": is the record of ", brief(r["mode"]), " seed ", brief(r["seed"]), ", not of ", run.mode,
+           " seed ", run.seed);
+    std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(), static_cast<long long>(run.seed));
+    if (add_interventions(o, r, run.mode, run.seed)) write_file_atomic(done_path, r.dump() + "\n");
+    return r;
+  } catch (const Error& e) {
+    std::printf("compare: %s; the run is evaluated again\n", e.what());
+    fs::remove(done_path);
   }
-  nlohmann::json settings = {{"modes", modes}, {"config", o.config}, {"init", o.init},
-                             {"data", fs::absolute(o.data).string()},
-                             {"val_data", fs::absolute(o.val_data).string()},
-                             {"steps", steps}, {"batch", B}, {"seq_len", T}, {"seeds", seeds},
-                             {"seed", o.seed}, {"lr", t.lr}, {"lr_min", t.lr_min},
-                             {"val_every", val_every}, {"val_tokens", t.val_tokens},
-                             {"routing_every", routing_every}, {"precision", precision},
-                             {"train_options", given_options}};
-  // One comparison at a time in a directory: a second one on a running
-  // comparison's --out is refused up front (and never writes into its files).
-  const DirLock lock(out);
-  const std::string settings_path = out + "/compare.json";
-  if (fs::exists(settings_path)) {
-    nlohmann::json was = parse_json(read_file(settings_path), settings_path);
-    if (!was.contains("precision")) was["precision"] = "fp32";  // a comparison from before --precision
-    if (!was.contains("train_options")) was["train_options"] = nlohmann::json::object();  // from before they passed
-    // The same modes in another order are the same comparison (a run per mode and seed).
-    auto sorted = [](nlohmann::json m) {
-      if (m.is_array()) std::sort(m.begin(), m.end());
-      return m;
-    };
-    if (was.contains("modes") && sorted(was["modes"]) == sorted(settings["modes"])) was["modes"] = settings["modes"];
-    for (auto it = settings.begin(); it != settings.end(); ++it)
-      if (!was.contains(it.key()) || was[it.key()] != it.value())
-        fail(out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
-             ", not ", brief(it.value()), " (resume it with its own flags, or use another --out)");
+  return nullptr;
+}
+
+// Trains a run (or resumes it; or, trained before, only evaluates it), then
+// its record: the run log's figures, its routing and interventions.
+// time_share: seconds this run may take under --minutes (none: no limit).
+nlohmann::json train_and_record(const Comparison& o, const Run& run, std::optional<double> time_share) {
+  const int64_t steps = o.steps;
+  const bool resume = fs::exists(run.dir + "/latest");
+  // A run whose training finished (its checkpoint is at the planned step, or
+  // at the step a time budget cut it to) but whose evaluation did not — a
+  // comparison killed in between — is evaluated, not trained again.
+  bool trained = false;
+  if (resume) {
+    const int64_t at = read_trainer_state(resolve_model_dir(run.dir)).step;
+    const int64_t cut_to = fs::exists(run.dir + "/log.jsonl") ? read_run_log(run.dir + "/log.jsonl").schedule_steps : 0;
+    trained = at >= steps || (cut_to > 0 && at >= cut_to);
+  }
+  const double t0 = now_seconds();
+  ChildResult child;
+  if (trained) {
+    std::printf("compare: %s seed %lld trained before, not evaluated: evaluating it\n", run.mode.c_str(),
+                static_cast<long long>(run.seed));
   } else {
-    write_file_atomic(settings_path, settings.dump(2) + "\n");
-  }
-
-  const double t_start = now_seconds();
-  const double limit_s = o.minutes * 60;
-  struct Run {
-    std::string mode, dir;
-    int64_t seed;
-  };
-  std::vector<Run> runs;
-  for (const std::string& m : modes)
-    for (int64_t k = 0; k < seeds; ++k)
-      runs.push_back({m, cat(out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)});
-
-  // With --interventions, a routed run's record gets its routing
-  // interventions on the validation tokens (once; true when it got them now).
-  auto add_interventions = [&](nlohmann::json& r, const std::string& mode, int64_t seed) {
-    if (o.interventions == 0 || r.value("routing_heads", int64_t{0}) == 0) return false;
-    if (r.contains("interventions") && r["interventions"].value("requested", int64_t{0}) == o.interventions)
-      return false;  // measured before, on as many tokens
-    std::printf("compare: %s seed %lld: routing interventions on %lld validation tokens\n", mode.c_str(),
-                static_cast<long long>(seed), static_cast<long long>(o.interventions));
-    std::fflush(stdout);
-    const ChildResult iv = run_self({"routing", "--model", r["dir"].get<std::string>(), "--data", o.val_data,
-                                     "--seq-len", cat(T), "--interventions", "--intervention-tokens",
-                                     cat(o.interventions), "--whole-sources", "--threads", cat(t.threads),
-                                     "--device", t.device, "--precision", precision, "--json", "--quiet"});
-    if (iv.exit_code != 0) fail(mode, " seed ", seed, ": the routing interventions failed");
-    r["interventions"] = nlohmann::json::parse(iv.out);
-    r["interventions"]["requested"] = o.interventions;
-    return true;
-  };
-
-  nlohmann::json results = nlohmann::json::array();
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const Run& run = runs[i];
-    const std::string done_path = run.dir + "/done.json";
-    if (fs::exists(done_path)) {  // finished before: its record, checked field by field
-      try {
-        nlohmann::json r = parse_json(read_file(done_path), done_path);
-        check_run_record(r, done_path);
-        if (r["mode"] != run.mode || r["seed"] != run.seed)
-          fail(done_path, ": is the record of ", brief(r["mode"]), " seed ", brief(r["seed"]), ", not of ", run.mode,
-               " seed ", run.seed);
-        std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(),
-                    static_cast<long long>(run.seed));
-        if (add_interventions(r, run.mode, run.seed)) write_file_atomic(done_path, r.dump() + "\n");
-        results.push_back(r);
-        continue;
-      } catch (const Error& e) {
-        std::printf("compare: %s; the run is evaluated again\n", e.what());
-        fs::remove(done_path);
-      }
-    }
-    const bool resume = fs::exists(run.dir + "/latest");
-    // A run whose training finished (its checkpoint is at the planned step, or
-    // at the step a time budget cut it to) but whose evaluation did not — a
-    // comparison killed in between — is evaluated, not trained again.
-    bool trained = false;
+    std::vector<std::string> args = {"train"};
     if (resume) {
-      const int64_t at = read_trainer_state(resolve_model_dir(run.dir)).step;
-      const int64_t cut_to = fs::exists(run.dir + "/log.jsonl") ? read_run_log(run.dir + "/log.jsonl").schedule_steps : 0;
-      trained = at >= steps || (cut_to > 0 && at >= cut_to);
-    }
-    const double t0 = now_seconds();
-    ChildResult child;
-    if (trained) {
-      std::printf("compare: %s seed %lld trained before, not evaluated: evaluating it\n", run.mode.c_str(),
-                  static_cast<long long>(run.seed));
+      args.insert(args.end(), {"--resume", run.dir});
     } else {
-      std::vector<std::string> args = {"train"};
-      if (resume) {
-        args.insert(args.end(), {"--resume", run.dir});
-      } else {
-        if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
-        else args.insert(args.end(), {"--config", o.config});
-        // --overwrite: what a start of this run killed before its first checkpoint left (its log) goes.
-        args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
-                                 run.dir, "--overwrite", "--steps", cat(steps), "--seed", cat(run.seed),
-                                 "--precision", precision});
-        TrainOptions::each(t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
-          if (const auto it = computed.find(key); it != computed.end())
-            args.insert(args.end(), {"--" + option_flag(key), it->second});
-        });
-        args.insert(args.end(), passed_fixed.begin(), passed_fixed.end());
-      }
-      args.insert(args.end(), passed_free.begin(), passed_free.end());
-      if (limit_s > 0) {  // this run's share of what is left (the analysis after it takes a few seconds)
-        const double left = limit_s - (now_seconds() - t_start);
-        const double share = left / static_cast<double>(runs.size() - i) - 10;
-        if (share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
-        args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(share))});
-      }
-      std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
-                  resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
-                  static_cast<long long>(steps), static_cast<long long>(B * T), run.dir.c_str());
-      std::fflush(stdout);
-      fs::create_directories(run.dir);
-      child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", launcher);
-      if (child.exit_code != 0)
-        fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
-             "/train.err");
+      if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
+      else args.insert(args.end(), {"--config", o.config});
+      // --overwrite: what a start of this run killed before its first checkpoint left (its log) goes.
+      args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
+                               run.dir, "--overwrite", "--steps", cat(steps), "--seed", cat(run.seed),
+                               "--precision", o.precision});
+      TrainOptions::each(o.t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
+        if (const auto it = o.computed.find(key); it != o.computed.end())
+          args.insert(args.end(), {"--" + option_flag(key), it->second});
+      });
+      args.insert(args.end(), o.passed_fixed.begin(), o.passed_fixed.end());
     }
-    std::fflush(stdout);
-    const RunLog log = read_run_log(run.dir + "/log.jsonl");
-    nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", precision},
-                        {"steps", log.steps},
-                        {"planned_steps", steps}, {"cut", log.steps < steps},
-                        {"schedule_cut_at", log.schedule_cut_at},
-                        {"tokens", log.steps * B * T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
-                        {"tok_per_s", log.tok_per_s},
-                        {"peak_rss_bytes", log.peak_rss_bytes > 0 ? log.peak_rss_bytes : child.peak_rss_bytes},
-                        {"seconds", now_seconds() - t0}, {"val_curve", log.val_curve}, {"loss_curve", log.loss_curve},
-                        {"routing_curve", log.routing_curve}};
-    const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
-    r["params"] = ParamLayout(c).total();
-    r["routing_heads"] = mode_spec(c.mode).routed() ? c.routing_heads : 0;
-    if (mode_spec(c.mode).routed()) {  // the routing of the final model, on validation tokens
-      const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", o.val_data, "--seq-len",
-                                       cat(T), "--max-tokens", cat(o.routing_tokens), "--threads",
-                                       cat(t.threads), "--device", t.device, "--precision", precision,
-                                       "--json", "--quiet"});
-      if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
-      r["routing"] = nlohmann::json::parse(rt.out);
+    args.insert(args.end(), o.passed_free.begin(), o.passed_free.end());
+    if (time_share) {
+      if (*time_share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
+      args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(*time_share))});
     }
-    add_interventions(r, run.mode, run.seed);
-    write_file_atomic(done_path, r.dump() + "\n");
-    std::printf("compare: %s seed %lld: val loss %s, perplexity %s, %s tok/s, peak RSS %lld MiB%s\n",
-                run.mode.c_str(), static_cast<long long>(run.seed), fmt(log.val_loss, 4).c_str(),
-                fmt(log.val_ppl, 2).c_str(), fmt(log.tok_per_s, 0).c_str(),
-                static_cast<long long>(child.peak_rss_bytes >> 20),
-                log.steps < steps ? cat(" (cut at step ", log.steps, " of ", steps, " by --minutes)").c_str() : "");
+    std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
+                resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
+                static_cast<long long>(steps), static_cast<long long>(o.B * o.T), run.dir.c_str());
     std::fflush(stdout);
-    results.push_back(r);
+    fs::create_directories(run.dir);
+    child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", o.launcher);
+    if (child.exit_code != 0)
+      fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
+           "/train.err");
   }
+  std::fflush(stdout);
+  const RunLog log = read_run_log(run.dir + "/log.jsonl");
+  nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", o.precision},
+                      {"steps", log.steps},
+                      {"planned_steps", steps}, {"cut", log.steps < steps},
+                      {"schedule_cut_at", log.schedule_cut_at},
+                      {"tokens", log.steps * o.B * o.T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
+                      {"tok_per_s", log.tok_per_s},
+                      {"peak_rss_bytes", log.peak_rss_bytes > 0 ? log.peak_rss_bytes : child.peak_rss_bytes},
+                      {"seconds", now_seconds() - t0}, {"val_curve", log.val_curve}, {"loss_curve", log.loss_curve},
+                      {"routing_curve", log.routing_curve}};
+  const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
+  r["params"] = ParamLayout(c).total();
+  r["routing_heads"] = mode_spec(c.mode).routed() ? c.routing_heads : 0;
+  if (mode_spec(c.mode).routed()) {  // the routing of the final model, on validation tokens
+    const ChildResult rt = run_self({"routing", "--model", run.dir, "--data", o.val_data, "--seq-len",
+                                     cat(o.T), "--max-tokens", cat(o.routing_tokens), "--threads",
+                                     cat(o.t.threads), "--device", o.t.device, "--precision", o.precision,
+                                     "--json", "--quiet"});
+    if (rt.exit_code != 0) fail(run.mode, " seed ", run.seed, ": the routing analysis failed");
+    r["routing"] = nlohmann::json::parse(rt.out);
+  }
+  add_interventions(o, r, run.mode, run.seed);
+  write_file_atomic(run.dir + "/done.json", r.dump() + "\n");
+  std::printf("compare: %s seed %lld: val loss %s, perplexity %s, %s tok/s, peak RSS %lld MiB%s\n",
+              run.mode.c_str(), static_cast<long long>(run.seed), fmt(log.val_loss, 4).c_str(),
+              fmt(log.val_ppl, 2).c_str(), fmt(log.tok_per_s, 0).c_str(),
+              static_cast<long long>(child.peak_rss_bytes >> 20),
+              log.steps < steps ? cat(" (cut at step ", log.steps, " of ", steps, " by --minutes)").c_str() : "");
+  std::fflush(stdout);
+  return r;
+}
 
+// The table, its notes, results.md and results.json; then the report.
+void write_results(const Comparison& o, const nlohmann::json& results) {
+  const int64_t steps = o.steps, B = o.B, T = o.T;
   const Matched match = match_runs(results, steps);
-  const ModeTable mt = mode_table(modes, results, match, seeds, steps);
-  const std::vector<std::string>& cut_runs = match.cut_runs;
-  const bool comparable = match.comparable;
-  const int64_t matched_step = match.step;
-  const std::string& table = mt.table;
-  const nlohmann::json& summary = mt.summary;
+  const ModeTable mt = mode_table(o.modes, results, match, o.seeds, steps);
   std::vector<std::string> notes = mt.notes;
-  std::string text = table + "\n";
-  text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", seeds,
+  std::string text = mt.table + "\n";
+  text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", o.seeds,
               " seed(s) per mode, ",
-              precision == "bf16" ? "bf16 products (bfloat16 inputs, float32 sums; the rest float32)"
-                                  : "fp32 arithmetic",
-              opts.given("precision") ? "" : " (--precision auto)", "; validation loss on ",
-              t.val_tokens > 0 ? cat("the first ", t.val_tokens, " tokens of ") : std::string("all of "),
+              o.precision == "bf16" ? "bf16 products (bfloat16 inputs, float32 sums; the rest float32)"
+                                    : "fp32 arithmetic",
+              o.precision_given ? "" : " (--precision auto)", "; validation loss on ",
+              o.t.val_tokens > 0 ? cat("the first ", o.t.val_tokens, " tokens of ") : std::string("all of "),
               o.val_data,
               ". deep max weight: the per-token max routing weight, mean over the deepest third of the routers.\n");
-  if (!cut_runs.empty()) {
+  if (!match.cut_runs.empty()) {
     std::string list;
-    for (const std::string& c : cut_runs) list += (list.empty() ? "" : ", ") + c;
+    for (const std::string& c : match.cut_runs) list += (list.empty() ? "" : ", ") + c;
     notes.insert(notes.begin(),
-                 cat(cut_runs.size(), " of ", results.size(), " runs were cut by --minutes before their ", steps,
+                 cat(match.cut_runs.size(), " of ", results.size(), " runs were cut by --minutes before their ", steps,
                      " planned steps (", list, "; each completed its learning-rate decay early): their final losses "
                      "are not matched with the others' and are not compared. ",
-                     comparable ? cat("The modes are compared at step ", matched_step,
-                                      ", the last validation every run made before any schedule was shortened.")
-                                : std::string("No validation step precedes every cut: the modes are not compared."),
+                     match.comparable ? cat("The modes are compared at step ", match.step,
+                                            ", the last validation every run made before any schedule was shortened.")
+                                      : std::string("No validation step precedes every cut: the modes are not compared."),
                      " To compare them as planned, remove the cut runs' directories and run the same command again "
                      "with more --minutes (or none) on a quiet machine: the finished runs are kept."));
   }
   for (const std::string& n : notes) text += cat("- ", n, "\n");
   std::printf("\n%s", text.c_str());
+  const std::string& out = o.out;
   write_file_atomic(out + "/results.md", text);
   write_file_atomic(out + "/results.json",
-                    nlohmann::json({{"settings", settings}, {"runs", results}, {"summary", summary},
+                    nlohmann::json({{"settings", o.settings}, {"runs", results}, {"summary", mt.summary},
                                     {"notes", notes},
-                                    {"matched", {{"comparable", comparable},
-                                                 {"step", comparable ? nlohmann::json(matched_step) : nlohmann::json(nullptr)},
-                                                 {"cut_runs", cut_runs}}}})
+                                    {"matched", {{"comparable", match.comparable},
+                                                 {"step", match.comparable ? nlohmann::json(match.step) : nlohmann::json(nullptr)},
+                                                 {"cut_runs", match.cut_runs}}}})
                             .dump(1) +
                         "\n");
   std::printf("results: %s/results.json, %s/results.md\n", out.c_str(), out.c_str());
@@ -579,10 +574,57 @@ int cmd_compare(int argc, char** argv) {
     vega = find_vega_dir(o.vega_dir);
   } catch (const Error& e) {  // the table stands without the pictures
     std::printf("report: not written: %s\n", e.what());
-    return 0;
+    return;
   }
   write_report(data, out + "/report.html", vega);
   std::printf("report: %s/report.html\n", out.c_str());
+}
+
+}  // namespace
+
+int cmd_compare(int argc, char** argv) {
+  Comparison o;
+  OptionList opts("compare",
+                  "Matched training runs of several routing modes (the same data windows in the same order, the same "
+                  "base\ninitialisation or the same --init checkpoint, the same schedule and tokens), then a table of "
+                  "validation\nloss, speed, memory and routing.  An interrupted comparison resumes: finished runs are "
+                  "not rerun.\nEvery option of attnres train is one of compare too, passed on to each run when given "
+                  "(train's\ndefaults apply otherwise, except where its help says compare's default and why).");
+  add_compare_options(opts, o);
+  if (!opts.parse(argc, argv)) return 0;
+  resolve_comparison(o, opts);
+  // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
+  std::printf("attnres compare\n%s", opts.table().c_str());
+  std::fflush(stdout);
+
+  {
+    std::error_code ec;
+    fs::create_directories(o.out, ec);
+    if (ec) fail(o.out, ": cannot create the comparison's directory: ", ec.message());
+  }
+  // One comparison at a time in a directory: a second one on a running
+  // comparison's --out is refused up front (and never writes into its files).
+  const DirLock lock(o.out);
+  check_or_write_settings(o);
+
+  std::vector<Run> runs;
+  for (const std::string& m : o.modes)
+    for (int64_t k = 0; k < o.seeds; ++k)
+      runs.push_back({m, cat(o.out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)});
+  const double t_start = now_seconds(), limit_s = o.minutes * 60;
+  nlohmann::json results = nlohmann::json::array();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& run = runs[i];
+    if (nlohmann::json r = finished_record(o, run); !r.is_null()) {
+      results.push_back(std::move(r));
+      continue;
+    }
+    // With --minutes, this run's share of what is left (the analysis after it takes a few seconds).
+    std::optional<double> share;
+    if (limit_s > 0) share = (limit_s - (now_seconds() - t_start)) / static_cast<double>(runs.size() - i) - 10;
+    results.push_back(train_and_record(o, run, share));
+  }
+  write_results(o, results);
   return 0;
 }
 
