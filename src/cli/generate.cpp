@@ -106,22 +106,20 @@ std::vector<Prompt> read_prompt_file(const std::string& path, const Config& c, c
   return prompts;
 }
 
-}  // namespace
+struct GenerateFlags {
+  ModelFlags model;
+  std::optional<std::string> prompt, prompt_ids;
+  std::string prompts;
+  int64_t max_new_tokens = 0;
+  SamplingFlags sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int64_t batch = 0;
+  bool json = false;
+  ContextOptions context;
+};
 
-int cmd_generate(int argc, char** argv) {
-  struct {
-    ModelFlags model;
-    std::optional<std::string> prompt, prompt_ids;
-    std::string prompts;
-    int64_t max_new_tokens = 0;
-    SamplingFlags sampling;
-    std::vector<std::string> stop;
-    bool ignore_eos = false;
-    int64_t batch = 0;
-    bool json = false;
-    ContextOptions context;
-  } o;
-  OptionList opts("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).");
+void add_generate_options(OptionList& opts, GenerateFlags& o) {
   add_model_options(opts, o.model, true);
   opts.add(o.prompt, {"prompt", "", "prompt text (default: read from stdin)"});
   opts.add(o.prompt_ids, {"prompt-ids", "", "prompt as comma-separated token ids instead of text"});
@@ -134,6 +132,85 @@ int cmd_generate(int argc, char** argv) {
   opts.add(o.batch, {"batch", "8", "sequences decoded together (--prompts)"});
   opts.add(o.json, {"json", "false", "print one JSON object (prompt_ids, ids, text, speeds) instead of streaming text"});
   add_context_options(opts, o.context);
+}
+
+// The prompts, from one source (two would leave one silently unused): a
+// JSONL file, ids, or text (the flag, else stdin).  need_tokenizer(why)
+// fails where text needs a tokenizer the model lacks.
+std::vector<Prompt> read_prompts(const GenerateFlags& o, const Config& c, const Tokenizer* tok,
+                                 const std::function<void(const char*)>& need_tokenizer) {
+  std::vector<std::string> sources;
+  if (o.prompt) sources.push_back("--prompt");
+  if (o.prompt_ids) sources.push_back("--prompt-ids");
+  if (!o.prompts.empty()) sources.push_back("--prompts");
+  if (sources.size() > 1) fail(sources[0], " and ", sources[1], " both give the prompt: give one of them");
+  if (!o.prompts.empty()) return read_prompt_file(o.prompts, c, tok, need_tokenizer);
+  if (o.prompt_ids) return {{parse_ids(*o.prompt_ids, "--prompt-ids"), true, ""}};
+  const std::string text = o.prompt ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
+  need_tokenizer("a text prompt");
+  Prompt p;
+  for (uint32_t id : tok->encode(text)) p.ids.push_back(static_cast<int32_t>(id));
+  return {std::move(p)};
+}
+
+// One prompt's result as JSON: its ids, text (with a tokenizer) and speeds.
+nlohmann::json result_json(const Prompt& p, const GenerateResult& r, const GenerateTimes& t, bool text) {
+  nlohmann::json j = {{"prompt_ids", p.ids}, {"ids", r.ids}, {"finish_reason", r.finish_reason}};
+  if (text) j["text"] = r.text;
+  j["prefill_tok_per_s"] = t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0;
+  j["decode_tok_per_s"] = t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0;
+  return j;
+}
+
+// --prompts: batches of the model's batch, a JSON line per prompt with its index.
+void generate_file(Model& model, const std::vector<Prompt>& prompts, GenerateOptions g, bool text) {
+  const size_t batch = static_cast<size_t>(model.B());
+  for (size_t i0 = 0; i0 < prompts.size(); i0 += batch) {
+    const size_t m = std::min(prompts.size() - i0, batch);
+    std::vector<std::vector<int32_t>> ids;
+    for (size_t i = i0; i < i0 + m; ++i) ids.push_back(prompts[i].ids);
+    GenerateTimes t;
+    g.first_index = i0;  // sampling follows (seed, the prompt's index), not its place in the batch
+    const auto results = generate(model, ids, g, &t);
+    for (size_t i = 0; i < m; ++i) {
+      nlohmann::json j = result_json(prompts[i0 + i], results[i], t, text);
+      j["index"] = i0 + i;
+      write_stdout(dump(j) + "\n");
+    }
+  }
+}
+
+// One prompt: its text streamed as it decodes (or, without a tokenizer, its
+// ids at the end) and the speeds on stderr; or, with --json, one object.
+void generate_one(Model& model, const Prompt& prompt, const GenerateOptions& g, bool json) {
+  const bool text = g.tokenizer != nullptr;
+  GenerateTimes t;
+  OnText stream;
+  if (!json && text)
+    stream = [](size_t, std::string_view piece) {
+      write_stdout(piece);  // a full or closed stdout ends the decoding here
+    };
+  const auto results = generate(model, {prompt.ids}, g, &t, stream);
+  if (json) {
+    std::printf("%s\n", dump(result_json(prompt, results[0], t, text)).c_str());
+    return;
+  }
+  if (!text)  // ids in, no tokenizer: the ids out
+    for (size_t i = 0; i < results[0].ids.size(); ++i) std::printf("%s%d", i ? "," : "", results[0].ids[i]);
+  std::printf("\n");
+  flush_stdout();  // the text ends before the speed line on stderr
+  std::fprintf(stderr, "generate: %lld prompt tokens at %.1f tok/s, %zu new tokens (%s), decode %.1f tok/s\n",
+               static_cast<long long>(t.prefill_tokens),
+               t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0, results[0].ids.size(),
+               results[0].finish_reason.c_str(), t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0);
+}
+
+}  // namespace
+
+int cmd_generate(int argc, char** argv) {
+  GenerateFlags o;
+  OptionList opts("generate", "Generate text from a checkpoint with a KV cache (greedy or sampled).");
+  add_generate_options(opts, o);
   if (!opts.parse(argc, argv)) return 0;
   const ContextOptions& co = o.context;
   const ModelSource src = open_model(o.model.model, {.tokenizer = o.model.tokenizer,
@@ -141,7 +218,6 @@ int cmd_generate(int argc, char** argv) {
                                                      .why = "",
                                                      .sampling_defaults = true,
                                                      .eos_ids = !o.ignore_eos});
-  const std::string& dir = src.dir;
   const Config& c = src.config;
 
   // Sampling and stopping.
@@ -153,13 +229,12 @@ int cmd_generate(int argc, char** argv) {
   if (g.max_new_tokens < 1) fail("--max-new-tokens must be at least 1, got ", g.max_new_tokens);
 
   // The tokenizer, when there is one.
-  const std::optional<Tokenizer>& tok = src.tokenizer;
-  if (tok) g.tokenizer = &*tok;
-  const bool json = o.json;
+  const Tokenizer* tok = src.tokenizer ? &*src.tokenizer : nullptr;
+  g.tokenizer = tok;
   auto need_tokenizer = [&](const char* why) {
     if (!tok)
-      fail(why, " needs a tokenizer, and ", dir, " has no tokenizer.json: pass --tokenizer FILE",
-           json ? " or give ids with --prompt-ids" : " (or --prompt-ids with --json)");
+      fail(why, " needs a tokenizer, and ", src.dir, " has no tokenizer.json: pass --tokenizer FILE",
+           o.json ? " or give ids with --prompt-ids" : " (or --prompt-ids with --json)");
   };
   if (!g.stop.empty()) need_tokenizer("--stop");
   if (!o.ignore_eos) {
@@ -167,30 +242,10 @@ int cmd_generate(int argc, char** argv) {
     if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
       g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
   }
-
-  // The prompts: from one source (two would leave one silently unused).
-  {
-    std::vector<std::string> sources;
-    if (o.prompt) sources.push_back("--prompt");
-    if (o.prompt_ids) sources.push_back("--prompt-ids");
-    if (!o.prompts.empty()) sources.push_back("--prompts");
-    if (sources.size() > 1) fail(sources[0], " and ", sources[1], " both give the prompt: give one of them");
-  }
-  std::vector<Prompt> prompts;
-  const bool batch_file = !o.prompts.empty();
-  if (batch_file) {
-    prompts = read_prompt_file(o.prompts, c, tok ? &*tok : nullptr, need_tokenizer);
-  } else if (o.prompt_ids) {
-    prompts.push_back({parse_ids(*o.prompt_ids, "--prompt-ids"), true, ""});
-  } else {
-    std::string text = o.prompt ? *o.prompt : std::string(std::istreambuf_iterator<char>(std::cin), {});
-    need_tokenizer("a text prompt");
-    Prompt p;
-    for (uint32_t id : tok->encode(text)) p.ids.push_back(static_cast<int32_t>(id));
-    prompts.push_back(std::move(p));
-  }
+  const std::vector<Prompt> prompts = read_prompts(o, c, tok, need_tokenizer);
 
   // The model: an inference model with a KV cache sized for these prompts.
+  const bool batch_file = !o.prompts.empty();
   const int64_t batch = batch_file ? std::min<int64_t>(o.batch, static_cast<int64_t>(prompts.size())) : 1;
   if (batch < 1) fail("--batch must be positive");
   // Bad prompts are reported before the weights are read.
@@ -207,60 +262,15 @@ int cmd_generate(int argc, char** argv) {
   const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
   const int64_t prefill_chunk = std::min<int64_t>(longest, 512);
   const std::unique_ptr<Context> ctx = open_context(co);
-  const std::unique_ptr<Model> model_ptr = load_model(src, *ctx,
-                                                      {.batch = batch,
-                                                       .seq_len = prefill_chunk,
-                                                       .rows = std::max(batch, prefill_chunk),
-                                                       .cache_len = std::max<int64_t>(cache_len, 1),
-                                                       .cache_seqs = batch},
-                                                      co.precision);
-  Model& model = *model_ptr;
-
-  auto result_json = [&](const Prompt& p, const GenerateResult& r, const GenerateTimes& t) {
-    nlohmann::json j = {{"prompt_ids", p.ids}, {"ids", r.ids}, {"finish_reason", r.finish_reason}};
-    if (tok) j["text"] = r.text;
-    j["prefill_tok_per_s"] = t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0;
-    j["decode_tok_per_s"] = t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0;
-    return j;
-  };
-
-  if (batch_file) {
-    for (size_t i0 = 0; i0 < prompts.size(); i0 += static_cast<size_t>(batch)) {
-      const size_t m = std::min(prompts.size() - i0, static_cast<size_t>(batch));
-      std::vector<std::vector<int32_t>> ids;
-      for (size_t i = i0; i < i0 + m; ++i) ids.push_back(prompts[i].ids);
-      GenerateTimes t;
-      g.first_index = i0;  // sampling follows (seed, the prompt's index), not its place in the batch
-      const auto results = generate(model, ids, g, &t);
-      for (size_t i = 0; i < m; ++i) {
-        nlohmann::json j = result_json(prompts[i0 + i], results[i], t);
-        j["index"] = i0 + i;
-        write_stdout(dump(j) + "\n");
-      }
-    }
-    return 0;
-  }
-
-  GenerateTimes t;
-  OnText stream;
-  if (!json && tok)
-    stream = [](size_t, std::string_view piece) {
-      write_stdout(piece);  // a full or closed stdout ends the decoding here
-    };
-  const auto results = generate(model, {prompts[0].ids}, g, &t, stream);
-  if (json) {
-    std::printf("%s\n", dump(result_json(prompts[0], results[0], t)).c_str());
-  } else {
-    if (!tok)  // ids in, no tokenizer: the ids out
-      for (size_t i = 0; i < results[0].ids.size(); ++i) std::printf("%s%d", i ? "," : "", results[0].ids[i]);
-    std::printf("\n");
-    flush_stdout();  // the text ends before the speed line on stderr
-    std::fprintf(stderr, "generate: %lld prompt tokens at %.1f tok/s, %zu new tokens (%s), decode %.1f tok/s\n",
-                 static_cast<long long>(t.prefill_tokens),
-                 t.prefill_s > 0 ? static_cast<double>(t.prefill_tokens) / t.prefill_s : 0.0, results[0].ids.size(),
-                 results[0].finish_reason.c_str(),
-                 t.decode_s > 0 ? static_cast<double>(t.decode_tokens) / t.decode_s : 0.0);
-  }
+  const std::unique_ptr<Model> model = load_model(src, *ctx,
+                                                  {.batch = batch,
+                                                   .seq_len = prefill_chunk,
+                                                   .rows = std::max(batch, prefill_chunk),
+                                                   .cache_len = std::max<int64_t>(cache_len, 1),
+                                                   .cache_seqs = batch},
+                                                  co.precision);
+  if (batch_file) generate_file(*model, prompts, g, tok != nullptr);
+  else generate_one(*model, prompts[0], g, o.json);
   return 0;
 }
 
