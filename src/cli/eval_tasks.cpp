@@ -79,24 +79,18 @@ void print_results(const std::vector<TaskSpec>& tasks, const std::vector<TaskRes
         std::printf("%s: %zu subjects, weighted by size (per subject: --json)\n", r.task.c_str(), r.subjects.size());
 }
 
-}  // namespace
+struct EvalTasksFlags {
+  ModelFlags model;
+  std::string tasks, data_dir;
+  int64_t limit = 0, num_fewshot = 0, batch = 0, max_length = 0;
+  uint64_t fewshot_seed = 0;  // a Python int to the harness: taken whole (64 bits)
+  bool json = false;
+  std::string out, log_samples;
+  bool quiet = false;
+  ContextOptions context;
+};
 
-int cmd_eval_tasks(int argc, char** argv) {
-  struct {
-    ModelFlags model;
-    std::string tasks, data_dir;
-    int64_t limit = 0, num_fewshot = 0, batch = 0, max_length = 0;
-    uint64_t fewshot_seed = 0;  // a Python int to the harness: taken whole (64 bits)
-    bool json = false;
-    std::string out, log_samples;
-    bool quiet = false;
-    ContextOptions context;
-  } o;
-  OptionList opts("eval-tasks",
-                  "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard "
-                  "errors of\nEleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each "
-                  "task reads\nDATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face "
-                  "dataset.");
+void add_eval_tasks_options(OptionList& opts, EvalTasksFlags& o) {
   add_model_options(opts, o.model, true);
   opts.add(o.tasks, {"tasks", "paper",
                      "comma-separated: hellaswag, arc_easy, arc_challenge, piqa, winogrande, boolq, mmlu, "
@@ -117,6 +111,91 @@ int cmd_eval_tasks(int argc, char** argv) {
            {"log-samples", "", "write every request (strings, token ids, log-likelihood, greedy) as JSONL here"});
   opts.add(o.quiet, {"quiet", "false", "no progress line on stderr"});
   add_context_options(opts, o.context);
+}
+
+// --out and --log-samples: not one of the files read, nor each other.
+void check_outputs(const EvalTasksFlags& o, const std::vector<TaskSpec>& tasks, const ModelSource& src) {
+  std::vector<NamedPath> inputs;
+  for (const TaskSpec& t : tasks) {
+    inputs.push_back({"the task file", task_file(t, o.data_dir)});
+    if (o.num_fewshot > 0 && !t.fewshot_split.empty())
+      inputs.push_back({"the few-shot file", task_file(t, o.data_dir, t.fewshot_split)});
+  }
+  for (const auto& e : std::filesystem::directory_iterator(src.dir))
+    if (e.is_regular_file()) inputs.push_back({"the model's file", e.path().string()});
+  inputs.push_back({"the tokenizer", src.tokenizer_path});
+  check_outputs_apart({{"--out", o.out}, {"--log-samples", o.log_samples}}, inputs);
+}
+
+// Every request of every task, tokenized, in order; an error names the
+// record's FILE:LINE.
+std::vector<TokenRequest> tokenize_requests(const std::vector<std::vector<Doc>>& docs, const Tokenizer& tok,
+                                            int64_t max_length) {
+  std::vector<TokenRequest> requests;
+  for (const std::vector<Doc>& task : docs)
+    for (const Doc& doc : task)
+      for (const Request& r : doc.requests) {
+        try {
+          requests.push_back(encode_request(tok, r.context, r.continuation));
+        } catch (const Error& e) {  // the tokenizer's limits too: FILE:LINE of the record
+          fail(doc.where, ": ", e.what());
+        }
+        if (static_cast<int64_t>(requests.back().continuation.size()) > max_length)
+          fail(doc.where, ": a continuation has ", requests.back().continuation.size(),
+               " tokens, more than the model's length ", max_length, " (--max-length; nothing is left to condition on)");
+      }
+  return requests;
+}
+
+// Per task: its documents' log-likelihoods (scored, in request order), and the metrics.
+std::vector<TaskResult> score_tasks(const std::vector<TaskSpec>& tasks, const std::vector<std::vector<Doc>>& docs,
+                                    const std::vector<Loglik>& scored) {
+  std::vector<TaskResult> results;
+  size_t next = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    std::vector<std::vector<Loglik>> lls;
+    for (const Doc& doc : docs[t]) {
+      lls.emplace_back();
+      for (size_t i = 0; i < doc.requests.size(); ++i, ++next) lls.back().push_back(scored[next]);
+    }
+    results.push_back(score_task(tasks[t], docs[t], lls));
+  }
+  return results;
+}
+
+// The harness-shaped JSON: per task (and mmlu subject) its metrics and n,
+// and the average the paper reports: one metric per task, named.
+nlohmann::json results_json(const std::vector<TaskSpec>& tasks, const std::vector<TaskResult>& results, double* average_out) {
+  nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};
+  nlohmann::json average_metrics = nlohmann::json::object();
+  double average = 0;
+  for (size_t t = 0; t < tasks.size(); ++t) {
+    const TaskResult& r = results[t];
+    j["results"][r.task] = result_json(r);
+    j["n"][r.task] = r.n;
+    for (const auto& [name, s] : r.subjects) {
+      j["results"][name] = result_json(s);
+      j["n"][name] = s.n;
+    }
+    average_metrics[r.task] = tasks[t].average_metric;
+    average += r.metrics.at(tasks[t].average_metric).value / static_cast<double>(tasks.size());
+  }
+  j["average"] = average;
+  j["average_metrics"] = average_metrics;
+  *average_out = average;
+  return j;
+}
+
+}  // namespace
+
+int cmd_eval_tasks(int argc, char** argv) {
+  EvalTasksFlags o;
+  OptionList opts("eval-tasks",
+                  "Zero-shot accuracy on downstream tasks, with the prompts, continuations, metrics and standard "
+                  "errors of\nEleutherAI's lm-evaluation-harness (v0.4.x task definitions; docs/tasks.md).  Each "
+                  "task reads\nDATA_DIR/<task>.jsonl: one record per line, with the fields of its Hugging Face "
+                  "dataset.");
+  add_eval_tasks_options(opts, o);
   if (!opts.parse(argc, argv)) return 0;
   if (o.data_dir.empty()) fail("--data-dir is required (the directory of the task files)");
   const ContextOptions& co = o.context;
@@ -139,89 +218,35 @@ int cmd_eval_tasks(int argc, char** argv) {
   const ModelSource src =
       open_model(o.model.model, {.tokenizer = o.model.tokenizer, .need = NeedTokenizer::kYes, .why = "eval-tasks scores text",
                                                  .how = "pass --tokenizer FILE"});
-  const std::string& dir = src.dir;
-  {  // an output may not be one of the files read, nor the other output
-    std::vector<NamedPath> inputs;
-    for (const TaskSpec& t : tasks) {
-      inputs.push_back({"the task file", task_file(t, o.data_dir)});
-      if (fewshot > 0 && !t.fewshot_split.empty()) inputs.push_back({"the few-shot file", task_file(t, o.data_dir, t.fewshot_split)});
-    }
-    for (const auto& e : std::filesystem::directory_iterator(dir))
-      if (e.is_regular_file()) inputs.push_back({"the model's file", e.path().string()});
-    inputs.push_back({"the tokenizer", src.tokenizer_path});
-    check_outputs_apart({{"--out", o.out}, {"--log-samples", o.log_samples}}, inputs);
-  }
+  check_outputs(o, tasks, src);
   const Config& c = src.config;
-  const std::string& tok_path = src.tokenizer_path;
-  const Tokenizer& tok = *src.tokenizer;
   const int64_t max_length = o.max_length > 0 ? o.max_length : c.max_position_embeddings;
   if (max_length > c.max_position_embeddings)
     fail("--max-length ", max_length, " exceeds max_position_embeddings ", c.max_position_embeddings);
-
-  // Requests of every task, tokenized.
-  std::vector<TokenRequest> requests;
-  for (size_t t = 0; t < tasks.size(); ++t)
-    for (size_t d = 0; d < docs[t].size(); ++d)
-      for (const Request& r : docs[t][d].requests) {
-        try {
-          requests.push_back(encode_request(tok, r.context, r.continuation));
-        } catch (const Error& e) {  // the tokenizer's limits too: FILE:LINE of the record
-          fail(docs[t][d].where, ": ", e.what());
-        }
-        if (static_cast<int64_t>(requests.back().continuation.size()) > max_length)
-          fail(docs[t][d].where, ": a continuation has ", requests.back().continuation.size(),
-               " tokens, more than the model's length ", max_length, " (--max-length; nothing is left to condition on)");
-      }
+  const std::vector<TokenRequest> requests = tokenize_requests(docs, *src.tokenizer, max_length);
 
   const std::unique_ptr<Context> ctx = open_context(co);
-  const std::unique_ptr<Model> model_ptr =
+  const std::unique_ptr<Model> model =
       load_model(src, *ctx,
                  {.batch = std::min<int64_t>(batch, static_cast<int64_t>(requests.size())),
                   .seq_len = longest_input(requests, max_length)},
                  co.precision);
-  Model& model = *model_ptr;
 
   const double t0 = now_seconds();
   Progress progress(o.quiet ? nullptr : stderr, "eval-tasks", requests.size());
   size_t examples = 0;
   for (const auto& d : docs) examples += d.size();
-  const std::vector<Loglik> scored = score_requests(model, requests, max_length, batch, &progress,
+  const std::vector<Loglik> scored = score_requests(*model, requests, max_length, batch, &progress,
                                                     static_cast<double>(requests.size()) / static_cast<double>(examples));
   const double seconds = now_seconds() - t0;
   progress.finish(cat(requests.size(), " requests in ", static_cast<int64_t>(seconds), " s, ",
                       static_cast<int64_t>(static_cast<double>(requests.size()) / seconds), " requests/s"));
 
-  // Per task: its documents' log-likelihoods, and the metrics.
-  std::vector<TaskResult> results;
-  size_t next = 0;
-  for (size_t t = 0; t < tasks.size(); ++t) {
-    std::vector<std::vector<Loglik>> lls;
-    for (size_t d = 0; d < docs[t].size(); ++d) {
-      lls.emplace_back();
-      for (size_t i = 0; i < docs[t][d].requests.size(); ++i, ++next) lls.back().push_back(scored[next]);
-    }
-    results.push_back(score_task(tasks[t], docs[t], lls));
-  }
+  const std::vector<TaskResult> results = score_tasks(tasks, docs, scored);
   if (!o.log_samples.empty()) write_log_samples(o.log_samples, tasks, docs, requests, scored);
-
-  // The average the paper reports: one metric per task, named.
-  nlohmann::json j = {{"results", nlohmann::json::object()}, {"n", nlohmann::json::object()}};
-  nlohmann::json average_metrics = nlohmann::json::object();
   double average = 0;
-  for (size_t t = 0; t < tasks.size(); ++t) {
-    const TaskResult& r = results[t];
-    j["results"][r.task] = result_json(r);
-    j["n"][r.task] = r.n;
-    for (const auto& [name, s] : r.subjects) {
-      j["results"][name] = result_json(s);
-      j["n"][name] = s.n;
-    }
-    average_metrics[r.task] = tasks[t].average_metric;
-    average += r.metrics.at(tasks[t].average_metric).value / static_cast<double>(tasks.size());
-  }
-  j["average"] = average;
-  j["average_metrics"] = average_metrics;
-  j["config"] = {{"model", dir},         {"tokenizer", tok_path},     {"num_fewshot", fewshot},
+  nlohmann::json j = results_json(tasks, results, &average);
+  j["config"] = {{"model", src.dir},     {"tokenizer", src.tokenizer_path}, {"num_fewshot", fewshot},
                  {"limit", limit},       {"max_length", max_length},  {"precision", precision_name(co.precision)},
                  {"batch", batch},       {"requests", requests.size()}, {"seconds", seconds},
                  {"fewshot_seed", o.fewshot_seed},
