@@ -489,12 +489,14 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
 // One (mode, precision) of the training benchmark as a line of text: the
 // median tok/s (the runs' range with --rounds), ms per step, MFU, RSS, and
 // the ratios to baseline and to fp32; with --profile, where the step went.
-void print_bench_line(const nlohmann::json& r, const std::vector<double>& tok, bool profile) {
+void print_bench_line(const nlohmann::json& r, bool profile) {
   const int64_t heads = r["routing_heads"].get<int64_t>();
   const std::string label = r["mode"].get<std::string>() + (heads > 1 ? cat(" H", heads) : "");
   std::printf("%-15s %-4s %8.0f tok/s", label.c_str(), r["precision"].get<std::string>().c_str(), r["tok_per_s"].get<double>());
-  if (tok.size() > 1)
+  if (r.contains("tok_per_s_runs")) {  // --rounds > 1: the runs' range
+    const std::vector<double> tok = r["tok_per_s_runs"].get<std::vector<double>>();
     std::printf(" (%.0f-%.0f)", *std::min_element(tok.begin(), tok.end()), *std::max_element(tok.begin(), tok.end()));
+  }
   std::printf("  %7.1f ms/step  MFU %5.1f%%  peak RSS %6.2f GiB", r["ms_per_step"].get<double>(),
               100 * r["mfu"].get<double>(), r["peak_rss_bytes"].get<double>() / (1024.0 * 1024 * 1024));
   if (r.contains("tok_per_s_vs_baseline") && r["mode"] != "baseline")
@@ -507,11 +509,9 @@ void print_bench_line(const nlohmann::json& r, const std::vector<double>& tok, b
 
 }  // namespace
 
-int cmd_bench(int argc, char** argv) {
-  BenchFlags f;
-  OptionList opts("bench",
-                  "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
-                  "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.");
+namespace {
+
+void add_bench_options(OptionList& opts, BenchFlags& f) {
   opts.add(f.config, {"config", "bench-small", "preset name or path to a config.json"});
   opts.add(f.mode, {"mode", "", "attnres_mode to run, or 'all': every mode name, the _mh ones included (default: the config's)"});
   opts.add(f.routing_heads, {"routing-heads", "", "attnres_num_heads of the routed modes (default: each mode name's: 1, or 8 for the _mh names)"});
@@ -551,6 +551,72 @@ int cmd_bench(int argc, char** argv) {
                        "(ops/timed_backend.h), and outside them"});
   opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
   opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});
+}
+
+// The mode names --mode asks for: one (the config's by default), or with
+// "all" every name of every mode (model/modes.h), in its order.
+std::vector<std::string> bench_modes(const BenchFlags& f) {
+  std::vector<std::string> modes;
+  if (f.mode == "all") {
+    for (const ModeName& n : mode_names()) modes.push_back(n.name);
+    return modes;
+  }
+  const Config c = bench_config(f, f.mode);
+  if (f.routing_heads && !mode_spec(c.mode).routed())  // as train refuses it
+    fail("--routing-heads ", *f.routing_heads, " with attnres_mode ", c.mode_label(),
+         ", which has no depth routing (routing heads need a routed mode)");
+  return {c.mode_label()};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// The peaks and bandwidth a bench's figures are against (0 where not measured).
+struct BenchPeaks {
+  double sgemm = 0, bf16 = 0, copy_gb_per_s = 0;
+  bool bf16_here = false;
+  double of(Precision p) const { return p == Precision::kBF16 ? bf16 : sgemm; }
+};
+
+// One (precision, mode)'s record from its rounds: the first run's settings
+// with the medians of the figures, the profile's means, and the ratios to
+// baseline (base: its tok/s and RSS, 0 before baseline ran) and to fp32.
+nlohmann::json summarize(const std::vector<nlohmann::json>& runs, const BenchFlags& f, Precision p,
+                         const BenchPeaks& peaks, int64_t rounds) {
+  std::vector<double> tok, ms, rss;
+  for (const auto& r : runs) {
+    tok.push_back(r["tok_per_s"].get<double>());
+    ms.push_back(r["ms_per_step"].get<double>());
+    rss.push_back(r["peak_rss_bytes"].get<double>());
+  }
+  nlohmann::json r = runs[0];  // settings; the figures are the medians
+  r["tok_per_s"] = median(tok);
+  r["ms_per_step"] = median(ms);
+  r["peak_rss_bytes"] = median(rss);
+  if (f.profile) {
+    r["profile_ms_per_step"] = mean_over_runs(runs, "profile_ms_per_step");
+    r["routing_traffic"] = mean_over_runs(runs, "routing_traffic");
+    r["copy_gb_per_s"] = peaks.copy_gb_per_s;
+  }
+  r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
+  r["rounds"] = rounds;
+  if (rounds > 1) r["tok_per_s_runs"] = tok;
+  r["peak_gflops"] = peaks.of(p);
+  r["sgemm_peak_gflops"] = peaks.sgemm;
+  if (peaks.bf16_here) r["bf16_peak_gflops"] = peaks.bf16;
+  return r;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  BenchFlags f;
+  OptionList opts("bench",
+                  "Throughput (tok/s), MFU and peak RSS of full training steps on random tokens; with --generate,\n"
+                  "prefill and decode speed (batch 1 and --decode-batch) against the memory-bandwidth bound.");
+  add_bench_options(opts, f);
   if (!opts.parse(argc, argv)) return 0;
   f.precision_given = opts.given("precision");
   f.config_given = opts.given("config");
@@ -585,32 +651,23 @@ int cmd_bench(int argc, char** argv) {
                             .c_str());
     return 0;
   }
-  // Every name of every mode (model/config.h), in its order: the five, then the reference's _mh ones.
-  std::vector<std::string> modes;
-  if (f.mode == "all") {
-    for (const ModeName& n : mode_names()) modes.push_back(n.name);
-  } else {
-    const Config c = bench_config(f, f.mode);
-    if (f.routing_heads && !mode_spec(c.mode).routed())  // as train refuses it
-      fail("--routing-heads ", *f.routing_heads, " with attnres_mode ", c.mode_label(),
-           ", which has no depth routing (routing heads need a routed mode)");
-    modes = {c.mode_label()};
-  }
+  const std::vector<std::string> modes = bench_modes(f);
   const bool json = f.json;
   const std::vector<Precision> precisions = bench_precisions(f, "fp32", ctx.ops(), json);
   // Both peaks where the machine has both (the bf16 one beside SGEMM's), each
   // precision's MFU against its own.
-  const bool bf16_here = ctx.ops().unsupported(Precision::kBF16).empty();
-  const double sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
-  const double bf16 = !bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
+  BenchPeaks peaks;
+  peaks.bf16_here = ctx.ops().unsupported(Precision::kBF16).empty();
+  peaks.sgemm = f.peak_gflops > 0 ? f.peak_gflops : measured(f, "sgemm");
+  peaks.bf16 = !peaks.bf16_here ? 0 : f.peak_gflops > 0 ? f.peak_gflops : measured(f, "bf16");
   // --profile: the machine's copy bandwidth beside the routers' (which are memory-bound).
-  const double copy_gb_per_s = f.profile ? measured(f, "copy") : 0;
+  peaks.copy_gb_per_s = f.profile ? measured(f, "copy") : 0;
   if (!json) {
-    if (f.profile) std::printf("bench --profile: STREAM-like copy bandwidth %.1f GB/s\n", copy_gb_per_s);
+    if (f.profile) std::printf("bench --profile: STREAM-like copy bandwidth %.1f GB/s\n", peaks.copy_gb_per_s);
     std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, %s peak %.1f GFLOP/s",
                 f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
-                ctx.ops().kernels(), peak_name(Precision::kF32), sgemm);
-    if (bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", bf16, onednn::isa().c_str());
+                ctx.ops().kernels(), peak_name(Precision::kF32), peaks.sgemm);
+    if (peaks.bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", peaks.bf16, onednn::isa().c_str());
     std::printf("\n");
   }
   // --rounds R: every (precision, mode) runs R times, the runs of a round one
@@ -623,40 +680,14 @@ int cmd_bench(int argc, char** argv) {
   for (int64_t round = 0; round < rounds; ++round)
     for (size_t pi = 0; pi < precisions.size(); ++pi)
       for (size_t i = 0; i < modes.size(); ++i)
-        runs[pi][i].push_back(
-            bench_in_child(modes[i], precisions[pi], f, precisions[pi] == Precision::kBF16 ? bf16 : sgemm));
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-  };
+        runs[pi][i].push_back(bench_in_child(modes[i], precisions[pi], f, peaks.of(precisions[pi])));
   std::vector<double> fp32_tok(modes.size(), 0.0);
   for (size_t pi = 0; pi < precisions.size(); ++pi) {
     const Precision p = precisions[pi];
-    const double peak = p == Precision::kBF16 ? bf16 : sgemm;
     double base_tok = 0, base_rss = 0;
     for (size_t i = 0; i < modes.size(); ++i) {
       const std::string& mode = modes[i];
-      std::vector<double> tok, ms, rss;
-      for (const auto& r : runs[pi][i]) {
-        tok.push_back(r["tok_per_s"].get<double>());
-        ms.push_back(r["ms_per_step"].get<double>());
-        rss.push_back(r["peak_rss_bytes"].get<double>());
-      }
-      nlohmann::json r = runs[pi][i][0];  // settings; the figures are the medians
-      r["tok_per_s"] = median(tok);
-      r["ms_per_step"] = median(ms);
-      r["peak_rss_bytes"] = median(rss);
-      if (f.profile) {
-        r["profile_ms_per_step"] = mean_over_runs(runs[pi][i], "profile_ms_per_step");
-        r["routing_traffic"] = mean_over_runs(runs[pi][i], "routing_traffic");
-        r["copy_gb_per_s"] = copy_gb_per_s;
-      }
-      r["mfu"] = median(tok) * r["mfu"].get<double>() / tok[0];
-      r["rounds"] = rounds;
-      if (rounds > 1) r["tok_per_s_runs"] = tok;
-      r["peak_gflops"] = peak;
-      r["sgemm_peak_gflops"] = sgemm;
-      if (bf16_here) r["bf16_peak_gflops"] = bf16;
+      nlohmann::json r = summarize(runs[pi][i], f, p, peaks, rounds);
       if (mode == "baseline") {
         base_tok = r["tok_per_s"].get<double>();
         base_rss = r["peak_rss_bytes"].get<double>();
@@ -668,7 +699,7 @@ int cmd_bench(int argc, char** argv) {
       if (p == Precision::kF32) fp32_tok[i] = r["tok_per_s"].get<double>();
       else if (fp32_tok[i] > 0) r["tok_per_s_vs_fp32"] = r["tok_per_s"].get<double>() / fp32_tok[i];
       if (json) std::printf("%s\n", r.dump().c_str());
-      else print_bench_line(r, tok, f.profile);
+      else print_bench_line(r, f.profile);
       std::fflush(stdout);
     }
   }
