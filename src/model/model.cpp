@@ -49,7 +49,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
     fail("a KV cache of ", o.cache_len, " positions exceeds max_position_embeddings ", c.max_position_embeddings);
-  cache_seqs_ = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
+  cache_.seqs = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
 
   const int64_t total = layout_.total();
   // In bf16 a second arena, laid out for every tensor, holds the matrices'
@@ -95,16 +95,16 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     }
   for (auto& r : routers_)
     if (!r.logits_kept) r.logits = shared_logits_;
-  k_cache_.assign(static_cast<size_t>(c.L), nullptr);
-  v_cache_.assign(static_cast<size_t>(c.L), nullptr);
+  cache_.k.assign(static_cast<size_t>(c.L), nullptr);
+  cache_.v.assign(static_cast<size_t>(c.L), nullptr);
   if (o.cache_len > 0) {
     // The KV cache is memory of its own, backed lazily: a sequence costs the
     // positions it has used, not the cache_len it may grow to.
-    const int64_t per = cache_seqs_ * o.cache_len * kvd;  // floats of one layer's keys (or values)
-    kv_cache_ = ops_.alloc(static_cast<size_t>(2 * c.L * per) * sizeof(float), /*lazy=*/true);
+    const int64_t per = cache_.seqs * o.cache_len * kvd;  // floats of one layer's keys (or values)
+    cache_.memory = ops_.alloc(static_cast<size_t>(2 * c.L * per) * sizeof(float), /*lazy=*/true);
     for (int64_t l = 0; l < c.L; ++l) {
-      k_cache_[l] = kv_cache_.data() + (2 * l) * per;
-      v_cache_[l] = kv_cache_.data() + (2 * l + 1) * per;
+      cache_.k[l] = cache_.memory.data() + (2 * l) * per;
+      cache_.v[l] = cache_.memory.data() + (2 * l + 1) * per;
     }
   }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
@@ -121,9 +121,9 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
 
   resolve_routers_();
   if (o.cache_len > 0) {
-    seqs_ = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
-    seq_slot_ = seqs_.as<int64_t>();
-    seq_pos_ = seq_slot_ + B;
+    cache_.places = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
+    cache_.slot = cache_.places.as<int64_t>();
+    cache_.pos = cache_.slot + B;
   }
 }
 
@@ -409,16 +409,16 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
   ops_.matmul_forward(a.v, ln_, W_(w.wv), N, d, kvd);
   ops_.rmsnorm_forward(qr_, a.q_rstd, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, a.k_rstd, a.k, w.k_norm, N * c.KV, c.hd, eps);
-  const int64_t* pos = cached_ ? seq_pos_ : nullptr;  // null: positions 0 … T−1
+  const int64_t* pos = cache_.on ? cache_.pos : nullptr;  // null: positions 0 … T−1
   ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd, pos);
   ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd, pos);
   KeyValues kv{kr_, a.v, T * kvd};  // the block's own keys
-  if (cached_) {
+  if (cache_.on) {
     // Into the cache at each sequence's positions; attention reads the cache.
     const int64_t C = opt_.cache_len;
-    ops_.kv_cache_store(k_cache_[l], kr_, seq_slot_, seq_pos_, B, T, C, kvd);
-    ops_.kv_cache_store(v_cache_[l], a.v, seq_slot_, seq_pos_, B, T, C, kvd);
-    kv = {k_cache_[l], v_cache_[l], C * kvd, seq_slot_, seq_pos_};
+    ops_.kv_cache_store(cache_.k[l], kr_, cache_.slot, cache_.pos, B, T, C, kvd);
+    ops_.kv_cache_store(cache_.v[l], a.v, cache_.slot, cache_.pos, B, T, C, kvd);
+    kv = {cache_.k[l], cache_.v[l], C * kvd, cache_.slot, cache_.pos};
   }
   ops_.attention_forward(a.att, a.lse, qr_, kv, B, T, c.H, c.KV, c.hd, opt_.precision);
   ops_.matmul_forward(out, a.att, W_(w.wo), N, qd, d);
@@ -490,8 +490,8 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  if (static_cast<size_t>(r) < active_.size() && active_[r].on) {  // an intervention (intervened_loss)
-    const ActiveIntervention& a = active_[r];
+  if (static_cast<size_t>(r) < iv_.active.size() && iv_.active[r].on) {  // an intervention (intervened_loss)
+    const ActiveIntervention& a = iv_.active[r];
     if (a.weights)
       ops_.route_mix_weights(out, a.weights, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base,
                              R.w->alpha, combine_, rows(), cfg_.d);
@@ -719,8 +719,8 @@ void Model::upload_tokens_(const int32_t* inputs, int64_t B, int64_t T) {
     if (inputs[i] < 0 || inputs[i] >= cfg_.V)
       fail("token id ", inputs[i], " at position ", i, " is outside [0, vocab_size=", cfg_.V, ")");
   ops_.upload(tokens_, inputs, static_cast<size_t>(N) * sizeof(int32_t));
-  prefix_k_ = -1;  // any forward overwrites a prefix's state
-  for (ActiveIntervention& a : active_) a.on = false;
+  iv_.prefix_k = -1;  // any forward overwrites a prefix's state
+  for (ActiveIntervention& a : iv_.active) a.on = false;
   cur_B_ = B;
   cur_T_ = T;
 }
@@ -745,7 +745,7 @@ void Model::final_forward_() {
 
 void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
   upload_tokens_(inputs, B, T);
-  cached_ = false;
+  cache_.on = false;
   forward_();
 }
 
@@ -782,68 +782,68 @@ Model::LossSum Model::loss_of_forward_(const int32_t* targets) {
 
 void Model::save_prefix_() {
   const int64_t n = rows() * cfg_.d;
-  float* keep = prefix_state_.data();
+  float* keep = iv_.prefix_state.data();
   ops_.copy(keep, stream_, n);
   if (xb_) ops_.copy(keep + n, xb_, n);
 }
 
 void Model::restore_prefix_() {
   const int64_t n = rows() * cfg_.d;
-  const float* keep = prefix_state_.data();
+  const float* keep = iv_.prefix_state.data();
   ops_.copy(stream_, keep, n);
   if (xb_) ops_.copy(xb_, keep + n, n);
 }
 
 void Model::begin_prefix(const int32_t* inputs, int64_t B, int64_t T) {
   if (routers_.empty()) fail("routing interventions need a model with depth routing (attnres_mode not baseline)");
-  if (!prefix_state_.data()) {  // first use: the state's copy, and each router's slots for its lists
+  if (!iv_.prefix_state.data()) {  // first use: the state's copy, and each router's slots for its lists
     const int64_t N = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len, H = cfg_.routing_heads;
-    prefix_state_ = ops_.alloc(static_cast<size_t>(2 * N * cfg_.d) * sizeof(float));
+    iv_.prefix_state = ops_.alloc(static_cast<size_t>(2 * N * cfg_.d) * sizeof(float));
     int64_t entries = 0;
     for (const Router& R : routers_) entries += static_cast<int64_t>(R.src.size());
     const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
-    iv_lists_ = ops_.alloc(src_bytes + static_cast<size_t>(H * entries) * sizeof(double));
-    auto* src_at = iv_lists_.as<RouteSource>();
-    auto* w_at = reinterpret_cast<double*>(iv_lists_.as<char>() + src_bytes);
-    active_.assign(routers_.size(), {});
+    iv_.lists = ops_.alloc(src_bytes + static_cast<size_t>(H * entries) * sizeof(double));
+    auto* src_at = iv_.lists.as<RouteSource>();
+    auto* w_at = reinterpret_cast<double*>(iv_.lists.as<char>() + src_bytes);
+    iv_.active.assign(routers_.size(), {});
     for (size_t r = 0; r < routers_.size(); ++r) {
       const int64_t S = static_cast<int64_t>(routers_[r].src.size());
-      active_[r].src_slot = src_at;
-      active_[r].w_slot = w_at;
+      iv_.active[r].src_slot = src_at;
+      iv_.active[r].w_slot = w_at;
       src_at += S;
       w_at += H * S;
     }
   }
   upload_tokens_(inputs, B, T);
-  cached_ = false;
+  cache_.on = false;
   embed_();
   save_prefix_();
-  prefix_k_ = 0;
+  iv_.prefix_k = 0;
 }
 
 void Model::advance_prefix(int64_t k) {
-  if (prefix_k_ < 0) fail("advance_prefix: no prefix (begin_prefix first)");
-  if (k < prefix_k_ || k > 2 * cfg_.L)
-    fail("advance_prefix to sublayer ", k, " from ", prefix_k_, ": it moves forward only, up to ", 2 * cfg_.L);
-  if (k == prefix_k_) return;
+  if (iv_.prefix_k < 0) fail("advance_prefix: no prefix (begin_prefix first)");
+  if (k < iv_.prefix_k || k > 2 * cfg_.L)
+    fail("advance_prefix to sublayer ", k, " from ", iv_.prefix_k, ": it moves forward only, up to ", 2 * cfg_.L);
+  if (k == iv_.prefix_k) return;
   restore_prefix_();
-  for (int64_t j = prefix_k_; j < k; ++j) run_sublayer_(j);
+  for (int64_t j = iv_.prefix_k; j < k; ++j) run_sublayer_(j);
   save_prefix_();
-  prefix_k_ = k;
+  iv_.prefix_k = k;
 }
 
 Model::LossSum Model::intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv) {
-  if (prefix_k_ < 0) fail("intervened_loss: no prefix (begin_prefix first)");
+  if (iv_.prefix_k < 0) fail("intervened_loss: no prefix (begin_prefix first)");
   const int64_t H = cfg_.routing_heads;
-  for (ActiveIntervention& a : active_) a.on = false;
+  for (ActiveIntervention& a : iv_.active) a.on = false;
   for (const RouteIntervention& v : iv) {
     if (v.router < 0 || static_cast<size_t>(v.router) >= routers_.size())
       fail("intervention at router ", v.router, ": the model has routers 0 to ", routers_.size() - 1);
     const Router& R = routers_[v.router];
-    ActiveIntervention& a = active_[v.router];
+    ActiveIntervention& a = iv_.active[v.router];
     if (a.on) fail("intervention: router ", R.name, " is given twice");
-    if (R.k < prefix_k_)
-      fail("intervention at ", R.name, " (sublayer ", R.k, "): the prefix already ran to sublayer ", prefix_k_);
+    if (R.k < iv_.prefix_k)
+      fail("intervention at ", R.name, " (sublayer ", R.k, "): the prefix already ran to sublayer ", iv_.prefix_k);
     const int64_t S = static_cast<int64_t>(R.src.size());
     a.on = true;
     a.src = nullptr;
@@ -872,9 +872,9 @@ Model::LossSum Model::intervened_loss(const int32_t* targets, const std::vector<
     }
   }
   restore_prefix_();
-  for (int64_t j = prefix_k_; j < 2 * cfg_.L; ++j) run_sublayer_(j);
+  for (int64_t j = iv_.prefix_k; j < 2 * cfg_.L; ++j) run_sublayer_(j);
   final_forward_();
-  for (ActiveIntervention& a : active_) a.on = false;
+  for (ActiveIntervention& a : iv_.active) a.on = false;
   return loss_of_forward_(targets);
 }
 
@@ -954,16 +954,16 @@ void Model::forward_cached(const int32_t* tokens, int64_t B, int64_t T, const in
   if (opt_.cache_len == 0) fail("this model was built without a KV cache");
   upload_tokens_(tokens, B, T);
   for (int64_t b = 0; b < B; ++b) {
-    ATTNRES_CHECK(slot[b] >= 0 && slot[b] < cache_seqs_, "cache slot ", slot[b], " of ", cache_seqs_);
+    ATTNRES_CHECK(slot[b] >= 0 && slot[b] < cache_.seqs, "cache slot ", slot[b], " of ", cache_.seqs);
     if (pos[b] < 0 || pos[b] + T > opt_.cache_len)
       fail("positions ", pos[b], "..", pos[b] + T - 1, " are beyond the KV cache of ", opt_.cache_len);
   }
-  ops_.upload(seq_slot_, slot, static_cast<size_t>(B) * sizeof(int64_t));
-  ops_.upload(seq_pos_, pos, static_cast<size_t>(B) * sizeof(int64_t));
-  cached_ = true;
+  ops_.upload(cache_.slot, slot, static_cast<size_t>(B) * sizeof(int64_t));
+  ops_.upload(cache_.pos, pos, static_cast<size_t>(B) * sizeof(int64_t));
+  cache_.on = true;
   forward_();
   head_logits_(T - 1, T, B, logits);
-  cached_ = false;
+  cache_.on = false;
 }
 
 }  // namespace attnres

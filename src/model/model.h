@@ -252,7 +252,7 @@ class Model {
   void begin_prefix(const int32_t* inputs, int64_t B, int64_t T);
   void advance_prefix(int64_t k);
   LossSum intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv);
-  int64_t prefix() const { return prefix_k_; }
+  int64_t prefix() const { return iv_.prefix_k; }
 
   // ---- KV cache (inference models built with cache_len > 0) ----
   // Forward over tokens (B, T) where sequence b continues cache sequence
@@ -262,7 +262,7 @@ class Model {
   void forward_cached(const int32_t* tokens, int64_t B, int64_t T, const int64_t* slot, const int64_t* pos,
                       float* logits);
   int64_t cache_len() const { return opt_.cache_len; }
-  int64_t cache_seqs() const { return cache_seqs_; }
+  int64_t cache_seqs() const { return cache_.seqs; }
 
   // Routing statistics (docs/routing.md; no routers in baseline), summed in
   // backend memory by every forward while collecting: collect_routing_stats(true)
@@ -295,7 +295,6 @@ class Model {
   RoutingPlan plan_;  // what routes what (plan.h): the sources, the routers, the backward's bookkeeping
   Buffer params_, params16_, grads_;
   Weights w_, g_;
-  int64_t cache_seqs_ = 0;
 
   // Activations (arena).
   Buffer acts_;
@@ -311,8 +310,6 @@ class Model {
   float* rope_cos_ = nullptr; // (P, hd/2)  P = max(T, cache_len) positions
   float* rope_sin_ = nullptr; // (P, hd/2)
   float* logits_ = nullptr;   // (B, V)  logits of one row per sequence
-  Buffer kv_cache_;                        // the KV cache, lazily backed
-  std::vector<float*> k_cache_, v_cache_;  // (L) of (cache_seqs, cache_len, KV·hd), in kv_cache_
   // Scratch, reused by every layer.
   float* ln_ = nullptr;       // (N, d)
   float* qr_ = nullptr;       // (N, H·hd)   normed + rotated q
@@ -362,19 +359,28 @@ class Model {
     RouteSource* src_slot = nullptr;   // this router's room for them (S entries; H·S doubles)
     double* w_slot = nullptr;
   };
-  int64_t prefix_k_ = -1;
-  Buffer prefix_state_;                // (2, N, d): stream_, xb_
-  Buffer iv_lists_;                    // every router's kept sources, then every router's weights
-  std::vector<ActiveIntervention> active_;  // (routers)
+  struct Interventions {
+    int64_t prefix_k = -1;                   // the prefix's sublayer; −1: none
+    Buffer prefix_state;                     // (2, N, d): stream_, xb_
+    Buffer lists;                            // every router's kept sources, then every router's weights
+    std::vector<ActiveIntervention> active;  // (routers)
+  } iv_;
   void save_prefix_();
   void restore_prefix_();
 
-  // The shape of the last forward, and where its sequences sit in the KV cache.
+  // The shape of the last forward.
   int64_t cur_B_ = 0, cur_T_ = 0;
-  Buffer seqs_;                        // (2B) int64: seq_slot_, then seq_pos_ (models with a cache)
-  int64_t* seq_slot_ = nullptr;        // (B) each sequence's cache slot, uploaded by forward_cached
-  int64_t* seq_pos_ = nullptr;         // (B) its first position
-  bool cached_ = false;                // this forward reads and writes the cache (else positions from 0)
+  // The KV cache (models built with cache_len > 0) and where the sequences
+  // of the current forward sit in it.
+  struct KvCache {
+    int64_t seqs = 0;           // sequences it holds
+    Buffer memory;              // the keys and values, lazily backed
+    std::vector<float*> k, v;   // (L) of (seqs, cache_len, KV·hd), in memory
+    Buffer places;              // (2B) int64: slot, then pos
+    int64_t* slot = nullptr;    // (B) each sequence's cache slot, uploaded by forward_cached
+    int64_t* pos = nullptr;     // (B) its first position
+    bool on = false;            // this forward reads and writes the cache (else positions from 0)
+  } cache_;
   int64_t rows() const { return cur_B_ * cur_T_; }
 
   // A weight matrix as its products read it: the float32 master, or in bf16

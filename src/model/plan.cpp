@@ -215,9 +215,11 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
 
   // The backward's bookkeeping (training).  Source gradients accumulate over
   // the routers reading them; the first router assigns those it reads.
-  p.first_backward_router = p.final_router >= 0                       ? p.final_router
-                            : mode.sources == Sources::kPartialSums ? -1
-                                                                    : p.sublayers[K - 1].router;
+  if (p.final_router >= 0) p.first_backward_router = p.final_router;
+  else if (mode.sources != Sources::kPartialSums) p.first_backward_router = p.sublayers[K - 1].router;
+  // else none (block_mh, block_add): every router accumulates, into the
+  // gradients zeroed first (zeroed_gradients) and, in block_mh, the last
+  // partial sum's, which the final norm's backward writes.
   auto buffer = [&](int j) { return p.sources[j].owns_gradient ? j : -1; };  // −1: the partials' running gradient
   for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {
     const int b = buffer(j);
