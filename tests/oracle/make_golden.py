@@ -417,11 +417,15 @@ def run_bf16_case(name):
     tokens = make_tokens(cfg, seed + 1)
     P = to_params(w)
     logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0], bf16=True)
+    probe = []
+    with torch.no_grad():
+        O.forward(P, cfg, tokens[0, 0, :, :-1], probe=probe, bf16=True)
+    iv = intervention_losses(P, cfg, tokens[0, 0], probe, bf16=True) if probe else None   # the initial weights
     rec = O.train(P, cfg, tokens, TRAIN, bf16=True)
     with torch.no_grad():
         final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1], bf16=True), tokens[0, k, :, 1:]))
                     for k in range(TRAIN["accum"])) / TRAIN["accum"]
-    return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final)
+    return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final, iv=iv)
 
 
 def intervention_specs(sizes, heads):
@@ -442,13 +446,14 @@ def intervention_specs(sizes, heads):
     ]
 
 
-def intervention_losses(P, cfg, tokens, probe):
-    """The loss of micro-batch tokens (B, T+1) under each intervention_specs entry."""
+def intervention_losses(P, cfg, tokens, probe, bf16=False):
+    """The loss of micro-batch tokens (B, T+1) under each intervention_specs entry
+    (with bf16: as --precision bf16 computes it)."""
     heads = O.full_config(cfg)["attnres_num_heads"]
     sizes = [a.shape[0] for a in probe]
     specs = intervention_specs(sizes, heads)
     with torch.no_grad():
-        losses = [float(O.loss_of(O.forward(P, cfg, tokens[:, :-1], intervene=iv), tokens[:, 1:]))
+        losses = [float(O.loss_of(O.forward(P, cfg, tokens[:, :-1], intervene=iv, bf16=bf16), tokens[:, 1:]))
                   for _, iv in specs]
     return specs, losses, sizes
 
@@ -515,7 +520,8 @@ def write_case(root, name, r):
         spec_json = [{"name": n, "at": [dict(router=k, kind=v[0], value=v[1]) for k, v in sorted(iv.items())]}
                      for n, iv in specs]
         O.write_safetensors(os.path.join(d, "interventions.safetensors"),
-                            {"losses": np.array(losses, dtype=np.float32)},
+                            {"losses": np.array(losses, dtype=np.float32),
+                             "losses_bf16": np.array(r["bf16"]["iv"][1], dtype=np.float32)},
                             {"generator": "tests/oracle/make_golden.py", "case": name,
                              "interventions": json.dumps(spec_json, sort_keys=True),
                              "router_sources": json.dumps(sizes)})
