@@ -39,7 +39,7 @@ namespace attnres {
 
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c), plan_(RoutingPlan::build(c, o)) {
-  // The plan checked B, T and rows (its arena is sized by them).
+  // The plan checked B, T, rows and cache_len (its arena is sized by them).
   const int64_t B = o.batch, T = o.seq_len;
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
@@ -47,8 +47,6 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   ops_.check_supported(o.precision);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
-  if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
-    fail("a KV cache of ", o.cache_len, " positions exceeds max_position_embeddings ", c.max_position_embeddings);
   cache_.seqs = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
 
   const int64_t total = layout_.total();

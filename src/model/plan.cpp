@@ -23,6 +23,9 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
   batch_tokens(B, T);
   if (o.rows > B * T || (o.rows > 0 && o.rows < std::max(B, T)))
     fail("ModelOptions: rows ", o.rows, " must lie between max(batch, seq_len) and batch x seq_len");
+  // The RoPE tables cover the KV cache's positions: bounded first.
+  if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
+    fail("a KV cache of ", o.cache_len, " positions exceeds max_position_embeddings ", c.max_position_embeddings);
   const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
   const int64_t positions = std::max(T, o.cache_len);
   auto take = [&](Buf b, int64_t index, const std::string& what, int64_t floats) {

@@ -239,6 +239,18 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
     error = e.what();
   }
   EXPECT_EQ(error, "ModelOptions: rows 3 must lie between max(batch, seq_len) and batch x seq_len");
+  // A KV cache past the positions the model has is refused before its RoPE tables are sized (2^62 would overflow).
+  ModelOptions cache{2, 4};
+  cache.training = false;
+  cache.cache_len = int64_t{1} << 62;
+  error = "(no error)";
+  try {
+    RoutingPlan::build(shape("delta", false), cache);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  EXPECT_EQ(error, cat("a KV cache of ", int64_t{1} << 62, " positions exceeds max_position_embeddings ",
+                       shape("delta", false).max_position_embeddings));
 }
 
 // Every golden case: as many routers, each reading as many sources, as the
