@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "core/error.h"
-#include "model/model.h"
 
 namespace attnres {
 

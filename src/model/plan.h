@@ -20,11 +20,10 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/model_options.h"
 #include "model/modes.h"
 
 namespace attnres {
-
-struct ModelOptions;
 
 // One buffer of a model's activation arena (llm.c's habit): its name
 // ("layers.3.q", "sources.5.dv", "dx", ...; the gradient buffers are the
@@ -100,8 +99,9 @@ struct RoutingPlan {
   bool stream_in_inputs = false;
   int final_router = -1;            // in `routers`, or −1: the final norm reads the stream (or block_mh's last partial sum)
   // Training: the backward's first router (the final one, else the last MLP's;
-  // none for block without a final router, whose last partial sum's gradient
-  // the final norm writes).  It assigns the gradients of the sources it reads.
+  // none where the sources are partial sums and there is no final router:
+  // block_mh, whose last partial sum's gradient the final norm writes, and
+  // block_add).  It assigns the gradients of the sources it reads.
   int first_backward_router = -1;
   // Training: the gradient buffers the backward zeroes before it starts, those
   // nobody assigns first: source indices, −1 the running gradient of the
