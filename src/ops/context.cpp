@@ -26,7 +26,9 @@ void check_threads(int64_t n, const std::string& what) {
 
 Context::Context(int threads, const std::string& backend, const std::string& cpu_level, bool time_ops)
     : threads_(threads > 0 ? threads : hardware_threads()) {
-  check_threads(threads, "threads");  // the commands check --threads first, naming the flag
+  // The count asked for, or the cores 0 stands for (the commands check
+  // --threads first, naming the flag).
+  check_threads(threads < 0 ? threads : threads_, "threads");
   ops_ = make_backend(backend, *this, cpu_level);
   if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
 }

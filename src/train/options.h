@@ -79,6 +79,7 @@ struct TrainOptions {
   template <class Self, class Visit>
   static void each(Self& o, Visit&& visit) {
     using R = OnResume;
+    static const std::string device_help_text = device_help();  // a help the visitors may keep a pointer to
     visit(o.init, "init", "", R::kSamePlace, "model or run directory to fine-tune from (default: random init)");
     visit(o.data, "data", "", R::kSameData, "training tokens: a .bin token file or a glob of shards (required)");
     visit(o.data_order, "data_order", "random", R::kFixed,
@@ -125,7 +126,7 @@ struct TrainOptions {
     visit(o.precision, "precision", "fp32", R::kFixed, kPrecisionHelp);
     visit(o.threads, "threads", "0", R::kFree,
           "threads (0 = all cores); sums are taken in a fixed order, so the count does not change the result");
-    visit(o.device, "device", "cpu", R::kFree, device_help().c_str());
+    visit(o.device, "device", "cpu", R::kFree, device_help_text.c_str());
     visit(o.peak_gflops, "peak_gflops", "0", R::kFree,
           "peak GFLOP/s of one rank that MFU is against (0 = measure 2048^3 products of the --precision at start: "
           "SGEMM, or oneDNN's bf16 matmul)");
