@@ -40,7 +40,7 @@ namespace attnres {
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c), plan_(RoutingPlan::build(c, o)) {
   // The plan checked B, T, rows and cache_len (its arena is sized by them).
-  const int64_t B = o.batch, T = o.seq_len;
+  const int64_t B = o.batch;
   if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
@@ -75,8 +75,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   attach_routers_();
 
-  const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
-  const int64_t positions = std::max(T, o.cache_len);
+  const int64_t N = plan_.rows, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
   // The activation arena: the plan's table of sizes (plan.h: arena), one
   // allocation, each buffer pointed at its offset.
   acts_ = ops_.alloc(static_cast<size_t>(plan_.arena_floats) * sizeof(float));
@@ -107,11 +106,11 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
-  ops_.rope_tables(rope_cos_, rope_sin_, positions, c.hd, c.rope_theta);
+  ops_.rope_tables(rope_cos_, rope_sin_, plan_.positions, c.hd, c.rope_theta);
 
   // The workspace every op of this model may ask for.
   const int64_t widest = std::max({d, qd, F});
-  int64_t ws = std::max({ops_.attention_workspace(std::max(T, o.cache_len), c.hd, o.precision),
+  int64_t ws = std::max({ops_.attention_workspace(plan_.positions, c.hd, o.precision),
                          ops_.lm_head_workspace(d, c.V, o.precision),
                          ops_.matmul_workspace(N, widest, widest, o.precision)});
   if (plan_.routed()) ws = std::max(ws, ops_.route_workspace(N, d, plan_.max_router_sources, cfg_.routing_heads));
@@ -709,7 +708,7 @@ void Model::embed_backward_() {
 // ---- whole model --------------------------------------------------------------
 
 void Model::upload_tokens_(const int32_t* inputs, int64_t B, int64_t T) {
-  const int64_t max_rows = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len;
+  const int64_t max_rows = plan_.rows;
   ATTNRES_CHECK(B > 0 && B <= opt_.batch && T > 0 && T <= opt_.seq_len && B * T <= max_rows, "a forward of B=", B,
                 " T=", T, " exceeds the model's ", opt_.batch, " x ", opt_.seq_len, " (", max_rows, " rows)");
   const int64_t N = B * T;
@@ -795,7 +794,7 @@ void Model::restore_prefix_() {
 void Model::begin_prefix(const int32_t* inputs, int64_t B, int64_t T) {
   if (routers_.empty()) fail("routing interventions need a model with depth routing (attnres_mode not baseline)");
   if (!iv_.prefix_state.data()) {  // first use: the state's copy, and each router's slots for its lists
-    const int64_t N = opt_.rows > 0 ? opt_.rows : opt_.batch * opt_.seq_len, H = cfg_.routing_heads;
+    const int64_t N = plan_.rows, H = cfg_.routing_heads;
     iv_.prefix_state = ops_.alloc(static_cast<size_t>(2 * N * cfg_.d) * sizeof(float));
     int64_t entries = 0;
     for (const Router& R : routers_) entries += static_cast<int64_t>(R.src.size());

@@ -25,8 +25,9 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
   // The RoPE tables cover the KV cache's positions: bounded first.
   if (o.cache_len > 0 && o.cache_len > c.max_position_embeddings)
     fail("a KV cache of ", o.cache_len, " positions exceeds max_position_embeddings ", c.max_position_embeddings);
-  const int64_t N = o.rows > 0 ? o.rows : B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
-  const int64_t positions = std::max(T, o.cache_len);
+  p.rows = o.rows > 0 ? o.rows : B * T;
+  p.positions = std::max(T, o.cache_len);
+  const int64_t N = p.rows, positions = p.positions, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
   auto take = [&](Buf b, int64_t index, const std::string& what, int64_t floats) {
     p.arena.push_back({what, b, index, floats, p.arena_floats});
     p.arena_floats += (floats + 15) / 16 * 16;

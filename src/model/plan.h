@@ -114,6 +114,8 @@ struct RoutingPlan {
   // layer shares (Model points the others at them: shares_layer_acts).
   std::vector<ArenaEntry> arena;
   int64_t arena_floats = 0;
+  int64_t rows = 0;       // the most token rows of one forward: ModelOptions::rows, else batch × seq_len
+  int64_t positions = 0;  // the RoPE tables' positions: max(seq_len, cache_len)
   bool shares_layer_acts = false;
   int64_t max_router_sources = 1;  // the most sources one router reads (the shared logits' and workspace's S)
 
