@@ -114,6 +114,7 @@ nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precisio
           {"steps", steps},
           {"threads", ctx.threads()},
           {"kernels", ctx.ops().kernels()},
+          {"attention_tiles", ctx.ops().attention_tiles()},
           {"fp32_gemm", fp32_gemm_name(choose_fp32_gemm())},
           {"loss", loss},
           {"profile_ms_per_step", profile},
@@ -271,6 +272,7 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f
                       {"precision", precision_name(m.precision())},
                       {"threads", ctx.threads()},
                       {"kernels", ctx.ops().kernels()},
+                      {"attention_tiles", ctx.ops().attention_tiles()},
                       {"params", m.num_params()},
                       {"weight_bytes", m.weight_bytes()},
                       {"bytes_per_token", weight_bytes_per_token(m)},
@@ -664,9 +666,9 @@ int cmd_bench(int argc, char** argv) {
   peaks.copy_gb_per_s = f.profile ? measured(f, "copy") : 0;
   if (!json) {
     if (f.profile) std::printf("bench --profile: STREAM-like copy bandwidth %.1f GB/s\n", peaks.copy_gb_per_s);
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, %s peak %.1f GFLOP/s",
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, attention's bf16 tiles on %s, %s peak %.1f GFLOP/s",
                 f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
-                ctx.ops().kernels(), peak_name(Precision::kF32), peaks.sgemm);
+                ctx.ops().kernels(), ctx.ops().attention_tiles(), peak_name(Precision::kF32), peaks.sgemm);
     if (peaks.bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", peaks.bf16, onednn::isa().c_str());
     std::printf("\n");
   }

@@ -105,6 +105,10 @@ class Backend {
   // (ops/cpu/cpu_level.h: "x86-64", "avx2", "avx512"), printed in the start-up
   // lines and in `bench --json` so that figures name what ran.
   virtual const char* kernels() const = 0;
+  // What runs attention's bf16 products: on the CPU the tile path
+  // (ops/cpu/cpu_level.h TilePath: "amx", "avx512-bf16", "float"); named
+  // beside kernels() in the same places.
+  virtual const char* attention_tiles() const = 0;
   Context& context() const { return ctx_; }
   // Why this backend cannot run products in precision p here (a CPU without
   // bf16 matrix instructions, a build without the library); "" when it can.

@@ -32,7 +32,9 @@ using testing::randn;
 using testing::ScopedOmpThreads;
 using testing::to_double;
 
-// FD tolerances for float32 kernels with h = 1e-2.
+// FD tolerances for float32 kernels with h = 1e-2.  They are the central
+// difference's own error (h² terms, the loss's float32 rounding over 2h), which
+// no kernel's summation order changes: the same on every CPU.
 constexpr double kFdAtol = 2e-3, kFdRtol = 2e-2;
 
 std::vector<float> filled(size_t n, float value) {
@@ -252,6 +254,8 @@ class Attention : public testing::OnBackendWith<AttnCase> {};
 class AttentionLong : public testing::OnBackend {};
 
 // The forward of (B, T, H, KV, hd) on ops against attention_ref: y and lse.
+// The bounds are several times float32's typical rounding of sums of ≤ 200
+// terms (√K·2⁻²⁴), in whatever order the CPU's BLAS kernel sums the tiles.
 void expect_forward_matches_reference(Context& ctx, Backend& ops, int64_t B, int64_t T, int64_t H, int64_t KV,
                                       int64_t hd) {
   ctx.reserve(ops.attention_workspace(T, hd, Precision::kF32));
@@ -366,10 +370,15 @@ double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
 // rare operand (P, dS) that the kernel's float32 value rounds to the other
 // bf16 neighbour than the double one does (one bf16 unit, 2⁻⁸, of one term),
 // and 20× closer to it than bf16's rounding moves the result from float32's —
-// the rounding is there, of the right operands.  Every level runs it: VDPBF16PS
-// at avx512 where the CPU has AVX512-BF16, the float sums elsewhere.
-TEST_P(Attention, Bf16IsItsDefinition) {
-  const auto [B, T, H, KV, hd] = shape();
+// the rounding is there, of the right operands.  Every level runs it at its
+// best tile path (AMX, VDPBF16PS or float sums: tiles.h), and
+// AttentionTiles below runs every path this CPU has.
+// Both bounds are measured, not derived: a flip moves its term by up to 2⁻⁷ of
+// it, so they hold while no flip lands on a large P or dS, and which values
+// flip follows the path's float32 sums (passed on both CPUs on VDPBF16PS).
+void expect_bf16_definition(Context& ctx, Backend& ops, const AttnCase& shape) {
+  const auto [B, T, H, KV, hd] = shape;
+  SCOPED_TRACE(std::string("attention tiles ") + ops.attention_tiles());
   ctx.reserve(ops.attention_workspace(T, hd, Precision::kBF16));
   auto q = randn(B * T * H * hd, 21), k = randn(B * T * KV * hd, 22), v = randn(B * T * KV * hd, 23);
   auto G = randn(q.size(), 24);
@@ -394,6 +403,62 @@ TEST_P(Attention, Bf16IsItsDefinition) {
       EXPECT_LT(max_diff(g, w), 0.05 * max_diff(w, f)) << names[i] << ": bf16's rounding is not what it should be";
     }
   }
+}
+TEST_P(Attention, Bf16IsItsDefinition) { expect_bf16_definition(ctx, ops, shape()); }
+
+// Every tile path this CPU has (cpu_level.h TilePath: amx where the CPU has
+// AMX-BF16 and the kernel grants the tiles, avx512-bf16, float) computes the
+// bf16 definition through the one tiled kernel (tiles.h), on shapes whose
+// products have partial tiles in every dimension: M (query rows 70 = 64 + 6,
+// hd 40 = 32 + 8 rows of dKᵀ), N (keys 37, 70; hd 6, 40) and K (hd 6 and 40
+// padded to 32 and 64, keys to multiples of 32, query tiles of 6).
+TEST(AttentionTiles, EveryPathHereComputesTheBf16Definition) {
+  const std::vector<TilePath> paths = tile_paths_here(cpu_level_detected());
+  ASSERT_EQ(paths.front(), TilePath::kFloat);
+  for (TilePath path : paths) {
+    ::setenv("ATTNRES_ATTENTION_TILES", tile_path_name(path), 1);
+    Context ctx(3);
+    ::unsetenv("ATTNRES_ATTENTION_TILES");
+    ASSERT_STREQ(ctx.ops().attention_tiles(), tile_path_name(path));
+    for (const AttnCase& c : {AttnCase{2, 5, 4, 2, 6}, AttnCase{1, 70, 2, 1, 40}, AttnCase{1, 37, 4, 1, 64}})
+      expect_bf16_definition(ctx, ctx.ops(), c);
+  }
+}
+
+// Each level's kernels take the paths their copy has: below avx512, float.
+TEST(AttentionTiles, LevelsBelowAvx512RunTheFloatPath) {
+  for (CpuLevel l : cpu_levels_here()) {
+    const Context ctx(1, "cpu", cpu_level_name(l));
+    if (l != CpuLevel::kAvx512) {
+      EXPECT_STREQ(ctx.ops().attention_tiles(), "float");
+    }
+    EXPECT_STREQ(ctx.ops().attention_tiles(), tile_path_name(tile_path_detected(l)));
+    const Context guarded(1, "cpu-guarded", cpu_level_name(l));
+    EXPECT_STREQ(guarded.ops().attention_tiles(), ctx.ops().attention_tiles());
+  }
+}
+
+// ATTNRES_ATTENTION_TILES: an unknown path, or one above what this CPU has,
+// is one clear error naming the variable.
+TEST(AttentionTiles, ABadOrTooHighPathIsAClearError) {
+  auto error_of = [] {
+    try {
+      Context ctx(1);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  ::setenv("ATTNRES_ATTENTION_TILES", "tmul", 1);
+  EXPECT_EQ(error_of(), "ATTNRES_ATTENTION_TILES 'tmul' is not a path (float, avx512-bf16, amx)");
+  if (tile_path_detected(cpu_level_detected()) != TilePath::kAmx) {
+    ::setenv("ATTNRES_ATTENTION_TILES", "amx", 1);
+    const std::string e = error_of();
+    EXPECT_NE(e.find("ATTNRES_ATTENTION_TILES amx: kernels of level"), std::string::npos) << e;
+    EXPECT_NE(e.find("run at most"), std::string::npos) << e;
+  }
+  ::unsetenv("ATTNRES_ATTENTION_TILES");
+  EXPECT_EQ(error_of(), "");
 }
 
 // Longer rows against the reference (the forward alone: finite differences
@@ -449,6 +514,7 @@ TEST_P(AttentionCache, BlockAtPositionsIsTheWholeSequencesRows) {
         yw = attention_ref(qw, kw, vw, 1, L, H, KV, hd, &lse_ref);
       }
       const std::vector<double> want(yw.begin() + p0 * H * hd, yw.end());
+      // bf16: Bf16IsItsDefinition's measured bound; fp32: float32's sums, any order.
       EXPECT_TRUE(all_close(to_double(&y_h[b * T * H * hd], T * H * hd), want, bf16 ? 2e-3 : 1e-5, bf16 ? 2e-3 : 1e-4))
           << "T=" << T << " b " << b << " " << precision_name(p);
       for (int64_t h = 0; h < H; ++h)
@@ -720,6 +786,7 @@ TEST_P(LmHead, LossAndGradientsMatchReference) {
     }
     for (double e : z) s += std::exp(e - mx);
     const double li = mx + std::log(s) - z[tg[i]];
+    // float32 logits of C = 7 terms: ~1e-6 off in any summation order, on any CPU.
     EXPECT_NEAR(losses[i], li, 1e-4);
     ref += li;
   }

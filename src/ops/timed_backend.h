@@ -66,6 +66,7 @@ class TimedBackend final : public Backend {
   TimedBackend(Context& ctx, std::unique_ptr<Backend> inner);
   const char* name() const override { return inner_->name(); }
   const char* kernels() const override { return inner_->kernels(); }
+  const char* attention_tiles() const override { return inner_->attention_tiles(); }
   std::string unsupported(Precision p) const override { return inner_->unsupported(p); }
   double peak_gflops(Precision p) const override { return inner_->peak_gflops(p); }
   const char* peak_name(Precision p) const override { return inner_->peak_name(p); }

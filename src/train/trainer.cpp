@@ -538,8 +538,10 @@ void Run::build() {
   peak_flops_ = opt_.peak_gflops * 1e9;
   if (peak_flops_ <= 0) peak_flops_ = root_ ? ctx_->ops().peak_gflops(precision) * 1e9 : 1;
   if (!quiet_)
-    std::printf("kernels: %s %s (the CPU's best level unless ATTNRES_CPU_LEVEL names a lower one)\n",
-                ctx_->ops().name(), ctx_->ops().kernels());
+    std::printf("kernels: %s %s (the CPU's best level unless ATTNRES_CPU_LEVEL names a lower one)%s%s\n",
+                ctx_->ops().name(), ctx_->ops().kernels(),
+                precision == Precision::kBF16 ? ", attention's bf16 tiles on " : "",
+                precision == Precision::kBF16 ? ctx_->ops().attention_tiles() : "");
   if (!quiet_ && opt_.peak_gflops <= 0)
     std::printf("MFU against this machine's %s rate, measured now: %.1f GFLOP/s%s\n",
                 ctx_->ops().peak_name(precision), peak_flops_ / 1e9,

@@ -5,10 +5,12 @@
 //
 //   fp32: the tiles' products through CBLAS (SGEMM), bits as before.
 //   bf16: the products take bf16 operands with float32 sums (docs/DESIGN.md §6)
-//         in a kernel of our own (dot_pairs below): VDPBF16PS where the CPU
-//         has AVX512-BF16 and this is the avx512 copy, the same sums in float
-//         arithmetic at the other levels.  The softmax and everything else is
-//         float32 as in fp32.
+//         as tile products of our own (tiles.h tile_product): on AMX tiles
+//         where the CPU has AMX-BF16, as VDPBF16PS where it has AVX512-BF16
+//         and this is the avx512 copy, in float arithmetic otherwise — one
+//         blocking, one packing, three implementations of the tile
+//         interface (cpu_level.h TilePath).  The softmax and everything
+//         else is float32 as in fp32.
 //
 // Layout: q[B,T,H,hd], y[B,T,H,hd], lse[B,H,T]; keys and values are rows of
 // KV·hd floats (KeyValues: the block's own k,v[B,T,KV,hd] in training, a KV
@@ -22,12 +24,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/fast_exp.h"
 
 #include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+#include "ops/cpu/tiles.h"      // the tile interface and tile_product (this level's copy)
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
@@ -193,9 +197,9 @@ void backward_f32(float* dq, float* dk, float* dv, const float* dy, const float*
 //
 // A: M rows of bf16 at stride lda, the reduction's pairs adjacent in a row;
 // B: packed as [Pn][ldb][2] bf16 (ldb ≥ N rounded up to 16, zeros past N), so
-// that 16 consecutive n of one pair are one 64-byte vector: VDPBF16PS
-// multiplies a broadcast pair of A with it and adds both products to 16 float
-// lanes.  The four products of attention, with the packings that give them:
+// that 16 consecutive n of one pair are one 64-byte row of a B tile (tiles.h:
+// TDPBF16PS's layout, and VDPBF16PS's vector).  The six products of
+// attention, with the packings that give them:
 //
 //   S  = s·Q Kᵀ     A = Q rows (pairs along hd)       B = K by hd pairs   [hd/2][keys][2]
 //   Y  = P V        A = P rows (pairs along keys)     B = V by key pairs  [keys/2][hd][2]
@@ -208,7 +212,9 @@ void backward_f32(float* dq, float* dk, float* dv, const float* dy, const float*
 // or P, is packed from its rows as they are computed; one transpose of each
 // at the end.)
 //
-// An odd reduction length is padded with a zero pair element on both sides.
+// Every reduction is padded with zeros on both sides to a multiple of 32
+// elements (16 pairs: one tile product), and every A has rows up to a
+// multiple of 16 in its buffer (rows past M reach only C rows not written).
 
 constexpr int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
 
@@ -223,10 +229,11 @@ void rows_to_bf16(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n,
   }
 }
 
-// src: n rows of w floats at stride s  →  dst[w2/2][ld][2] (pairs along the
-// row, the rows as the vector index), ld ≥ n; zeros for rows n … ld−1 and for
-// the odd row element w.
-void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w) {
+// src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs along the
+// row, the rows as the vector index), ld ≥ n; zeros for rows n … ld−1, for
+// the odd row element w, and for the pair-rows past the row's, up to `pairs`
+// (the reduction padded to whole tile products).
+void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w, int64_t pairs) {
   for (int64_t p = 0; p < (w + 1) / 2; ++p) {
     bf16* o = dst + p * ld * 2;
     const bool odd = 2 * p + 1 == w;
@@ -236,12 +243,13 @@ void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64
     }
     std::memset(o + 2 * n, 0, static_cast<size_t>(2 * (ld - n)) * sizeof(bf16));
   }
+  for (int64_t p = (w + 1) / 2; p < pairs; ++p) std::memset(dst + p * ld * 2, 0, static_cast<size_t>(2 * ld) * sizeof(bf16));
 }
 
-// src: n rows of w floats at stride s  →  dst[n2/2][ld][2] (pairs of rows, the
-// row's elements as the vector index), ld ≥ w; zeros past w and for the odd
-// last row.
-void pack_by_col_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w) {
+// src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs of rows,
+// the row's elements as the vector index), ld ≥ w; zeros past w, for the odd
+// last row, and for the pair-rows past the rows', up to `pairs`.
+void pack_by_col_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w, int64_t pairs) {
   for (int64_t p = 0; p < (n + 1) / 2; ++p) {
     bf16* o = dst + p * ld * 2;
     const float* x0 = src + 2 * p * s;
@@ -252,6 +260,7 @@ void pack_by_col_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64
     }
     std::memset(o + 2 * w, 0, static_cast<size_t>(2 * (ld - w)) * sizeof(bf16));
   }
+  for (int64_t p = (n + 1) / 2; p < pairs; ++p) std::memset(dst + p * ld * 2, 0, static_cast<size_t>(2 * ld) * sizeof(bf16));
 }
 
 // src (n, w) float at stride s → dst[w][ld] bf16 = its transpose (ld ≥ n even), zeros past n.
@@ -263,147 +272,42 @@ void transpose_to_bf16(bf16* dst, int64_t ld, const float* src, int64_t s, int64
   }
 }
 
-// dot_pairs in float arithmetic: the levels without VDPBF16PS (and CPUs
-// without it at the avx512 level).  Each pair's two products are exact in
-// float, as in the instruction; the sums are float.
-void dot_pairs_float(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int64_t ldb, int64_t M,
-                     int64_t N, int64_t Pn, float alpha, bool accumulate) {
-  constexpr int64_t kW = 64;
-  float acc[kW];
-  for (int64_t m = 0; m < M; ++m) {
-    const bf16* a = A + m * lda;
-    float* c = C + m * ldc;
-    for (int64_t n0 = 0; n0 < N; n0 += kW) {
-      const int64_t nn = std::min(kW, N - n0);
-      for (int64_t j = 0; j < nn; ++j) acc[j] = 0.0f;
-      for (int64_t p = 0; p < Pn; ++p) {
-        const float a0 = bf16_to_float(a[2 * p]), a1 = bf16_to_float(a[2 * p + 1]);
-        const bf16* b = B + (p * ldb + n0) * 2;
-#pragma omp simd
-        for (int64_t j = 0; j < nn; ++j) acc[j] += a0 * bf16_to_float(b[2 * j]) + a1 * bf16_to_float(b[2 * j + 1]);
-      }
-      for (int64_t j = 0; j < nn; ++j) c[n0 + j] = alpha * acc[j] + (accumulate ? c[n0 + j] : 0.0f);
-    }
-  }
-}
-
-#if defined(ATTNRES_ISA_AVX512) && !defined(__clang__)
-#define ATTNRES_DPBF16 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-// R rows × NV vectors of 16 floats, held in registers over the whole
-// reduction (R·NV ≤ 24 of the 32 zmm); `tail` masks the last vector's lanes.
-template <int R, int NV>
-ATTNRES_DPBF16 void dot_pairs_block(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
-                                    int64_t Pn, float alpha, bool accumulate, __mmask16 tail) {
-  __m512 c[R][NV];
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) c[r][v] = _mm512_setzero_ps();
-  for (int64_t p = 0; p < Pn; ++p) {
-    const bf16* b = B + p * ldb * 2;
-    __m512bh bv[NV];
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) bv[v] = reinterpret_cast<__m512bh>(_mm512_loadu_si512(b + 32 * v));
-#pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) {
-      int32_t pair;
-      std::memcpy(&pair, A + r * lda + 2 * p, sizeof(pair));
-      const __m512bh a = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-#pragma GCC unroll 4
-      for (int v = 0; v < NV; ++v) c[r][v] = _mm512_dpbf16_ps(c[r][v], a, bv[v]);
-    }
-  }
-  const __m512 al = _mm512_set1_ps(alpha);
-#pragma GCC unroll 8
-  for (int r = 0; r < R; ++r)
-#pragma GCC unroll 4
-    for (int v = 0; v < NV; ++v) {
-      float* o = C + r * ldc + 16 * v;
-      const __mmask16 m = v == NV - 1 ? tail : __mmask16(0xFFFF);
-      __m512 x = _mm512_mul_ps(c[r][v], al);
-      if (accumulate) x = _mm512_add_ps(x, _mm512_maskz_loadu_ps(m, o));
-      _mm512_mask_storeu_ps(o, m, x);
-    }
-}
-
-template <int NV>
-ATTNRES_DPBF16 void dot_pairs_rows(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
-                                   int64_t M, int64_t Pn, float alpha, bool accumulate, __mmask16 tail) {
-  constexpr int kRows = NV == 4 ? 5 : 6;  // 4 vectors: 5 rows (20 sums), else 6
-  int64_t m = 0;
-  for (; m + kRows <= M; m += kRows)
-    dot_pairs_block<kRows, NV>(C + m * ldc, ldc, A + m * lda, lda, B, ldb, Pn, alpha, accumulate, tail);
-  for (; m < M; ++m) dot_pairs_block<1, NV>(C + m * ldc, ldc, A + m * lda, lda, B, ldb, Pn, alpha, accumulate, tail);
-}
-
-ATTNRES_DPBF16 void dot_pairs_dp(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int64_t ldb,
-                                 int64_t M, int64_t N, int64_t Pn, float alpha, bool accumulate) {
-  // Columns in blocks of 64 (4 vectors); each block's B is read by every row
-  // block while it is in cache.
-  for (int64_t n0 = 0; n0 < N; n0 += 64) {
-    const int64_t nn = std::min<int64_t>(64, N - n0), nv = (nn + 15) / 16, last = nn - 16 * (nv - 1);
-    const __mmask16 tail = static_cast<__mmask16>((1u << last) - 1u);
-    const bf16* b = B + n0 * 2;
-    float* c = C + n0;
-    switch (nv) {
-      case 1: dot_pairs_rows<1>(c, ldc, A, lda, b, ldb, M, Pn, alpha, accumulate, tail); break;
-      case 2: dot_pairs_rows<2>(c, ldc, A, lda, b, ldb, M, Pn, alpha, accumulate, tail); break;
-      case 3: dot_pairs_rows<3>(c, ldc, A, lda, b, ldb, M, Pn, alpha, accumulate, tail); break;
-      default: dot_pairs_rows<4>(c, ldc, A, lda, b, ldb, M, Pn, alpha, accumulate, tail); break;
-    }
-  }
-}
-#undef ATTNRES_DPBF16
-bool use_dpbf16() { return cpu_has_dpbf16(); }
-#else
-void dot_pairs_dp(float*, int64_t, const bf16*, int64_t, const bf16*, int64_t, int64_t, int64_t, int64_t, float,
-                  bool) {}
-bool use_dpbf16() { return false; }
-#endif
-
-void dot_pairs(float* C, int64_t ldc, const bf16* A, int64_t lda, const bf16* B, int64_t ldb, int64_t M, int64_t N,
-               int64_t Pn, float alpha, bool accumulate) {
-  if (M <= 0 || N <= 0) return;
-  static const bool dp = use_dpbf16();
-  if (dp)
-    dot_pairs_dp(C, ldc, A, lda, B, ldb, M, N, Pn, alpha, accumulate);
-  else
-    dot_pairs_float(C, ldc, A, lda, B, ldb, M, N, Pn, alpha, accumulate);
-}
-
 // A thread's buffers for the bf16 path, carved from its share of the
 // workspace.  keys: the most keys of the call (forward) or T (backward).
+// Every reduction is padded with zeros to a multiple of kTileK (32) and every
+// A operand has rows up to a multiple of 16 (tiles.h tile_product).
 struct Bf16Tiles {
-  int64_t ldk;   // keys rounded up to 16: a row of S, P, dP; B's row of K and V by hd pairs
-  int64_t hd2;   // hd rounded up to even: a row of Q and dY in bf16
-  int64_t hdv;   // hd rounded up to 16: B's row of V, K, Q, dY by row pairs
-  bf16 *k_hd, *v_hd;      // [hd2/2][ldk][2]: S's and dP's B
+  int64_t ldk;   // keys rounded up to 32: a row of S, P, dP; B's row of K and V by hd pairs
+  int64_t hdk;   // hd rounded up to 32: a row of Q and dY in bf16, the pair-rows of K and V by hd pairs
+  int64_t hdv;   // hd rounded up to 16: B's row of V, K by key pairs; the rows of Qᵀ and dYᵀ
+  bf16 *k_hd, *v_hd;      // [hdk/2][ldk][2]: S's and dP's B
   bf16 *k_rows, *v_rows;  // [ldk/2][hdv][2]: dQ's and Y's B
-  bf16 *q16, *dy16;       // [kTile][hd2]: S's and dP's A
-  bf16 *qt16, *dyt16;     // [hd][kTile]: dKᵀ's and dVᵀ's A
+  bf16 *q16, *dy16;       // [kTile][hdk]: S's and dP's A
+  bf16 *qt16, *dyt16;     // [hdv][kTile]: dKᵀ's and dVᵀ's A
   float *s, *dp;          // [kTile][ldk]
   bf16 *p16, *ds16;       // [kTile][ldk]: Y's and dQ's A
   bf16 *p_pairs, *ds_pairs;  // [kTile/2][ldk][2]: dVᵀ's and dKᵀ's B
   float *dkt, *dvt;       // [hd][ldk]: dKᵀ, dVᵀ of the work item
+  float* stage;           // [16][16]: a C tile on its way out (tile_product)
   int64_t floats = 0;     // the share's size
 
   Bf16Tiles(int64_t keys, int64_t hd, float* base) {
-    ldk = round_up(std::max<int64_t>(keys, 1), 16);
-    hd2 = round_up(hd, 2);
+    ldk = round_up(std::max<int64_t>(keys, 1), kTileK);
+    hdk = round_up(hd, kTileK);
     hdv = round_up(hd, 16);
     auto take = [&](int64_t n_bf16) {  // 64-byte aligned pieces
       bf16* p = base ? reinterpret_cast<bf16*>(base + floats) : nullptr;
       floats += round_up((n_bf16 + 1) / 2, 16);
       return p;
     };
-    k_hd = take(hd2 * ldk);
-    v_hd = take(hd2 * ldk);
+    k_hd = take(hdk * ldk);
+    v_hd = take(hdk * ldk);
     k_rows = take(ldk * hdv);
     v_rows = take(ldk * hdv);
-    q16 = take(kTile * hd2);
-    dy16 = take(kTile * hd2);
-    qt16 = take(hd * kTile);
-    dyt16 = take(hd * kTile);
+    q16 = take(kTile * hdk);
+    dy16 = take(kTile * hdk);
+    qt16 = take(hdv * kTile);
+    dyt16 = take(hdv * kTile);
     s = reinterpret_cast<float*>(take(2 * kTile * ldk));
     dp = reinterpret_cast<float*>(take(2 * kTile * ldk));
     p16 = take(kTile * ldk);
@@ -412,6 +316,7 @@ struct Bf16Tiles {
     ds_pairs = take(kTile * ldk);
     dkt = reinterpret_cast<float*>(take(2 * hd * ldk));
     dvt = reinterpret_cast<float*>(take(2 * hd * ldk));
+    stage = reinterpret_cast<float*>(take(2 * 16 * 16));
   }
 };
 
@@ -424,6 +329,10 @@ float* thread_share(float* scratch, int64_t floats) {
   return reinterpret_cast<float*>(round_up(static_cast<int64_t>(u), 64));
 }
 
+// Pairs of a reduction of n elements, padded to whole tile products.
+int64_t tile_pairs(int64_t n) { return round_up(n, kTileK) / 2; }
+
+template <class Tiles>
 void forward_bf16(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T, int64_t H,
                   int64_t KV, int64_t hd, float* scratch, int threads) {
   const int64_t ldq = H * hd, ldkv = KV * hd, group = H / KV;
@@ -432,6 +341,7 @@ void forward_bf16(float* y, float* lse, const float* q, const KeyValues& kv, int
 #pragma omp parallel num_threads(threads)
   {
     const Bf16Tiles w(max_keys, hd, thread_share(scratch, share));
+    Tiles tiles;       // the tile registers (AMX: configured for this thread)
     int64_t packed = -1;  // the (b, KV head) whose keys and values w holds
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; ++bh) {
@@ -440,8 +350,8 @@ void forward_bf16(float* y, float* lse, const float* q, const KeyValues& kv, int
       if (packed != b * KV + g) {  // the heads of a group share one packing
         const float* K = kv.k + seq * kv.stride + g * hd;
         const float* V = kv.v + seq * kv.stride + g * hd;
-        pack_by_row_pairs(w.k_hd, w.ldk, K, ldkv, keys, hd);
-        pack_by_col_pairs(w.v_rows, w.hdv, V, ldkv, keys, hd);
+        pack_by_row_pairs(w.k_hd, w.ldk, K, ldkv, keys, hd, w.hdk / 2);
+        pack_by_col_pairs(w.v_rows, w.hdv, V, ldkv, keys, hd, tile_pairs(keys));
         packed = b * KV + g;
       }
       const float* Q = q + b * T * ldq + h * hd;
@@ -449,25 +359,27 @@ void forward_bf16(float* y, float* lse, const float* q, const KeyValues& kv, int
       float* L = lse ? lse + (b * H + h) * T : nullptr;
       for (int64_t t0 = 0; t0 < T; t0 += kTile) {
         const int64_t t1 = std::min(t0 + kTile, T), tq = t1 - t0;
-        const int64_t nk = p0 + t1, nk2 = round_up(nk, 2);  // keys the tile's last query sees
-        rows_to_bf16(w.q16, w.hd2, Q + t0 * ldq, ldq, tq, hd);
+        const int64_t nk = p0 + t1, nkp = round_up(nk, kTileK);  // keys the tile's last query sees
+        rows_to_bf16(w.q16, w.hdk, Q + t0 * ldq, ldq, tq, hd);
         // S[tq, nk] = s · r(Q) r(K)ᵀ
-        dot_pairs(w.s, w.ldk, w.q16, w.hd2, w.k_hd, w.ldk, tq, nk, w.hd2 / 2, scale, false);
+        tile_product(tiles, w.s, w.ldk, w.q16, w.hdk, w.k_hd, w.ldk, tq, nk, w.hdk / 2, scale, false, w.stage);
         for (int64_t r = 0; r < tq; ++r) {
           float* s = w.s + r * w.ldk;
-          const float l = softmax_row(s, p0 + t0 + r + 1, nk2);  // keys 0 … p0+t (causal)
+          const float l = softmax_row(s, p0 + t0 + r + 1, nk);  // keys 0 … p0+t (causal)
           if (L) L[t0 + r] = l;
           bf16* p = w.p16 + r * w.ldk;
 #pragma omp simd
-          for (int64_t c = 0; c < nk2; ++c) p[c] = float_to_bf16(s[c]);
+          for (int64_t c = 0; c < nk; ++c) p[c] = float_to_bf16(s[c]);
+          for (int64_t c = nk; c < nkp; ++c) p[c] = 0;
         }
         // Y[tq, hd] = r(P) r(V)
-        dot_pairs(Y + t0 * ldq, ldq, w.p16, w.ldk, w.v_rows, w.hdv, tq, hd, nk2 / 2, 1.0f, false);
+        tile_product(tiles, Y + t0 * ldq, ldq, w.p16, w.ldk, w.v_rows, w.hdv, tq, hd, nkp / 2, 1.0f, false, w.stage);
       }
     }
   }
 }
 
+template <class Tiles>
 void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v,
                    const float* y, const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
                    float* scratch, int threads) {
@@ -479,6 +391,7 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
 #pragma omp parallel num_threads(threads)
   {
     const Bf16Tiles w(T, hd, thread_share(scratch, share));
+    Tiles tiles;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t bg = 0; bg < B * KV; ++bg) {
       const int64_t b = bg / KV, g = bg % KV;
@@ -486,9 +399,9 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
       const float* V = v + b * T * ldkv + g * hd;
       float* dK = dk + b * T * ldkv + g * hd;
       float* dV = dv + b * T * ldkv + g * hd;
-      pack_by_row_pairs(w.k_hd, w.ldk, K, ldkv, T, hd);
-      pack_by_row_pairs(w.v_hd, w.ldk, V, ldkv, T, hd);
-      pack_by_col_pairs(w.k_rows, w.hdv, K, ldkv, T, hd);
+      pack_by_row_pairs(w.k_hd, w.ldk, K, ldkv, T, hd, w.hdk / 2);
+      pack_by_row_pairs(w.v_hd, w.ldk, V, ldkv, T, hd, w.hdk / 2);
+      pack_by_col_pairs(w.k_rows, w.hdv, K, ldkv, T, hd, tile_pairs(T));
       std::memset(w.dkt, 0, static_cast<size_t>(hd * w.ldk) * sizeof(float));
       std::memset(w.dvt, 0, static_cast<size_t>(hd * w.ldk) * sizeof(float));
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
@@ -498,14 +411,14 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
         float* dQ = dq + b * T * ldq + h * hd;
         const float* L = lse + (b * H + h) * T;
         for (int64_t t0 = 0; t0 < T; t0 += kTile) {
-          const int64_t t1 = std::min(t0 + kTile, T), tq = t1 - t0, tq2 = round_up(tq, 2), t12 = round_up(t1, 2);
-          rows_to_bf16(w.q16, w.hd2, Q + t0 * ldq, ldq, tq, hd);
-          rows_to_bf16(w.dy16, w.hd2, dY + t0 * ldq, ldq, tq, hd);
+          const int64_t t1 = std::min(t0 + kTile, T), tq = t1 - t0, t1p = round_up(t1, kTileK);
+          rows_to_bf16(w.q16, w.hdk, Q + t0 * ldq, ldq, tq, hd);
+          rows_to_bf16(w.dy16, w.hdk, dY + t0 * ldq, ldq, tq, hd);
           transpose_to_bf16(w.qt16, kTile, Q + t0 * ldq, ldq, tq, hd);
           transpose_to_bf16(w.dyt16, kTile, dY + t0 * ldq, ldq, tq, hd);
           // P = exp(s · r(Q) r(K)ᵀ − lse) on the causal part; dP = r(dY) r(V)ᵀ.
-          dot_pairs(w.s, w.ldk, w.q16, w.hd2, w.k_hd, w.ldk, tq, t1, w.hd2 / 2, scale, false);
-          dot_pairs(w.dp, w.ldk, w.dy16, w.hd2, w.v_hd, w.ldk, tq, t1, w.hd2 / 2, 1.0f, false);
+          tile_product(tiles, w.s, w.ldk, w.q16, w.hdk, w.k_hd, w.ldk, tq, t1, w.hdk / 2, scale, false, w.stage);
+          tile_product(tiles, w.dp, w.ldk, w.dy16, w.hdk, w.v_hd, w.ldk, tq, t1, w.hdk / 2, 1.0f, false, w.stage);
           for (int64_t r = 0; r < tq; ++r) {
             const int64_t t = t0 + r, n = t + 1;
             float* p = w.s + r * w.ldk;
@@ -520,18 +433,19 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
               dp[c] = p[c] * (dp[c] - Df);  // dS
               ds[c] = float_to_bf16(dp[c]);
             }
-            for (int64_t c = n; c < t12; ++c) {
-              p[c] = dp[c] = 0.0f;
-              ds[c] = 0;
-            }
+            for (int64_t c = n; c < t1; ++c) p[c] = dp[c] = 0.0f;
+            for (int64_t c = n; c < t1p; ++c) ds[c] = 0;
           }
-          pack_by_col_pairs(w.p_pairs, w.ldk, w.s, w.ldk, tq, t1);    // r(P) by query pairs
-          pack_by_col_pairs(w.ds_pairs, w.ldk, w.dp, w.ldk, tq, t1);  // r(dS) by query pairs
+          pack_by_col_pairs(w.p_pairs, w.ldk, w.s, w.ldk, tq, t1, tile_pairs(tq));    // r(P) by query pairs
+          pack_by_col_pairs(w.ds_pairs, w.ldk, w.dp, w.ldk, tq, t1, tile_pairs(tq));  // r(dS) by query pairs
           // dQ[t0:t1] = s · r(dS) r(K)[0:t1]
-          dot_pairs(dQ + t0 * ldq, ldq, w.ds16, w.ldk, w.k_rows, w.hdv, tq, hd, t12 / 2, scale, false);
+          tile_product(tiles, dQ + t0 * ldq, ldq, w.ds16, w.ldk, w.k_rows, w.hdv, tq, hd, t1p / 2, scale, false,
+                       w.stage);
           // dKᵀ[:, 0:t1] += s · r(Q)ᵀ[:, t0:t1] r(dS);  dVᵀ[:, 0:t1] += r(dY)ᵀ[:, t0:t1] r(P)
-          dot_pairs(w.dkt, w.ldk, w.qt16, kTile, w.ds_pairs, w.ldk, hd, t1, tq2 / 2, scale, true);
-          dot_pairs(w.dvt, w.ldk, w.dyt16, kTile, w.p_pairs, w.ldk, hd, t1, tq2 / 2, 1.0f, true);
+          tile_product(tiles, w.dkt, w.ldk, w.qt16, kTile, w.ds_pairs, w.ldk, hd, t1, tile_pairs(tq), scale, true,
+                       w.stage);
+          tile_product(tiles, w.dvt, w.ldk, w.dyt16, kTile, w.p_pairs, w.ldk, hd, t1, tile_pairs(tq), 1.0f, true,
+                       w.stage);
         }
       }
       for (int64_t t = 0; t < T; ++t)
@@ -541,6 +455,18 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
         }
     }
   }
+}
+
+// The tile implementation this copy of the kernels runs for `path` (tiles.h):
+// a path this copy was not compiled with (below avx512, or clang) is float.
+template <class F>
+void with_tiles(TilePath path, F&& run) {
+#if defined(ATTNRES_ISA_AVX512) && !defined(__clang__)
+  if (path == TilePath::kAmx) return run(static_cast<AmxTiles*>(nullptr));
+  if (path == TilePath::kAvx512Bf16) return run(static_cast<Dpbf16Tiles*>(nullptr));
+#endif
+  (void)path;
+  run(static_cast<FloatTiles*>(nullptr));
 }
 
 }  // namespace
@@ -555,7 +481,9 @@ void CpuKernels::attention_forward(float* y, float* lse, const float* q, const K
                                    int64_t H, int64_t KV, int64_t hd, Precision p) {
   float* scratch = ctx_.workspace(attention_workspace(most_keys(kv, B, T), hd, p));
   if (p == Precision::kBF16)
-    forward_bf16(y, lse, q, kv, B, T, H, KV, hd, scratch, threads());
+    with_tiles(tile_path(), [&](auto* tiles) {
+      forward_bf16<std::remove_pointer_t<decltype(tiles)>>(y, lse, q, kv, B, T, H, KV, hd, scratch, threads());
+    });
   else
     forward_f32(y, lse, q, kv, B, T, H, KV, hd, scratch, threads());
 }
@@ -565,7 +493,10 @@ void CpuKernels::attention_backward(float* dq, float* dk, float* dv, const float
                                     int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
   float* scratch = ctx_.workspace(attention_workspace(T, hd, p));
   if (p == Precision::kBF16)
-    backward_bf16(dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd, scratch, threads());
+    with_tiles(tile_path(), [&](auto* tiles) {
+      backward_bf16<std::remove_pointer_t<decltype(tiles)>>(dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd, scratch,
+                                                            threads());
+    });
   else
     backward_f32(dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd, scratch, threads());
 }

@@ -3,7 +3,8 @@
 // matmul — fp32, and bf16 on the CPU's matrix units (AMX-BF16 or
 // AVX512-BF16; dnnl_matmul.h) — or fp32 through CBLAS (OpenBLAS, its OpenMP
 // build) where asked (Fp32Gemm below), and attention's tiles through CBLAS in
-// fp32 and a VDPBF16PS kernel of ours in bf16 (attention.cpp).  One file
+// fp32 and tile products of ours in bf16 (attention.cpp, tiles.h: AMX or
+// VDPBF16PS).  One file
 // per op family in this directory.
 //
 // Two classes: CpuBackend holds memory, the products and what the kernels
@@ -67,11 +68,14 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
  public:
   const char* name() const override { return "cpu"; }
   const char* kernels() const override { return cpu_level_name(level_); }
+  const char* attention_tiles() const override { return tile_path_name(tiles_); }
   std::string unsupported(Precision p) const override;
   double peak_gflops(Precision p) const override;  // blas_kernels.h: measure_peak_gflops
   const char* peak_name(Precision p) const override;
   // The instruction-set level of this backend's kernels.
   CpuLevel level() const { return level_; }
+  // What runs attention's bf16 products (cpu_level.h choose_tile_path).
+  TilePath tile_path() const { return tiles_; }
 
   Buffer alloc(size_t bytes, bool lazy) override { return Buffer::host_bytes(bytes, lazy); }
   void synchronize() override {}
@@ -100,7 +104,7 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   double time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
 
  protected:
-  CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level) {}
+  CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level), tiles_(choose_tile_path(level)) {}
   bool owns(const void* p) const { return !owns_ || owns_(p); }
   // The routing ops' check of a source list (and of its gradient list, when
   // given): S ≥ 1, only source 0 broadcast, every pointer in them owned.
@@ -130,13 +134,10 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
                    const float* B, int64_t ldb, float beta, float* C, int64_t ldc) const;
 
   CpuLevel level_;
+  TilePath tiles_;  // what runs attention's bf16 tile products (tiles.h)
   Fp32Gemm fp32_gemm_ = choose_fp32_gemm();
   bool (*owns_)(const void*) = nullptr;
 };
-
-// Whether this CPU has VDPBF16PS (AVX512-BF16): the bf16 products of our own
-// kernels (skinny products, attention) use it where it is.
-bool cpu_has_dpbf16();
 
 // The CPU backend whose kernels are compiled for `level` (which this CPU must run).
 std::unique_ptr<CpuBackend> make_cpu_backend(Context& ctx, CpuLevel level);

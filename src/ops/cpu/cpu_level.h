@@ -38,4 +38,28 @@ std::vector<CpuLevel> cpu_levels_here();
 // CPU's, is an Error naming where it came from and what this CPU has.
 CpuLevel choose_cpu_level(const std::string& request);
 
+// Whether this CPU has VDPBF16PS (AVX512-BF16): the bf16 products of our own
+// kernels (skinny products, attention's avx512-bf16 tile path) use it where it is.
+bool cpu_has_dpbf16();
+
+// What runs the tile interface of attention's bf16 products (tiles.h):
+//   amx          the AMX tiles (TDPBF16PS): a CPU reporting AMX-TILE and
+//                AMX-BF16 whose kernel grants the process the tile state
+//                (arch_prctl ARCH_REQ_XCOMP_PERM), at the avx512 level;
+//   avx512-bf16  the same tile products as VDPBF16PS (AVX512-BF16), avx512 level;
+//   float        the same tile products in float arithmetic (every level).
+// The best path a level has here is taken unless ATTNRES_ATTENTION_TILES
+// names a lower one (tests run every path this way).
+enum class TilePath { kFloat = 0, kAvx512Bf16 = 1, kAmx = 2 };
+const char* tile_path_name(TilePath p);  // "float", "avx512-bf16", "amx"
+// The best path kernels of `level` can take on this CPU.  The first call that
+// finds AMX asks the kernel for the tile state; a refusal is one line on
+// stderr saying why, and the path is avx512-bf16.
+TilePath tile_path_detected(CpuLevel level);
+// Every path kernels of `level` can take here, lowest first.
+std::vector<TilePath> tile_paths_here(CpuLevel level);
+// $ATTNRES_ATTENTION_TILES when set, else tile_path_detected(level); an
+// unknown name, or a path above what this CPU and level have, is an Error.
+TilePath choose_tile_path(CpuLevel level);
+
 }  // namespace attnres

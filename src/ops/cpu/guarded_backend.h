@@ -27,6 +27,7 @@ class GuardedCpuBackend final : public Backend {
   GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu);
   const char* name() const override { return "cpu-guarded"; }
   const char* kernels() const override { return cpu_->kernels(); }
+  const char* attention_tiles() const override { return cpu_->attention_tiles(); }
   std::string unsupported(Precision p) const override { return cpu_->unsupported(p); }
   double peak_gflops(Precision p) const override { return cpu_->peak_gflops(p); }
   const char* peak_name(Precision p) const override { return cpu_->peak_name(p); }

@@ -307,14 +307,6 @@ void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, floa
 
 }  // namespace
 
-bool cpu_has_dpbf16() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
-  }();
-  return has;
-}
-
 bool bf16_weight_grads_from_dense_copy() {
 #ifdef ATTNRES_HAVE_DNNL
   static const bool amx = onednn::isa() == "avx512_core_amx";
