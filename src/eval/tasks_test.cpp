@@ -293,7 +293,8 @@ TEST(TaskMetrics, MeansStderrsAndTheBootstrap) {
   EXPECT_NEAR(mean_stderr({1, 0, 1, 0}), std::sqrt(1.0 / 3.0) / 2.0, 1e-15);
   EXPECT_TRUE(std::isnan(mean_stderr({1})));
   // The harness's bootstrap, 3 chunks of 1000, in CPython 3.11 (random.Random(i),
-  // rnd.choices, math.exp(-mean(...)), sample sd):  2.3119045258482.
+  // rnd.choices, math.exp(-mean(...)), sample sd):  2.3119045258482.  Fixed
+  // seeds and double arithmetic, no kernel of ours: the same value on every CPU.
   EXPECT_NEAR(bootstrap_perplexity_stderr({-1.5, -2.25, -0.75, -3.0, -1.0}, 3000), 2.3119045258482, 1e-12);
 }
 

@@ -65,7 +65,8 @@ struct GoldenTolerance {
   int64_t norm_steps;
 };
 // fp32 against the float64 oracle: float32's rounding, accumulated through the
-// model (tests/oracle/README.md).
+// model (tests/oracle/README.md).  A CPU's kernels change only the order of
+// float32 sums; PyTorch's float32 run, another order, is ≥ 10× inside each.
 constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 5e-4, 10};
 // bf16 against the oracle's bf16 mode (the same operands rounded).  What is
 // left is float32 against float64 arithmetic before each rounding, and that
@@ -95,6 +96,9 @@ constexpr GoldenTolerance kFp32{1e-4, 1e-5, 1e-5, 1e-3, 2e-5, 5e-4, 1e-5, 1e-3, 
 // the oracle's own bf16 run ends 7.5e-2 from its float64 one there, where the
 // engine's ends 6.3e-3 from it): the final loss's bound is 2× that worst,
 // 0.17 (it was 8e-2), the only bound that moved.
+// All of these are measured, not derived: both CPUs passed them at bdd43a0
+// (attention on VDPBF16PS there); AMX tiles in attention move which values
+// flip, so the Intel Xeon's figures are to be measured again.
 constexpr GoldenTolerance kBf16{7e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 0.17, 3};
 // bf16 against the float64 oracle: the size of bf16 itself.  The oracle's
 // bf16 mode differs from its float64 run by up to 5.6e-2 in the logits (of
@@ -102,7 +106,15 @@ constexpr GoldenTolerance kBf16{7e-2, 2e-3, 2e-2, 0, 2e-2, 0.15, 1e-2, 0.1, 0.17
 // 8.8e-2 in a trajectory loss and 2.2e-2 in the final loss (make_golden.py
 // prints these); the engine's bf16 adds its flips to those.  The gradient
 // norm of the first step only: the trajectories part after it.
-constexpr GoldenTolerance kBf16VsF64{0.15, 1e-2, 0.1, 0, 0.1, 0.25, 5e-2, 0.1, 0.1, 1};
+// With bf16 attention those five are 7.4e-2, 2.4e-3, 2.4e-2, 0.107, 7.5e-2:
+// wherever kBf16 holds, adding them gives the logits, loss and gradient bounds
+// here on any CPU; not the trajectory and final ones (0.257 > 0.25, 0.245 >
+// 0.1), which rest on measurement alone (both CPUs passed at bdd43a0).
+// So the trajectory and final losses' bounds are now derived the same way:
+// kBf16's (0.15, 0.17) plus the oracle's own (0.107, 7.5e-2), 0.26 and 0.25
+// (they were 0.25 and 0.1, measured): by the triangle inequality they hold
+// wherever kBf16 does, on any CPU.
+constexpr GoldenTolerance kBf16VsF64{0.15, 1e-2, 0.1, 0, 0.1, 0.26, 5e-2, 0.1, 0.25, 1};
 
 // Tolerances belong to a (backend, precision) pair: each backend's rows are
 // measured on that backend (the ones above: the CPU backend's).  A backend
@@ -310,13 +322,28 @@ TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  EXPECT_LE(median(logit_ratio), 0.25);
-  EXPECT_LE(median(grad_ratio), 0.3);
+  // The medians tell a right rounding from a wrong one, on any CPU.  A right
+  // engine differs from the oracle's bf16 only by flips: operands whose
+  // float32 value lies within float32's sum error (K·2⁻²⁴ relative, K terms)
+  // of a bf16 rounding midpoint round to the other neighbour than the
+  // oracle's float64 value does — a share of about K·2⁻²⁴/2⁻⁸ of them, each
+  // one bf16 unit — so it sits a fraction of bf16's own distance from the
+  // oracle's bf16, whichever order the CPU's kernels sum in (medians 0.06 and
+  // 0.29 on the AMD EPYC, 2026-12-05; gradients 0.30 on the Intel Xeon with
+  // oneDNN's AMX products, 2026-12-04).  An operand family rounded wrongly
+  // moves every element of it, as far as bf16's rounding itself: with
+  // attention's P truncated instead of rounded to nearest even (tried on the
+  // AMD EPYC, 2026-12-05) the medians are 0.80 and 0.89, no case below 0.42.
+  // The bound is between the two, at 0.5 for both.  (It was 0.25 and 0.3,
+  // set from one CPU's measurement, which the Intel Xeon's 0.304 passed.)
+  EXPECT_LE(median(logit_ratio), 0.5);
+  EXPECT_LE(median(grad_ratio), 0.5);
   // No case farther from the oracle's bf16 than that is from float64 (measured
   // on an Intel Xeon, 2026-12-03: worst 0.21 with oneDNN's AVX512-BF16
   // kernels, 0.86 in the logits and 0.72 in the gradients with its AMX ones,
-  // where one flip in block_alpha grows: see kBf16); the medians above are
-  // what a wrongly rounded operand moves in every case.
+  // where one flip in block_alpha grows: see kBf16); a flip is one bf16 unit
+  // of one operand, bf16's rounding is one of every operand: below 1 by
+  // definition, however a flip grows along one case's path.
   EXPECT_LE(*std::max_element(logit_ratio.begin(), logit_ratio.end()), 1.0);
   EXPECT_LE(*std::max_element(grad_ratio.begin(), grad_ratio.end()), 1.0);
 }

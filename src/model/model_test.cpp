@@ -450,6 +450,8 @@ TEST(Routing, EveryModeTrainsOnText) {
     }
     std::printf("  %-12s loss %.3f -> %.3f (mean of the last 5 of %lld steps)\n", mode, first, last,
                 static_cast<long long>(steps));
+    // ln V at the start is the initialisation's (near-zero logits), not a kernel's;
+    // the 1.5-nat drop is measured, in fp32, where a CPU's kernels move only roundings.
     EXPECT_NEAR(first, std::log(256.0), 0.2) << mode;
     EXPECT_LT(last, first - 1.5) << mode << ": loss " << first << " -> " << last;
   }

@@ -274,12 +274,16 @@ auto backend_shape_test_name(ShapeName shape_name) {
 struct ProductTolerance {
   // The sums: float32 over K terms in tiles (every backend and precision sums
   // in float32; K ≤ 10³ in the tests, so K·2⁻²⁴ ≈ 6e-5 is the worst case and
-  // √K·2⁻²⁴ ≈ 2e-6 the typical one).
+  // √K·2⁻²⁴ ≈ 2e-6 the typical one).  1e-5 is about 7× the typical error at the
+  // tests' largest K (600) in any summation order, so it holds whichever
+  // kernel oneDNN or OpenBLAS picks for the CPU (AMX, AVX512-BF16, AVX-512).
   double sums;
   // bf16: an operand the op computes itself in float32 (the LM head's
   // dlogits) and then rounds may round to the other neighbour than the
   // double-precision reference's: at most one bf16 unit (2⁻⁸) of one term
-  // per product, relative to the sum of magnitudes.  0 in fp32.
+  // per product, relative to the sum of magnitudes.  0 in fp32.  2⁻⁸ is
+  // bf16's unit roundoff, a definition: the CPU decides whether a value
+  // flips (its float32 sums), not how far.
   double rounding;
 };
 inline ProductTolerance product_tolerance(const BackendParam& b, Precision p) {

@@ -359,6 +359,9 @@ TEST(Trainer, Bf16TrainsAsWellAsFp32) {
     }
     std::printf("%-12s validation loss fp32 %.4f, bf16 %.4f (%+.2f %%)\n", mode, val[0], val[1],
                 100 * (val[1] / val[0] - 1));
+    // The 1 % is measured, not derived (on the AMD EPYC, 2026-12-01; the Intel
+    // Xeon's AMX products passed it at bdd43a0): 60 steps respond to bf16's
+    // rounding and to where its flips land, which the CPU's kernels decide.
     EXPECT_LT(val[0], 2.5) << mode << ": the model did not learn the stream (ln " << V << " = 4.85)";
     EXPECT_NEAR(val[1], val[0], 0.01 * val[0]) << mode;
   }

@@ -160,8 +160,11 @@ def test_equivalence(r):
             return
         rel_b = max_rel(b, a, steps)
         rel_c = max_rel(b, c, steps)
+        # fp32 on one machine: the ranks only split the weight gradients' float32 sums (<= 1.6e-7 measured,
+        # docs/distributed.md); a CPU's kernels change which roundings, not their size: 1e-5 holds on both.
         check(rel_b <= 1e-5, f"{mode}: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel_b:.2e} <= 1e-5")
         check(rel_c <= 1e-5, f"{mode}: 2 ranks x B4 vs 1 rank x B4 x accum 2: max relative difference {rel_c:.2e}")
+        # 0.1 nats in 20 steps: a property of the training, far above any kernel's rounding.
         check(a[20] < a[1] - 0.1, f"{mode}: the loss falls ({a[1]:.3f} -> {a[20]:.3f})")
         if mode != "baseline":  # the routing statistics of a step cover the global batch (every rank's tokens)
             ra, rb = r.routing(f"eq-{mode}-1x8"), r.routing(f"eq-{mode}-2x4")
@@ -172,6 +175,7 @@ def test_equivalence(r):
                 for key in ("max_weight", "token_max", "entropy"):
                     for x, y in zip(ra[s][key], rb[s][key]):
                         worst = max(worst, abs(x - y) / max(abs(y), 1e-12))
+            # fp32 statistics of weights the rank split moved by roundings: 4.9e-7 measured, 200x inside.
             check(ok and worst <= 1e-4, f"{mode}: routing statistics of 2 ranks = 1 rank's (max relative {worst:.1e})")
 
 
@@ -220,6 +224,7 @@ def test_frozen_base(r):
             return
     a, b = r.losses("fz-1x8"), r.losses("fz-2x4")
     rel = max_rel(b, a, range(1, 11))
+    # As test_equivalence: fp32, the ranks' split of the sums only (9.4e-10 measured).
     check(rel <= 1e-5, f"frozen base, delta_block: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel:.2e}")
     base = tensors(os.path.join(r.tmp, init, "step_00000005", "model.safetensors"))
     for name in ("1x8", "2x4"):
@@ -277,15 +282,24 @@ def test_compare(r):
             with open(os.path.join(out, "delta_block-seed1337", "train.out")) as f:
                 check("data parallel: 2 ranks x batch 2" in f.read(), "compare --ranks 2: each run is 2 ranks x batch 2")
     worst = max(abs(vals[2][m] - vals[1][m]) / vals[1][m] for m in vals[1])
+    # fp32, the ranks' split of the sums only, as test_equivalence: the same bound on every CPU.
     check(worst <= 1e-5, f"compare --ranks 2: validation losses equal one rank's ({worst:.1e})")
 
 
 def test_bf16(r):
     # --precision bf16 over ranks: each rank updates its range and rounds it into its bf16 copy in the AdamW
-    # pass; the other ranks' ranges arrive as float32 in the all-gather and are rounded there.  A copy left
-    # stale would freeze half the weights in the forward: the curves would part by far more than bf16 does.
+    # pass; the other ranks' ranges arrive as float32 in the all-gather and are rounded there.
     # Not bit-equal to one rank: a rank's micro-batch of 4 gives other product tiles than one of 8, and the
-    # float32 sums then round to bf16 a little differently (fp32: test_equivalence, 1e-5).
+    # weight gradients' float32 sums are split (fp32: test_equivalence, 1e-5); in bf16 a rounding moved by
+    # that can put an operand on the other side of a bf16 rounding (a flip), and training carries it on.
+    # The bound follows from bf16's own size, measured in this test on this CPU: the fp32 run f, the
+    # 1-rank bf16 run a and the 2-rank bf16 run b.  a and b are bf16 roundings of f's trajectory that
+    # differ only in which operands flip, so each lies about bf16's gap g = |a - f| from f, and
+    # |a - b| <= |a - f| + |b - f| ~ 2g; the gap is the largest relative difference over the steps, a
+    # statistic that moves with every flip (4.5e-4 to 7.2e-4 between two builds of this test on the AMD
+    # EPYC, 2026-12-05), so |b - f| is allowed twice |a - f|: |a - b| <= 4g on every CPU.
+    # Measured: AMD EPYC 1.1e-4 against g 7.2e-4; Intel Xeon (AMX) 7.6e-4.  A stale copy (the other
+    # ranks' ranges left unrounded after the all-gather, tried 2026-12-05) parts them by 2.2e-1.
     runs = {"1x8": (1, ["--batch", "8"]), "2x4": (2, ["--batch", "4"])}
     for name, (ranks, extra) in runs.items():
         p = r.run(ranks, r.args(f"bf-{name}", extra=extra + ["--precision", "bf16"]))
@@ -295,14 +309,17 @@ def test_bf16(r):
         if not check(p.returncode == 0, f"bf16: {name} trains"):
             print(p.stdout[-1500:], p.stderr[-3000:])
             return
-    a, b = r.losses("bf-1x8"), r.losses("bf-2x4")
-    steps = range(1, 21)
-    rel = max_rel(b, a, steps)
-    check(rel <= 5e-4, f"bf16: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel:.2e} <= 5e-4")
     p = r.run(1, r.args("bf-fp32", extra=["--batch", "8"]))
-    if check(p.returncode == 0, "bf16: the same run in fp32 trains"):
-        gap = max_rel(a, r.losses("bf-fp32"), steps)
-        check(gap > 0, f"bf16: not the fp32 run (max relative difference {gap:.2e})")
+    if not check(p.returncode == 0, "bf16: the same run in fp32 trains"):
+        print(p.stdout[-1500:], p.stderr[-3000:])
+        return
+    a, b, f = r.losses("bf-1x8"), r.losses("bf-2x4"), r.losses("bf-fp32")
+    steps = range(1, 21)
+    gap = max_rel(a, f, steps)
+    check(gap > 0, f"bf16: not the fp32 run (max relative difference {gap:.2e})")
+    rel = max_rel(b, a, steps)
+    check(rel <= 4 * gap, f"bf16: 2 ranks x B4 vs 1 rank x B8: max relative loss difference {rel:.2e} <= "
+          f"4 x bf16's gap to fp32 ({gap:.2e}; the 2-rank run's: {max_rel(b, f, steps):.2e})")
 
 
 def test_resume_across_world_sizes(r):
@@ -337,6 +354,7 @@ def test_resume_across_world_sizes(r):
         steps = range(11, 21)
         ok = all(s in got for s in steps)
         rel = max_rel(got, ref, steps) if ok else float("inf")
+        # fp32, the ranks' split of the sums only, as test_equivalence: the same bound on every CPU.
         check(rel <= 1e-5, f"resume on {ranks} rank(s): steps 11-20 equal the uninterrupted 2-rank run ({rel:.2e})")
     p = r.run(3, ["train", "--resume", ckpt, "--out", os.path.join(r.tmp, "rs-3"), "--threads", "1"])
     check(p.returncode != 0 and "global batch (ranks x --batch x --accum) is 3 x" in p.stderr,
@@ -510,6 +528,7 @@ def test_hosts(r):
             return
         a, b = r.losses("mh-1x8"), r.losses("mh-2x4")
         rel = max_rel(b, a, range(1, 21)) if len(b) == 20 else float("inf")
+        # Both hosts are one machine's namespaces, fp32: as test_equivalence.
         check(rel <= 1e-5, f"hosts: 2 hosts x B4 vs 1 process x B8: max relative loss difference {rel:.2e}")
         # -x carries a variable to the other host: a NaN injected there stops both hosts at that step.
         env = dict(ENV, ATTNRES_TEST_NAN="1:3")

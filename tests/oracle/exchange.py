@@ -49,6 +49,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import oracle as O  # noqa: E402
 
 TOL = 2e-5  # float32 engine against the float64 oracle, same weights: measured |diff| <= 3e-7
+# (a CPU's kernels change float32 roundings, not their size: 2e-5 holds on both CPUs)
 T = 32
 
 BASE = {

@@ -250,13 +250,16 @@ def main():
             ll, greedy, margin = oracle_loglik(P, s["context_ids"], s["continuation_ids"], max_length)
             s["oracle_ll"], s["oracle_greedy"] = ll, greedy
             worst = max(worst, abs(s["ll"] - ll))
+            # fp32 engine vs the float64 oracle: ~1e-6 measured; a CPU's kernels change the roundings, not their size.
             if abs(s["ll"] - ll) > 1e-4:
                 print(f"FAIL {s['task']} doc {s['doc']} request {s['request']}: ll {s['ll']} vs oracle {ll}")
                 failures += 1
+            # A margin under 1e-5 is a tie that float32 rounding, so the CPU's kernels, may decide either way.
             if s["greedy"] != greedy and margin > 1e-5:
                 print(f"FAIL {s['task']} doc {s['doc']}: greedy {s['greedy']} vs oracle {greedy}")
                 failures += 1
             batch_diff = max(batch_diff, abs(s["ll"] - s1["ll"]))
+            # One CPU, two batch shapes: float32 order only (<= 1e-6 measured on ll ~ 100).
             if abs(s["ll"] - s1["ll"]) > 1e-5:
                 print(f"FAIL {s['task']} doc {s['doc']}: batch 3 gives {s['ll']}, batch 1 {s1['ll']}")
                 failures += 1

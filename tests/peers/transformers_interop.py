@@ -119,6 +119,8 @@ from peers import require, versions  # noqa: E402
 
 torch, transformers, np = require("torch", "transformers", "numpy")
 
+# float32 against float32, each in its CPU's kernels: the measured differences (docstring, Intel Xeon) are
+# 20x and more inside these, and another CPU changes which roundings, not their size.
 LOSS_REL = 1e-5    # mean loss: relative
 TOKEN_ABS = 1e-4   # per-token cross-entropy and per-request log-likelihood
 T_EVAL = 64        # eval windows of T + 1 tokens
