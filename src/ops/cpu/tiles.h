@@ -106,6 +106,15 @@ struct FloatTiles : TileViews {
 // — the same sums in the same order as one instruction at a time.  (So an
 // operand must not change between its dp and the store of its C tile, which
 // tile_product never does.)
+// acc += the 16 column pairs of b, each times the pair of A at `pair` (one
+// VDPBF16PS, the pair broadcast from memory by the instruction itself: no
+// separate broadcast).  The instruction sums a lane's two products in the
+// same order whichever operand is broadcast.
+ATTNRES_TILES_DPBF16 inline __m512 dp_broadcast(__m512 acc, __m512bh b, const uint8_t* pair) {
+  asm("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(b), "m"(*reinterpret_cast<const int32_t*>(pair)));
+  return acc;
+}
+
 struct Dpbf16Tiles : TileViews {
   static constexpr int kPending = 8;
   struct Pending {
@@ -218,11 +227,9 @@ struct Dpbf16Tiles : TileViews {
         const __m512bh b1 = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q1.b + p * q1.sb));
 #pragma GCC unroll 8
         for (int r = 0; r < 8; ++r) {
-          int32_t pair;
-          std::memcpy(&pair, a + r * q0.sa + 4 * p, sizeof(pair));
-          const __m512bh av = reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair));
-          a0[r] = _mm512_dpbf16_ps(a0[r], av, b0);
-          a1[r] = _mm512_dpbf16_ps(a1[r], av, b1);
+          const uint8_t* pair = a + r * q0.sa + 4 * p;
+          a0[r] = dp_broadcast(a0[r], b0, pair);
+          a1[r] = dp_broadcast(a1[r], b1, pair);
         }
       }
     }
@@ -253,11 +260,7 @@ struct Dpbf16Tiles : TileViews {
       for (int p = 0; p < kTilePairs; ++p) {
         const __m512bh bv = reinterpret_cast<__m512bh>(_mm512_loadu_si512(q.b + p * q.sb));
 #pragma GCC unroll 16
-        for (int m = 0; m < kTileRows; ++m) {
-          int32_t pair;
-          std::memcpy(&pair, q.a + m * q.sa + 4 * p, sizeof(pair));
-          acc[m] = _mm512_dpbf16_ps(acc[m], reinterpret_cast<__m512bh>(_mm512_set1_epi32(pair)), bv);
-        }
+        for (int m = 0; m < kTileRows; ++m) acc[m] = dp_broadcast(acc[m], bv, q.a + m * q.sa + 4 * p);
       }
     }
   }
