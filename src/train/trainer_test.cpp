@@ -362,6 +362,8 @@ TEST(Trainer, Bf16TrainsAsWellAsFp32) {
     // The 1 % is measured, not derived (on the AMD EPYC, 2026-12-01; the Intel
     // Xeon's AMX products passed it at bdd43a0): 60 steps respond to bf16's
     // rounding and to where its flips land, which the CPU's kernels decide.
+    // With attention on the tile kernel (AMD EPYC Zen 4, 2026-12-05) the five
+    // modes part by 0.01-0.11 %: 9x inside.
     EXPECT_LT(val[0], 2.5) << mode << ": the model did not learn the stream (ln " << V << " = 4.85)";
     EXPECT_NEAR(val[1], val[0], 0.01 * val[0]) << mode;
   }
