@@ -100,10 +100,11 @@ struct FloatTiles : TileViews {
 // 16 float lanes, a pair-row of B one zmm of 16 column pairs, and a pair of a
 // row of A is broadcast to every lane; the 16 rows are 16 independent chains,
 // enough to hide the instruction's latency.  The products of a C tile are
-// done when the tile is stored (or after kPending of them): they run then
-// one after the other with the tile's 16 rows held in registers, so C goes
-// through memory once per kPending tile products instead of once per product
-// — the same sums in the same order as one instruction at a time.  (So an
+// done when the tile is stored or written (or after kPending of them): they
+// run then one after the other with the tile's 16 rows held in registers, so
+// C goes through memory once per kPending tile products instead of once per
+// product (16: a reduction of 512 keys never waits) — the same sums in the
+// same order as one instruction at a time.  (So an
 // operand must not change between its dp and the store of its C tile, which
 // tile_product never does.)
 // acc += the 16 column pairs of b, each times the pair of A at `pair` (one
@@ -116,7 +117,7 @@ ATTNRES_TILES_DPBF16 inline __m512 dp_broadcast(__m512 acc, __m512bh b, const ui
 }
 
 struct Dpbf16Tiles : TileViews {
-  static constexpr int kPending = 8;
+  static constexpr int kPending = 16;
   struct Pending {
     const uint8_t *a, *b;
     int64_t sa, sb;
@@ -149,40 +150,45 @@ struct Dpbf16Tiles : TileViews {
     flush(t, p, stride_bytes);
   }
   // tile_product's epilogue from the registers (no staging tile): C's first
-  // `rows` rows and `cols` columns = α·tile (+ C).  Ends the tile's use: its
-  // memory is not written, so the next use starts with zero().  Tiles 0 and 1
-  // (2 and 3) of a 2 × 2 block read the same A: where their products are
-  // pending over the same A rows, both are done together, 8 rows at a time,
-  // so that a broadcast pair of A feeds two VDPBF16PS (tile t+1's result
-  // waits in its memory for its own write).
+  // `rows` rows and `cols` columns = α·tile (+ C).  Ends the tile's use (the
+  // next starts with zero()).  Tiles 0 and 1 (2 and 3) of a 2 × 2 block read
+  // the same A: given the columns of tile t+1 (next_cols > 0, at C + 16) and
+  // their products pending over the same A rows, both are done together, 8
+  // rows at a time, so that a broadcast pair of A feeds two VDPBF16PS, and
+  // both are written.  Returns the tiles written (1 or 2).
   template <int t>
-  ATTNRES_TILES_DPBF16 void write(float* C, int64_t ldc, int64_t rows, int64_t cols, float alpha, bool accumulate) {
-    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
+  ATTNRES_TILES_DPBF16 int write(float* C, int64_t ldc, int64_t rows, int64_t cols, float alpha, bool accumulate,
+                                 int64_t next_cols) {
     const __m512 al = _mm512_set1_ps(alpha);
-    auto put_row = [&](int64_t m, __m512 v) {
-      float* o = C + m * ldc;
+    auto put_row = [&](float* o, __mmask16 mask, __m512 v) {
       const __m512 x = accumulate ? _mm512_fmadd_ps(v, al, _mm512_maskz_loadu_ps(mask, o)) : _mm512_mul_ps(v, al);
       _mm512_mask_storeu_ps(o, mask, x);
     };
+    const __mmask16 mask = static_cast<__mmask16>((1u << cols) - 1u);
     if constexpr (t % 2 == 0) {
-      if (same_a(t, t + 1)) {
+      if (next_cols > 0 && same_a(t, t + 1)) {
+        const __mmask16 mask1 = static_cast<__mmask16>((1u << next_cols) - 1u);
         for (int half = 0; half < kTileRows; half += 8) {
           __m512 a0[8], a1[8];
           products_pair(t, half, a0, a1);
 #pragma GCC unroll 8
           for (int r = 0; r < 8; ++r) {
-            _mm512_store_ps(c[t + 1][half + r], a1[r]);
-            if (half + r < rows) put_row(half + r, a0[r]);
+            if (half + r >= rows) break;
+            put_row(C + (half + r) * ldc, mask, a0[r]);
+            put_row(C + (half + r) * ldc + 16, mask1, a1[r]);
           }
         }
-        zeroed[t + 1] = false;
-        n_pending[t + 1] = 0;
-        return;
+        n_pending[t] = n_pending[t + 1] = 0;
+        zeroed[t] = zeroed[t + 1] = false;
+        return 2;
       }
     }
     __m512 acc[kTileRows];
     products(t, acc);
-    for (int64_t m = 0; m < rows; ++m) put_row(m, acc[m]);
+    for (int64_t m = 0; m < rows; ++m) put_row(C + m * ldc, mask, acc[m]);
+    n_pending[t] = 0;
+    zeroed[t] = false;
+    return 1;
   }
 
   // C tiles t and t+1 plus their pending products (same_a), into their memory.
@@ -347,15 +353,12 @@ inline void block(Tiles& t, float* C, int64_t ldc, const bf16* A, int64_t lda, c
     if constexpr (MT == 2) t.template dp<2, 5, 6>();
     if constexpr (MT == 2 && NT == 2) t.template dp<3, 5, 7>();
   }
-  // C tile (i, j) through the stage: α·tile (+ C), rows and columns masked;
-  // or by the implementation's own epilogue where it has one (write).
-  auto put = [&](auto store_tile, auto write_tile, int64_t i, int64_t j) {
+  // The C tiles, α·tile (+ C) with the rows and columns that are C's: by the
+  // implementation's own epilogue where it has one (write: a row's two tiles
+  // at once where it can), else through the stage.
+  auto through_stage = [&](auto store_tile, int64_t i, int64_t j) {
     const int64_t r1 = std::min<int64_t>(kTileRows, m_rows - i * kTileRows);
     const int64_t c1 = std::min<int64_t>(16, n_cols - j * 16);
-    if constexpr (requires { t.template write<0>(C, ldc, r1, c1, alpha, accumulate); }) {
-      write_tile(C + i * kTileRows * ldc + j * 16, r1, c1);
-      return;
-    }
     store_tile(stage);
     for (int64_t r = 0; r < r1; ++r) {
       float* c = C + (i * kTileRows + r) * ldc + j * 16;
@@ -369,18 +372,24 @@ inline void block(Tiles& t, float* C, int64_t ldc, const bf16* A, int64_t lda, c
       }
     }
   };
-#define ATTNRES_PUT(ct, i, j)                                                                               \
-  put([&](float* s) { t.template store<ct>(s, 64); },                                                       \
-      [&](float* c, int64_t r1, int64_t c1) {                                                               \
-        if constexpr (requires { t.template write<ct>(c, ldc, r1, c1, alpha, accumulate); })                \
-          t.template write<ct>(c, ldc, r1, c1, alpha, accumulate);                                          \
-      },                                                                                                    \
-      i, j)
-  ATTNRES_PUT(0, 0, 0);
-  if constexpr (NT == 2) ATTNRES_PUT(1, 0, 1);
-  if constexpr (MT == 2) ATTNRES_PUT(2, 1, 0);
-  if constexpr (MT == 2 && NT == 2) ATTNRES_PUT(3, 1, 1);
-#undef ATTNRES_PUT
+  constexpr bool own = requires { t.template write<0>(C, ldc, m_rows, n_cols, alpha, accumulate, 0); };
+  auto row_of_tiles = [&](auto first, int64_t i) {  // C tiles (i, 0) and, with NT = 2, (i, 1): 2i and 2i + 1
+    constexpr int ct = decltype(first)::value;
+    if constexpr (own) {
+      const int64_t r1 = std::min<int64_t>(kTileRows, m_rows - i * kTileRows);
+      const int64_t c0 = std::min<int64_t>(16, n_cols), c1 = NT == 2 ? n_cols - 16 : 0;
+      float* c = C + i * kTileRows * ldc;
+      const int written = t.template write<ct>(c, ldc, r1, c0, alpha, accumulate, c1);
+      if constexpr (NT == 2) {
+        if (written == 1) t.template write<ct + 1>(c + 16, ldc, r1, c1, alpha, accumulate, 0);
+      }
+    } else {
+      through_stage([&](float* st) { t.template store<ct>(st, 64); }, i, 0);
+      if constexpr (NT == 2) through_stage([&](float* st) { t.template store<ct + 1>(st, 64); }, i, 1);
+    }
+  };
+  row_of_tiles(std::integral_constant<int, 0>{}, 0);
+  if constexpr (MT == 2) row_of_tiles(std::integral_constant<int, 2>{}, 1);  // C tile (i, j) is 2i + j
 }
 
 }  // namespace tiles_detail
