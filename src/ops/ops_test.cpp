@@ -351,13 +351,20 @@ AttnResult attention_bf16_ref(const std::vector<float>& q, const std::vector<flo
         const int64_t n = t + 1;
         std::vector<double> P(n), dP(n), eS(n), eP(n), fP(n), edS(n), fdS(n);
         double mx = -1e300, sum = 0.0, D = 0.0, eD = 0.0, eS_max = 0.0;
-        for (int64_t c = 0; c < n; ++c) {
-          double acc = 0.0, mag = 0.0;
+        // Σ_j r(x[row t, j])·r(w[key c, j]) over hd, and Σ of the terms' magnitudes.
+        auto dot_hd = [&](const std::vector<float>& x, const std::vector<float>& w, int64_t c, double& mag) {
+          double acc = 0.0;
+          mag = 0.0;
           for (int64_t j = 0; j < hd; ++j) {
-            const double x = r(q[qi(b, t, h, j)]) * r(k[ki(b, c, g, j)]);
-            acc += x;
-            mag += std::fabs(x);
+            const double term = r(x[qi(b, t, h, j)]) * r(w[ki(b, c, g, j)]);
+            acc += term;
+            mag += std::fabs(term);
           }
+          return acc;
+        };
+        for (int64_t c = 0; c < n; ++c) {
+          double mag;
+          const double acc = dot_hd(q, k, c, mag);
           P[c] = acc * scale;
           eS[c] = (hd + 1) * u * mag * scale;  // S's float32 error
           eS_max = std::max(eS_max, eS[c]);
@@ -384,15 +391,12 @@ AttnResult attention_bf16_ref(const std::vector<float>& q, const std::vector<flo
           o.y[i] = acc;
           o.y_tol[i] = (n + 1) * u * mag + fl;
           D += static_cast<double>(dy[i]) * acc;
-          eD += std::fabs(static_cast<double>(dy[i])) * (o.y_tol[i] + u * std::fabs(acc)) + (hd + 1) * u * std::fabs(dy[i] * acc);
+          eD += std::fabs(static_cast<double>(dy[i])) * (o.y_tol[i] + u * std::fabs(acc)) +
+                (hd + 1) * u * std::fabs(dy[i] * acc);
         }
         for (int64_t c = 0; c < n; ++c) {
-          double acc = 0.0, mag = 0.0;
-          for (int64_t j = 0; j < hd; ++j) {
-            const double x = r(dy[qi(b, t, h, j)]) * r(v[ki(b, c, g, j)]);
-            acc += x;
-            mag += std::fabs(x);
-          }
+          double mag;
+          const double acc = dot_hd(dy, v, c, mag);
           dP[c] = P[c] * (acc - D);  // dS
           edS[c] = std::fabs(dP[c]) * (eP[c] / std::max(P[c], 1e-300)) + P[c] * ((hd + 1) * u * mag + eD) +
                    u * std::fabs(dP[c]);
