@@ -666,7 +666,8 @@ int cmd_bench(int argc, char** argv) {
   peaks.copy_gb_per_s = f.profile ? measured(f, "copy") : 0;
   if (!json) {
     if (f.profile) std::printf("bench --profile: STREAM-like copy bandwidth %.1f GB/s\n", peaks.copy_gb_per_s);
-    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, attention's bf16 tiles on %s, %s peak %.1f GFLOP/s",
+    std::printf("bench: config %s, B=%lld T=%lld, %d threads, %s kernels, attention's bf16 tiles on %s, "
+                "%s peak %.1f GFLOP/s",
                 f.config.c_str(), static_cast<long long>(f.batch), static_cast<long long>(f.seq_len), threads,
                 ctx.ops().kernels(), ctx.ops().attention_tiles(), peak_name(Precision::kF32), peaks.sgemm);
     if (peaks.bf16_here) std::printf(", bf16 matmul peak %.1f GFLOP/s (oneDNN %s)", peaks.bf16, onednn::isa().c_str());

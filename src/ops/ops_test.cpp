@@ -336,9 +336,11 @@ AttnResult attention_bf16_ref(const std::vector<float>& q, const std::vector<flo
   // bf16 unit where that interval spans a rounding midpoint, else 0.
   auto flip = [&](double x, double e) { return bf16 ? std::fabs(r(x + e) - r(x - e)) : 0.0; };
   const size_t nq = q.size(), nk = k.size(), nv = v.size();
-  AttnResult o{std::vector<double>(nq), std::vector<double>(B * H * T), std::vector<double>(nq), std::vector<double>(nk),
-               std::vector<double>(nv), std::vector<double>(nq), std::vector<double>(B * H * T),
-               std::vector<double>(nq), std::vector<double>(nk), std::vector<double>(nv)};
+  AttnResult o;
+  for (auto* f : {&o.y, &o.dq, &o.y_tol, &o.dq_tol}) f->assign(nq, 0.0);
+  for (auto* f : {&o.dk, &o.dk_tol}) f->assign(nk, 0.0);
+  for (auto* f : {&o.dv, &o.dv_tol}) f->assign(nv, 0.0);
+  for (auto* f : {&o.lse, &o.lse_tol}) f->assign(B * H * T, 0.0);
   const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
   auto qi = [&](int64_t b, int64_t t, int64_t h, int64_t j) { return ((b * T + t) * H + h) * hd + j; };
   auto ki = [&](int64_t b, int64_t t, int64_t g, int64_t j) { return ((b * T + t) * KV + g) * hd + j; };

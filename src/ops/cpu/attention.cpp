@@ -229,6 +229,12 @@ void rows_to_bf16(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n,
   }
 }
 
+// Pair-rows from … to−1 of a [pairs][ld][2] packing set to zero: a reduction
+// padded to whole tile products (one contiguous run).
+void zero_pair_rows(bf16* dst, int64_t ld, int64_t from, int64_t to) {
+  if (to > from) std::memset(dst + from * ld * 2, 0, static_cast<size_t>((to - from) * ld * 2) * sizeof(bf16));
+}
+
 // src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs along the
 // row, the rows as the vector index), ld ≥ n; zeros for rows n … ld−1, for
 // the odd row element w, and for the pair-rows past the row's, up to `pairs`
@@ -243,7 +249,7 @@ void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64
     }
     std::memset(o + 2 * n, 0, static_cast<size_t>(2 * (ld - n)) * sizeof(bf16));
   }
-  for (int64_t p = (w + 1) / 2; p < pairs; ++p) std::memset(dst + p * ld * 2, 0, static_cast<size_t>(2 * ld) * sizeof(bf16));
+  zero_pair_rows(dst, ld, (w + 1) / 2, pairs);
 }
 
 // src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs of rows,
@@ -260,7 +266,7 @@ void pack_by_col_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64
     }
     std::memset(o + 2 * w, 0, static_cast<size_t>(2 * (ld - w)) * sizeof(bf16));
   }
-  for (int64_t p = (n + 1) / 2; p < pairs; ++p) std::memset(dst + p * ld * 2, 0, static_cast<size_t>(2 * ld) * sizeof(bf16));
+  zero_pair_rows(dst, ld, (n + 1) / 2, pairs);
 }
 
 // src (n, w) float at stride s → dst[w][ld] bf16 = its transpose (ld ≥ n even), zeros past n.

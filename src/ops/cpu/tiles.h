@@ -19,8 +19,9 @@
 //   AmxTiles     the AMX instructions (avx512 copy only; chosen where the CPU
 //                reports AMX-BF16 and the kernel grants the tile permission,
 //                cpu_level.h choose_tile_path);
-//   Dpbf16Tiles  each tile product as 16 × 16 VDPBF16PS on tiles kept in
-//                memory (avx512 copy, CPUs with AVX512-BF16);
+//   Dpbf16Tiles  each tile product as 16 × 16 VDPBF16PS, a C tile's rows in
+//                registers while its products run (avx512 copy, CPUs with
+//                AVX512-BF16);
 //   FloatTiles   the same in float arithmetic (every level; the pair's two
 //                products are exact in float, as in both instructions).
 // So the blocking, the padding and the edge masks of tile_product run and are
