@@ -392,6 +392,11 @@ Weight Model::W_(const float* matrix) const {
   return {params16_.as<bf16>() + at, rows, cols};
 }
 
+RowsOut Model::rows_(float* buffer) const {
+  if (!params16_.bytes()) return buffer;
+  return reinterpret_cast<bf16*>(buffer);
+}
+
 // ---- sublayers --------------------------------------------------------------
 
 void Model::attention_forward_(int64_t l, const float* x, float* out) {
@@ -400,10 +405,11 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
   LayerActs& a = layer_[l];
   const int64_t B = cur_B_, T = cur_T_, N = B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
-  ops_.rmsnorm_forward(ln_, a.rstd1, x, w.ln1, N, d, eps);
-  ops_.matmul_forward(a.q, ln_, W_(w.wq), N, d, qd);
-  ops_.matmul_forward(a.k, ln_, W_(w.wk), N, d, kvd);
-  ops_.matmul_forward(a.v, ln_, W_(w.wv), N, d, kvd);
+  const RowsOut ln = rows_(ln_);  // (N, d)
+  ops_.rmsnorm_forward(ln, a.rstd1, x, w.ln1, N, d, eps);
+  ops_.matmul_forward(a.q, ln, W_(w.wq), N, d, qd);
+  ops_.matmul_forward(a.k, ln, W_(w.wk), N, d, kvd);
+  ops_.matmul_forward(a.v, ln, W_(w.wv), N, d, kvd);
   ops_.rmsnorm_forward(qr_, a.q_rstd, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, a.k_rstd, a.k, w.k_norm, N * c.KV, c.hd, eps);
   const int64_t* pos = cache_.on ? cache_.pos : nullptr;  // null: positions 0 … T−1
@@ -426,11 +432,12 @@ void Model::mlp_forward_(int64_t l, const float* x, float* out) {
   const LayerWeights& w = w_.layers[l];
   LayerActs& a = layer_[l];
   const int64_t N = rows(), d = c.d, F = c.F;
-  ops_.rmsnorm_forward(ln_, a.rstd2, x, w.ln2, N, d, static_cast<float>(c.rms_norm_eps));
-  ops_.matmul_forward(a.gate, ln_, W_(w.wgate), N, d, F);
-  ops_.matmul_forward(a.up, ln_, W_(w.wup), N, d, F);
-  ops_.swiglu_forward(h_, a.gate, a.up, N * F);
-  ops_.matmul_forward(out, h_, W_(w.wdown), N, F, d);
+  const RowsOut ln = rows_(ln_), h = rows_(h_);  // (N, d), (N, F)
+  ops_.rmsnorm_forward(ln, a.rstd2, x, w.ln2, N, d, static_cast<float>(c.rms_norm_eps));
+  ops_.matmul_forward(a.gate, ln, W_(w.wgate), N, d, F);
+  ops_.matmul_forward(a.up, ln, W_(w.wup), N, d, F);
+  ops_.swiglu_forward(h, a.gate, a.up, N * F);
+  ops_.matmul_forward(out, h, W_(w.wdown), N, F, d);
 }
 
 // dout: gradient of the sublayer output (N, d); x: its input (N, d).
@@ -443,7 +450,8 @@ void Model::attention_backward_(int64_t l, const float* dout, const float* x, fl
   const int64_t B = cur_B_, T = cur_T_, N = B * T, d = c.d, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = static_cast<float>(c.rms_norm_eps);
   // Recompute ln, qr, kr (with the stored rstd they equal the forward's).
-  ops_.rmsnorm_forward(ln_, nullptr, x, w.ln1, N, d, eps);
+  const RowsOut ln = rows_(ln_);  // (N, d)
+  ops_.rmsnorm_forward(ln, nullptr, x, w.ln1, N, d, eps);
   ops_.rmsnorm_forward(qr_, nullptr, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, nullptr, a.k, w.k_norm, N * c.KV, c.hd, eps);
   ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd);
@@ -456,9 +464,9 @@ void Model::attention_backward_(int64_t l, const float* dout, const float* x, fl
   ops_.rope_backward(dk_, rope_cos_, rope_sin_, B, T, c.KV, c.hd);
   ops_.rmsnorm_backward(dq_, g.q_norm, dq_, a.q, w.q_norm, a.q_rstd, N * c.H, c.hd);  // in place
   ops_.rmsnorm_backward(dk_, g.k_norm, dk_, a.k, w.k_norm, a.k_rstd, N * c.KV, c.hd);
-  ops_.matmul_backward(dln_, g.wq, dq_, ln_, W_(w.wq), N, d, qd);
-  ops_.matmul_backward(dln_, g.wk, dk_, ln_, W_(w.wk), N, d, kvd, /*accumulate_dinp=*/true);
-  ops_.matmul_backward(dln_, g.wv, dv_, ln_, W_(w.wv), N, d, kvd, /*accumulate_dinp=*/true);
+  ops_.matmul_backward(dln_, g.wq, dq_, ln, W_(w.wq), N, d, qd);
+  ops_.matmul_backward(dln_, g.wk, dk_, ln, W_(w.wk), N, d, kvd, /*accumulate_dinp=*/true);
+  ops_.matmul_backward(dln_, g.wv, dv_, ln, W_(w.wv), N, d, kvd, /*accumulate_dinp=*/true);
   ops_.rmsnorm_backward(dx, g.ln1, dln_, x, w.ln1, a.rstd1, N, d, accumulate);
 }
 
@@ -468,13 +476,14 @@ void Model::mlp_backward_(int64_t l, const float* dout, const float* x, float* d
   LayerWeights& g = g_.layers[l];
   const LayerActs& a = layer_[l];
   const int64_t N = rows(), d = c.d, F = c.F;
-  ops_.rmsnorm_forward(ln_, nullptr, x, w.ln2, N, d, static_cast<float>(c.rms_norm_eps));
-  ops_.swiglu_forward(h_, a.gate, a.up, N * F);
-  ops_.matmul_backward(dh_, g.wdown, dout, h_, W_(w.wdown), N, F, d);
-  float* dgate = h_;  // h is dead once wdown's gradient is taken
-  ops_.swiglu_backward(dgate, dup_, dh_, a.gate, a.up, N * F);
-  ops_.matmul_backward(dln_, g.wgate, dgate, ln_, W_(w.wgate), N, d, F);
-  ops_.matmul_backward(dln_, g.wup, dup_, ln_, W_(w.wup), N, d, F, /*accumulate_dinp=*/true);
+  const RowsOut ln = rows_(ln_), h = rows_(h_);  // (N, d), (N, F)
+  ops_.rmsnorm_forward(ln, nullptr, x, w.ln2, N, d, static_cast<float>(c.rms_norm_eps));
+  ops_.swiglu_forward(h, a.gate, a.up, N * F);
+  ops_.matmul_backward(dh_, g.wdown, dout, h, W_(w.wdown), N, F, d);
+  const RowsOut dgate = rows_(h_), dup = rows_(dup_);  // (N, F) each; h is dead once wdown's gradient is taken
+  ops_.swiglu_backward(dgate, dup, dh_, a.gate, a.up, N * F);
+  ops_.matmul_backward(dln_, g.wgate, dgate, ln, W_(w.wgate), N, d, F);
+  ops_.matmul_backward(dln_, g.wup, dup, ln, W_(w.wup), N, d, F, /*accumulate_dinp=*/true);
   ops_.rmsnorm_backward(dx, g.ln2, dln_, x, w.ln2, a.rstd2, N, d, accumulate);
 }
 

@@ -373,6 +373,11 @@ class Model {
   // its bfloat16 copy (same offset in params16_).  Every product, the
   // embedding lookup and the LM head take their weights from here.
   Weight W_(const float* matrix) const;
+  // A scratch buffer of activation rows that only products read (ln, h, and
+  // SwiGLU's gradients), as the op that makes them writes it: in bf16 where
+  // the products are bf16 (the rows rounded once, as they are made, into the
+  // first half of the buffer), else float32.
+  RowsOut rows_(float* buffer) const;
   void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
   int64_t upload_targets_(const int32_t* targets, int64_t N);
   void forward_();

@@ -71,6 +71,27 @@ struct Weight {
   bool fits(int64_t r, int64_t c) const { return rows == 0 || (rows == r && cols == c); }
 };
 
+// Activation rows as an op writes them (RowsOut) and a product reads them
+// (Rows): float32, or bfloat16 where only bf16 products read them — the norm
+// before the projections, SwiGLU's output before the down projection and its
+// gradients before the gate/up backward.  Written as bf16 they are rounded
+// nearest even by the op that makes them, to exactly the values a bf16
+// product would round the float32 rows to: the same product, one pass over
+// the rows fewer and half the bytes.  Exactly one pointer is set.
+struct RowsOut {
+  float* f32 = nullptr;
+  bf16* b16 = nullptr;
+  RowsOut(float* p) : f32(p) {}  // NOLINT: float32 rows are the common case
+  RowsOut(bf16* p) : b16(p) {}   // NOLINT
+};
+struct Rows {
+  const float* f32 = nullptr;
+  const bf16* b16 = nullptr;
+  Rows(const float* p) : f32(p) {}  // NOLINT
+  Rows(const bf16* p) : b16(p) {}   // NOLINT
+  Rows(RowsOut r) : f32(r.f32), b16(r.b16) {}  // NOLINT: what an op wrote, read by the next
+};
+
 // The keys and values a block of queries attends to.  Batch row b reads the
 // sequence slot[b]: its keys are the rows of KV·hd floats at k + slot[b]·stride,
 // positions 0 … pos[b] + T − 1; query t of the block is at position pos[b] + t
@@ -148,18 +169,20 @@ class Backend {
 
   // ---- matmul: out[N,O] = inp[N,I] · W[O,I]ᵀ  (nn.Linear without bias) ----------
   // In the precision of W (see the top): with bf16 W, out = bf16(inp) · Wᵀ.
+  // Rows given in bf16 (inp, dout) are read as they are, and only with bf16 W.
   // The workspace serves products of up to N rows of I inputs and O outputs in precision p.
   virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
-  virtual void matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) = 0;
+  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) = 0;
   // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
   // Either of dinp/dW may be null to skip it.  With bf16 W:
   //   dinp = bf16(dout) · W,   dW += bf16(dout)ᵀ · bf16(inp)   (float32 sums).
-  virtual void matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W,
-                               int64_t N, int64_t I, int64_t O, bool accumulate_dinp = false) = 0;
+  virtual void matmul_backward(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I,
+                               int64_t O, bool accumulate_dinp = false) = 0;
 
   // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
-  // rstd may be null (not kept).  In the backward, dweight may be null (frozen).
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
+  // rstd may be null (not kept).  out in bf16: the float32 result rounded.
+  // In the backward, dweight may be null (frozen).
+  virtual void rmsnorm_forward(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
                                int64_t C, float eps) = 0;
   // With x̂ = inp·rstd:  dweight += Σ_rows dout∘x̂;
   // dinp = rstd·(g − x̂·mean(g∘x̂)),  g = dout∘weight.   (accumulate: dinp +=)
@@ -207,9 +230,10 @@ class Backend {
                                   int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) = 0;
 
   // ---- SwiGLU: h = silu(g)∘u over n elements ----
-  virtual void swiglu_forward(float* h, const float* g, const float* u, int64_t n) = 0;
+  // (h, dg, du in bf16: the float32 results rounded.)
+  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) = 0;
   // dg = dh∘u∘σ(g)(1 + g(1−σ(g))),  du = dh∘silu(g).
-  virtual void swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u,
+  virtual void swiglu_backward(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u,
                                int64_t n) = 0;
 
   // ---- embedding: out[N,C] = table[tokens[n]] ----

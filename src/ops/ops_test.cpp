@@ -128,6 +128,24 @@ TEST_P(RmsNorm, BackwardMatchesFiniteDifferences) {
   }
 }
 
+// With a bf16 output (the operand of the projections that follow) the rows
+// are the float32 rows rounded, to the bit, and rstd is the same.
+TEST_P(RmsNorm, Bf16OutputIsTheFloatOutputRounded) {
+  for (int64_t C : {37, 128}) {
+    const int64_t N = 300;
+    auto x = randn(N * C, 11, 3.0), w = randn(C, 12);
+    auto x_d = dev(ops, x), w_d = dev(ops, w);
+    DeviceVec<float> out(ops, N * C), rstd(ops, N), rstd16(ops, N);
+    DeviceVec<bf16> out16(ops, N * C);
+    ops.rmsnorm_forward(out.data(), rstd.data(), x_d.data(), w_d.data(), N, C, 1e-6f);
+    ops.rmsnorm_forward(out16.data(), rstd16.data(), x_d.data(), w_d.data(), N, C, 1e-6f);
+    const auto f = out.host();
+    const auto b = out16.host();
+    for (int64_t i = 0; i < N * C; ++i) ASSERT_EQ(b[i], float_to_bf16(f[i])) << i << ", C=" << C;
+    EXPECT_TRUE(same_bits(rstd.host(), rstd16.host()));
+  }
+}
+
 ATTNRES_ON_BACKENDS(RmsNorm);
 
 // ---- RoPE --------------------------------------------------------------------------
@@ -790,6 +808,33 @@ TEST_P(SwiGlu, ForwardAndBackward) {
   };
   EXPECT_TRUE(all_close(to_double(dg.host()), fd_gradient(g_d, loss), kFdAtol, kFdRtol));
   EXPECT_TRUE(all_close(to_double(du.host()), fd_gradient(u_d, loss), kFdAtol, kFdRtol));
+}
+
+// With bf16 outputs (the operand of the down projection, and of the gate/up
+// backward) the ops write their float32 results rounded, to the bit, over
+// lengths that cross the kernel's chunks and pieces; g spans values where
+// σ saturates.
+TEST_P(SwiGlu, Bf16OutputsAreTheFloatOutputsRounded) {
+  for (int64_t n : {int64_t{53}, int64_t{2 * 8192 + 1031}}) {
+    auto g = randn(n, 24, 6.0), u = randn(n, 25), G = randn(n, 26);
+    auto g_d = dev(ops, g), u_d = dev(ops, u), G_d = dev(ops, G);
+    DeviceVec<float> h(ops, n), dg(ops, n), du(ops, n);
+    DeviceVec<bf16> h16(ops, n), dg16(ops, n), du16(ops, n);
+    ops.swiglu_forward(h.data(), g_d.data(), u_d.data(), n);
+    ops.swiglu_forward(h16.data(), g_d.data(), u_d.data(), n);
+    ops.swiglu_backward(dg.data(), du.data(), G_d.data(), g_d.data(), u_d.data(), n);
+    ops.swiglu_backward(dg16.data(), du16.data(), G_d.data(), g_d.data(), u_d.data(), n);
+    const auto hf = h.host(), dgf = dg.host(), duf = du.host();
+    const auto hb = h16.host(), dgb = dg16.host(), dub = du16.host();
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_EQ(hb[i], float_to_bf16(hf[i])) << "h[" << i << "] of " << n;
+      ASSERT_EQ(dgb[i], float_to_bf16(dgf[i])) << "dg[" << i << "] of " << n;
+      ASSERT_EQ(dub[i], float_to_bf16(duf[i])) << "du[" << i << "] of " << n;
+    }
+  }
+  DeviceVec<float> f(ops, 4), g(ops, 4);
+  DeviceVec<bf16> b(ops, 4);
+  EXPECT_THROW(ops.swiglu_backward(f.data(), b.data(), g.data(), g.data(), g.data(), 4), InternalError);
 }
 
 ATTNRES_ON_BACKENDS(SwiGlu);

@@ -41,6 +41,9 @@ std::vector<float> as_read(std::vector<float> x, Precision p) {
     for (float& v : x) v = round_bf16(v);
   return x;
 }
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 std::vector<bf16> to_bf16_host(const std::vector<float>& x) {
   std::vector<bf16> out(x.size());
   for (size_t i = 0; i < x.size(); ++i) out[i] = float_to_bf16(x[i]);
@@ -172,6 +175,63 @@ TEST_P(Products, ThreadCountDoesNotChangeTheBits) {
     ASSERT_EQ(results[0][k].size(), results[1][k].size());
     EXPECT_EQ(std::memcmp(results[0][k].data(), results[1][k].data(), results[0][k].size() * sizeof(float)), 0)
         << "output " << k << " (out, dinp, dW) differs between 1 and 3 threads";
+  }
+}
+
+// Rows given in bf16 (as the norm and SwiGLU write them before a product)
+// are the same product as the float32 rows they round: the same bits, for few
+// rows (the streaming kernel) and many (tiles), forward and backward (dinp
+// and dW; dout alone, inp alone, and both in bf16).  fp32 products refuse
+// them with a clear error.
+TEST_P(Products, Bf16RowsGiveTheBitsOfTheRowsTheyRound) {
+  const Precision p = precision();
+  const int64_t I = 70, O = 45;
+  const auto w = randn(O * I, 60);
+  DevWeight W = weight(w);
+  for (int64_t N : {5, 300}) {
+    const auto x = randn(N * I, 61), G = randn(N * O, 62);
+    auto x_d = dev(ops, x), G_d = dev(ops, G);
+    auto x16 = dev(ops, to_bf16_host(x)), G16 = dev(ops, to_bf16_host(G));
+    ctx.reserve(ops.matmul_workspace(N, I, O, p));
+    DeviceVec<float> out(ops, N * O), dx(ops, N * I), dw(ops, O * I);
+    if (p == Precision::kF32) {
+      EXPECT_THROW(ops.matmul_forward(out.data(), x16.data(), W.view(), N, I, O), InternalError);
+      EXPECT_THROW(ops.matmul_backward(dx.data(), dw.data(), G16.data(), x_d.data(), W.view(), N, I, O), InternalError);
+      continue;
+    }
+    ops.matmul_forward(out.data(), x_d.data(), W.view(), N, I, O);
+    const auto want = out.host();
+    ops.matmul_forward(out.data(), x16.data(), W.view(), N, I, O);
+    EXPECT_TRUE(same_floats(out.host(), want)) << "forward, N=" << N;
+    auto backward = [&](Rows dout, Rows inp) {
+      dx.upload(std::vector<float>(N * I, 0.f));
+      dw.upload(std::vector<float>(O * I, 0.f));
+      ops.matmul_backward(dx.data(), dw.data(), dout, inp, W.view(), N, I, O);
+      return std::make_pair(dx.host(), dw.host());
+    };
+    const auto ref = backward(G_d.data(), x_d.data());
+    for (int which = 1; which < 4; ++which) {
+      const auto got = backward(which & 1 ? Rows(G16.data()) : Rows(G_d.data()),
+                                which & 2 ? Rows(x16.data()) : Rows(x_d.data()));
+      EXPECT_TRUE(same_floats(got.first, ref.first)) << "dinp, N=" << N << ", bf16 dout " << (which & 1);
+      EXPECT_TRUE(same_floats(got.second, ref.second)) << "dW, N=" << N << ", bf16 inp " << (which >> 1);
+    }
+  }
+}
+
+// The transposed bf16 copy that AMX's weight gradients read (matmul.cpp),
+// made from rows already in bf16 (the norm's, SwiGLU's, the LM head's
+// dlogits), is the copy made from the float32 rows they round.
+TEST(Bf16Transposed, FromBf16RowsIsTheCopyOfTheFloatRows) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 7}, {70, 33}, {64, 96}}) {
+    const auto x = randn(rows * cols, 70);
+    const auto x16 = to_bf16_host(x);
+    std::vector<bf16> a(x.size()), b(x.size());
+    to_bf16_transposed(a.data(), x.data(), rows, cols, 2);
+    to_bf16_transposed(b.data(), x16.data(), rows, cols, 2);
+    EXPECT_EQ(a, b) << rows << " x " << cols;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(b[c * rows + r], x16[r * cols + c]);
   }
 }
 

@@ -54,6 +54,7 @@ bool bf16_weight_grads_from_dense_copy();
 
 // dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
 void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
+void to_bf16_transposed(bf16* dst, const bf16* src, int64_t rows, int64_t cols, int threads);  // rows already rounded
 
 // The library of float32 products: OpenBLAS's SGEMM, or oneDNN's matmul
 // (ATTNRES_FP32_GEMM=openblas|onednn; `bench --gemm` measures both on the
@@ -125,9 +126,11 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
                  int64_t ldb, bool accumulate, float* C, int64_t ldc) const;
 
  private:
+  // r's n elements in bf16: r itself where it is bf16, else rounded into scratch.
+  const bf16* bf16_rows(Rows r, bf16* scratch, int64_t n);
   // out[N,O] = bf16(inp) · Wᵀ for bf16 W: gemm_bf16, or for few rows a kernel
   // that streams each weight row once (decoding); scratch: matmul_workspace.
-  void matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
+  void matmul_bf16(float* out, Rows inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch);
 
   // gemm() through oneDNN's float32 matmul: the same tiles, one plan per tile shape.
   void gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

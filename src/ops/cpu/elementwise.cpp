@@ -31,6 +31,7 @@ void CpuKernels::fill(float* dst, float value, int64_t n) {
 // every element ("no vectype") and left the loop scalar, bound by the
 // exponential rather than by memory.
 constexpr int64_t kSwigluChunk = 8192;
+constexpr int64_t kRoundPiece = 1024;  // bf16 outputs: floats made on the stack, in L1, then rounded
 
 namespace {
 void swiglu_forward_range(float* h, const float* g, const float* u, int64_t n) {
@@ -39,6 +40,10 @@ void swiglu_forward_range(float* h, const float* g, const float* u, int64_t n) {
     const float s = 1.0f / (1.0f + fast_exp(-g[i]));
     h[i] = g[i] * s * u[i];
   }
+}
+void round_range(bf16* dst, const float* src, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) dst[i] = float_to_bf16(src[i]);
 }
 void swiglu_backward_range(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
 #pragma omp simd
@@ -56,22 +61,45 @@ void swiglu_backward_range(float* dg, float* du, const float* dh, const float* g
 // which made SwiGLU bound by it rather than by memory.  For g < −88 the
 // exponential stops at e^88 and σ is 6e−39 instead of 0 (h and its
 // gradients are 0 to float precision either way).
-void CpuKernels::swiglu_forward(float* h, const float* g, const float* u, int64_t n) {
+// In bf16 a chunk's floats are made by the same range function into a
+// buffer on the stack (in L1) and rounded from there: the values are those of
+// the float32 op to the bit, whatever the compiler does with the expression.
+void CpuKernels::swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) {
   const int64_t nc = (n + kSwigluChunk - 1) / kSwigluChunk;
 #pragma omp parallel for schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t c = 0; c < nc; ++c) {
-    const int64_t i0 = c * kSwigluChunk;
-    swiglu_forward_range(h + i0, g + i0, u + i0, std::min(kSwigluChunk, n - i0));
+    const int64_t i0 = c * kSwigluChunk, m = std::min(kSwigluChunk, n - i0);
+    if (h.f32) {
+      swiglu_forward_range(h.f32 + i0, g + i0, u + i0, m);
+      continue;
+    }
+    alignas(64) float hc[kRoundPiece];
+    for (int64_t j = i0; j < i0 + m; j += kRoundPiece) {
+      const int64_t k = std::min(kRoundPiece, i0 + m - j);
+      swiglu_forward_range(hc, g + j, u + j, k);
+      round_range(h.b16 + j, hc, k);
+    }
   }
 }
 
 // h = g·σ(g)·u.  ∂h/∂u = g·σ(g) = silu(g);  ∂h/∂g = u·σ(g)·(1 + g·(1 − σ(g))).
-void CpuKernels::swiglu_backward(float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n) {
+void CpuKernels::swiglu_backward(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u, int64_t n) {
+  ATTNRES_CHECK(!dg.f32 == !du.f32, "swiglu_backward: dg and du in one precision");
   const int64_t nc = (n + kSwigluChunk - 1) / kSwigluChunk;
 #pragma omp parallel for schedule(static) num_threads(threads()) if (n >= kParallelMin)
   for (int64_t c = 0; c < nc; ++c) {
-    const int64_t i0 = c * kSwigluChunk;
-    swiglu_backward_range(dg + i0, du + i0, dh + i0, g + i0, u + i0, std::min(kSwigluChunk, n - i0));
+    const int64_t i0 = c * kSwigluChunk, m = std::min(kSwigluChunk, n - i0);
+    if (dg.f32) {
+      swiglu_backward_range(dg.f32 + i0, du.f32 + i0, dh + i0, g + i0, u + i0, m);
+      continue;
+    }
+    alignas(64) float dgc[kRoundPiece], duc[kRoundPiece];
+    for (int64_t j = i0; j < i0 + m; j += kRoundPiece) {
+      const int64_t k = std::min(kRoundPiece, i0 + m - j);
+      swiglu_backward_range(dgc, duc, dh + j, g + j, u + j, k);
+      round_range(dg.b16 + j, dgc, k);
+      round_range(du.b16 + j, duc, k);
+    }
   }
 }
 

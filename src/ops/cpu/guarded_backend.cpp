@@ -108,6 +108,11 @@ void check_arg(const char* op, const Weight& W) {
   expect_inside(op, W.f32, "a weight");
   expect_inside(op, W.b16, "a bf16 weight");
 }
+void check_arg(const char* op, const Rows& r) {
+  expect_inside(op, r.f32, "float32 rows");
+  expect_inside(op, r.b16, "bf16 rows");
+}
+void check_arg(const char* op, const RowsOut& r) { check_arg(op, Rows(r)); }
 void check_arg(const char* op, const KeyValues& kv) {
   expect_inside(op, kv.k, "the keys");
   expect_inside(op, kv.v, "the values");

@@ -4,6 +4,7 @@
 // immediately pushed through the head's backward.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -78,14 +79,25 @@ double CpuKernels::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
       }
       if (target < 0) {
         if (losses_out) losses_out[r0 + r] = 0.0f;
-        if (dx)
-          for (int64_t j = 0; j < V; ++j) z[j] = 0.0f;
+        if (dx && W.b16) std::fill(dl16 + r * V, dl16 + (r + 1) * V, bf16{0});
+        else if (dx) std::fill(z, z + V, 0.0f);
         continue;
       }
       const double loss = lse - z[target];
       row_loss[static_cast<size_t>(r)] = loss;
       if (losses_out) losses_out[r0 + r] = static_cast<float>(loss);
-      if (dx) {
+      if (dx && W.b16) {
+        // dlogits = scale · (softmax − onehot), written as the bf16 operand of
+        // the two products that read it (the same floats, rounded here rather
+        // than in a pass of their own over the chunk).
+        const float lse_f = static_cast<float>(lse);
+        bf16* dl = dl16 + r * V;
+#pragma omp simd
+        for (int64_t j = 0; j < V; ++j) {
+          const float p = scale * fast_exp(z[j] - lse_f);
+          dl[j] = float_to_bf16(j == target ? p - scale : p);
+        }
+      } else if (dx) {
         // dlogits = scale · (softmax − onehot)
         const float lse_f = static_cast<float>(lse);
 #pragma omp simd
@@ -96,10 +108,9 @@ double CpuKernels::lm_head_loss(float* dx, float* dW, const float* x, Weight W, 
     for (int64_t r = 0; r < rows; ++r) total += row_loss[static_cast<size_t>(r)];
     if (dx && W.b16) {
       // dx[rows, C] = bf16(dlogits) · W;   dW[V, C] += bf16(dlogits)ᵀ · bf16(x)
-      to_bf16(dl16, logits, rows * V);
       gemm_bf16(false, false, rows, C, V, dl16, V, W.b16, C, /*accumulate=*/false, dx + r0 * C, C);
       if (dW && bf16_weight_grads_from_dense_copy()) {  // from a dense transposed copy of dlogits
-        to_bf16_transposed(dlT16, logits, rows, V, threads());
+        to_bf16_transposed(dlT16, dl16, rows, V, threads());
         gemm_bf16(false, false, V, C, rows, dlT16, rows, x16, C, /*accumulate=*/true, dW, C);
       } else if (dW) {  // from dl16 read transposed
         gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);

@@ -316,9 +316,14 @@ bool bf16_weight_grads_from_dense_copy() {
 #endif
 }
 
+namespace {
+inline bf16 as_bf16(float x) { return float_to_bf16(x); }
+inline bf16 as_bf16(bf16 x) { return x; }
+
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
 // makes a product's transposed operand a dense one (blocks of 32 × 32).
-void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads) {
+template <class T>
+void transposed_bf16(bf16* dst, const T* src, int64_t rows, int64_t cols, int threads) {
   constexpr int64_t kB = 32;
   const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
 #pragma omp parallel for schedule(static) num_threads(threads) if (rows * cols >= kParallelMin)
@@ -326,8 +331,16 @@ void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols,
     const int64_t r0 = b / cb * kB, c0 = b % cb * kB;
     const int64_t r1 = std::min(rows, r0 + kB), c1 = std::min(cols, c0 + kB);
     for (int64_t c = c0; c < c1; ++c)
-      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = float_to_bf16(src[r * cols + c]);
+      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = as_bf16(src[r * cols + c]);
   }
+}
+}  // namespace
+
+void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads) {
+  transposed_bf16(dst, src, rows, cols, threads);
+}
+void to_bf16_transposed(bf16* dst, const bf16* src, int64_t rows, int64_t cols, int threads) {
+  transposed_bf16(dst, src, rows, cols, threads);
 }
 
 
@@ -436,75 +449,86 @@ int64_t CpuBackend::matmul_workspace(int64_t N, int64_t I, int64_t O, Precision 
   return std::max(bf16_floats(N * I) + 2 * bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
 }
 
-void CpuBackend::matmul_forward(float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O) {
+void CpuBackend::matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
   ATTNRES_CHECK(W.fits(O, I), "matmul_forward: a ", W.rows, " x ", W.cols, " weight for ", O, " x ", I);
   if (W.b16) {
     matmul_bf16(out, inp, W.b16, N, I, O, ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16)));
     return;
   }
+  ATTNRES_CHECK(inp.f32, "matmul_forward: bf16 rows for a float32 weight");
   if (N <= kSkinnyRows) {
-    skinny(out, inp, W.f32, N, I, O, threads());
+    skinny(out, inp.f32, W.f32, N, I, O, threads());
     return;
   }
   // out[N,O] = inp[N,I] · W[O,I]ᵀ
-  gemm(false, true, N, O, I, 1.0f, inp, I, W.f32, I, 0.0f, out, O);
+  gemm(false, true, N, O, I, 1.0f, inp.f32, I, W.f32, I, 0.0f, out, O);
 }
 
-void CpuBackend::matmul_bf16(float* out, const float* inp, const bf16* W, int64_t N, int64_t I, int64_t O,
-                             float* scratch) {
+// Rows as a bf16 product reads them: as given when they are bf16 already,
+// else rounded into `scratch` (n elements).
+const bf16* CpuBackend::bf16_rows(Rows r, bf16* scratch, int64_t n) {
+  if (r.b16) return r.b16;
+  to_bf16(scratch, r.f32, n);
+  return scratch;
+}
+
+void CpuBackend::matmul_bf16(float* out, Rows inp, const bf16* W, int64_t N, int64_t I, int64_t O, float* scratch) {
   if (N <= kSkinnyRows) {
     if (cpu_has_dpbf16()) {  // the input in bf16, for VDPBF16PS
-      to_bf16(reinterpret_cast<bf16*>(scratch), inp, N * I);
-      skinny(out, scratch, W, N, I, O, threads());
+      const bf16* x16 = bf16_rows(inp, reinterpret_cast<bf16*>(scratch), N * I);
+      skinny(out, reinterpret_cast<const float*>(x16), W, N, I, O, threads());
       return;
     }
     // The rounded inputs as floats (bf16 · bf16 products are exact in float32):
     // each row as [even elements | odd elements] when I is even.
+    auto rounded = [&](int64_t i) { return inp.b16 ? bf16_to_float(inp.b16[i]) : round_bf16(inp.f32[i]); };
     if (I % 2 == 0) {
       for (int64_t n = 0; n < N; ++n)
-        for (int64_t i = 0; i < I; ++i) scratch[n * I + (i % 2) * (I / 2) + i / 2] = round_bf16(inp[n * I + i]);
+        for (int64_t i = 0; i < I; ++i) scratch[n * I + (i % 2) * (I / 2) + i / 2] = rounded(n * I + i);
     } else {
-      for (int64_t i = 0; i < N * I; ++i) scratch[i] = round_bf16(inp[i]);
+      for (int64_t i = 0; i < N * I; ++i) scratch[i] = rounded(i);
     }
     skinny(out, scratch, W, N, I, O, threads());
     return;
   }
-  bf16* x16 = reinterpret_cast<bf16*>(scratch);  // (N, I)
-  to_bf16(x16, inp, N * I);
+  const bf16* x16 = bf16_rows(inp, reinterpret_cast<bf16*>(scratch), N * I);  // (N, I)
   // out[N,O] = x16[N,I] · W[O,I]ᵀ
   gemm_bf16(false, true, N, O, I, x16, I, W, I, /*accumulate=*/false, out, O);
 }
 
-void CpuBackend::matmul_backward(float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N,
-                                 int64_t I, int64_t O, bool accumulate_dinp) {
+void CpuBackend::matmul_backward(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I,
+                                 int64_t O, bool accumulate_dinp) {
   ATTNRES_CHECK(W.fits(O, I), "matmul_backward: a ", W.rows, " x ", W.cols, " weight for ", O, " x ", I);
   if (W.b16) {
     float* scratch = ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16));
-    bf16* dy16 = reinterpret_cast<bf16*>(scratch);                        // (N, O)
-    bf16* x16 = reinterpret_cast<bf16*>(scratch + 2 * bf16_floats(N * O));  // (N, I)
+    bf16* dy_scratch = reinterpret_cast<bf16*>(scratch);                         // (N, O)
+    bf16* x_scratch = reinterpret_cast<bf16*>(scratch + 2 * bf16_floats(N * O));  // (N, I)
+    const bf16* dy16 = nullptr;  // dout in bf16, once it is needed
     if (dinp) {
       // dinp[N,I] = dy16[N,O] · W[O,I]
-      to_bf16(dy16, dout, N * O);
+      dy16 = bf16_rows(dout, dy_scratch, N * O);
       gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
     }
     if (dW) {
       // dW[O,I] += dy16ᵀ[O,N] · x16[N,I]
-      to_bf16(x16, inp, N * I);
+      const bf16* x16 = bf16_rows(inp, x_scratch, N * I);
       if (bf16_weight_grads_from_dense_copy()) {
         bf16* dyT16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (O, N)
-        to_bf16_transposed(dyT16, dout, N, O, threads());
+        if (dout.b16) to_bf16_transposed(dyT16, dout.b16, N, O, threads());
+        else to_bf16_transposed(dyT16, dout.f32, N, O, threads());
         gemm_bf16(false, false, O, I, N, dyT16, N, x16, I, /*accumulate=*/true, dW, I);
       } else {
-        if (!dinp) to_bf16(dy16, dout, N * O);
+        if (!dy16) dy16 = bf16_rows(dout, dy_scratch, N * O);
         gemm_bf16(true, false, O, I, N, dy16, O, x16, I, /*accumulate=*/true, dW, I);
       }
     }
     return;
   }
+  ATTNRES_CHECK(dout.f32 && inp.f32, "matmul_backward: bf16 rows for a float32 weight");
   // dinp[N,I] = dout[N,O] · W[O,I]
-  if (dinp) gemm(false, false, N, I, O, 1.0f, dout, O, W.f32, I, accumulate_dinp ? 1.0f : 0.0f, dinp, I);
+  if (dinp) gemm(false, false, N, I, O, 1.0f, dout.f32, O, W.f32, I, accumulate_dinp ? 1.0f : 0.0f, dinp, I);
   // dW[O,I] += dout[N,O]ᵀ · inp[N,I]
-  if (dW) gemm(true, false, O, I, N, 1.0f, dout, O, inp, I, 1.0f, dW, I);
+  if (dW) gemm(true, false, O, I, N, 1.0f, dout.f32, O, inp.f32, I, 1.0f, dW, I);
 }
 
 }  // namespace attnres

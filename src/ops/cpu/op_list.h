@@ -12,10 +12,10 @@
 // The products (matmul.cpp): BLAS and oneDNN calls, compiled once.
 #define ATTNRES_PRODUCT_OPS(X)                                                                                     \
   X(void, to_bf16, (bf16* dst, const float* src, int64_t n), (dst, src, n))                                        \
-  X(void, matmul_forward, (float* out, const float* inp, Weight W, int64_t N, int64_t I, int64_t O),               \
+  X(void, matmul_forward, (float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O),                      \
     (out, inp, W, N, I, O))                                                                                        \
   X(void, matmul_backward,                                                                                         \
-    (float* dinp, float* dW, const float* dout, const float* inp, Weight W, int64_t N, int64_t I, int64_t O,       \
+    (float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I, int64_t O,                       \
      bool accumulate_dinp),                                                                                        \
     (dinp, dW, dout, inp, W, N, I, O, accumulate_dinp))
 
@@ -25,7 +25,7 @@
   X(void, copy, (float* dst, const float* src, int64_t n), (dst, src, n))                                          \
   X(void, fill, (float* dst, float value, int64_t n), (dst, value, n))                                             \
   X(void, rmsnorm_forward,                                                                                         \
-    (float* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps),             \
+    (RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps),            \
     (out, rstd, inp, weight, N, C, eps))                                                                           \
   X(void, rmsnorm_backward,                                                                                        \
     (float* dinp, float* dweight, const float* dout, const float* inp, const float* weight, const float* rstd,     \
@@ -52,8 +52,8 @@
     (float* dq, float* dk, float* dv, const float* dy, const float* q, const float* k, const float* v,             \
      const float* y, const float* lse, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p),      \
     (dq, dk, dv, dy, q, k, v, y, lse, B, T, H, KV, hd, p))                                                            \
-  X(void, swiglu_forward, (float* h, const float* g, const float* u, int64_t n), (h, g, u, n))                     \
-  X(void, swiglu_backward, (float* dg, float* du, const float* dh, const float* g, const float* u, int64_t n),     \
+  X(void, swiglu_forward, (RowsOut h, const float* g, const float* u, int64_t n), (h, g, u, n))                    \
+  X(void, swiglu_backward, (RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u, int64_t n), \
     (dg, du, dh, g, u, n))                                                                                         \
   X(void, embedding_forward, (float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C),              \
     (out, tokens, table, N, C))                                                                                    \

@@ -1,5 +1,6 @@
 // rmsnorm.cpp — RMSNorm forward and backward (also used per head for q/k norm).
 #include <cmath>
+#include <type_traits>
 
 #include "core/parallel.h"
 #include "ops/cpu/cpu_backend.h"
@@ -27,17 +28,31 @@ inline double sum_squares_lanes(const float* x, int64_t n) {
 }
 }  // namespace
 
-void CpuKernels::rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N,
-                                 int64_t C, float eps) {
-#pragma omp parallel for schedule(static) num_threads(threads()) if (N * C >= kParallelMin)
+// y = x·r·w per row; in bf16 the same floats rounded as they are written
+// (the operand of the products that follow, which then round nothing).
+template <class Y>
+inline void rmsnorm_rows(Y* out, float* rstd, const float* inp, const float* weight, int64_t N, int64_t C, float eps,
+                         int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (N * C >= kParallelMin)
   for (int64_t i = 0; i < N; ++i) {
     const float* x = inp + i * C;
-    float* y = out + i * C;
+    Y* y = out + i * C;
     const double ss = sum_squares_lanes(x, C);
     const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
-    for (int64_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+    if constexpr (std::is_same_v<Y, float>) {
+      for (int64_t c = 0; c < C; ++c) y[c] = x[c] * r * weight[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < C; ++c) y[c] = float_to_bf16(x[c] * r * weight[c]);
+    }
     if (rstd) rstd[i] = r;
   }
+}
+
+void CpuKernels::rmsnorm_forward(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+                                 int64_t C, float eps) {
+  if (out.b16) rmsnorm_rows(out.b16, rstd, inp, weight, N, C, eps, threads());
+  else rmsnorm_rows(out.f32, rstd, inp, weight, N, C, eps, threads());
 }
 
 // y = x·r·w with r = (Σx²/C + eps)^-½.  Let g = dy∘w, x̂ = x·r.
