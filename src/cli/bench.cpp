@@ -547,10 +547,7 @@ void add_bench_options(OptionList& opts, BenchFlags& f) {
                     "time the float32 products of a training step, shape by shape, through OpenBLAS and oneDNN "
                     "(--config may list several; default with --gemm: bench-small,qwen3-0.6b at B 1; --steps: "
                     "timed repeats)"});
-  opts.add(f.profile, {"profile", "false",
-                       "also say where a step's time goes: ms per step in each family of ops (products, attention, "
-                       "routing, norms and elementwise, LM head + loss, optimizer), timed by the op interface "
-                       "(ops/timed_backend.h), and outside them"});
+  opts.add(f.profile, {"profile", "false", profile_help()});
   opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
   opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});
 }

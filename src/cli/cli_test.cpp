@@ -121,9 +121,21 @@ TEST_F(Cli, RoutingHeadsFromTheCommandLine) {
   ASSERT_EQ(emh.status, 0) << emh.err;
   EXPECT_EQ(emh.err.find("attnres_num_heads"), std::string::npos) << emh.err;
 
-  // A resume with other heads is refused, naming both.
+  // A resume with other heads, or another mode, is refused, naming both and
+  // which is which: the flags' model, then the run's.
   expect_clear_error(run("train --resume " + dir_ + "/h8 --steps 2 --routing-heads 4"),
-                     {"cannot resume", "attnres_num_heads is 4, the run's was 8"});
+                     {"cannot resume", "the flags ask for a model with attnres_num_heads 4; the run's model has 8"});
+  expect_clear_error(run("train --resume " + dir_ + "/mh --steps 2 --mode full"),
+                     {"cannot resume", "the flags ask for a model with attnres_mode \"full\"; the run's model has "
+                                       "\"delta_mh\""});
+  // Windows longer than the model's positions: refused by eval and routing
+  // as train refuses them, before any work; an empty --routers list is an error.
+  for (const char* cmd : {"eval", "routing"})
+    expect_clear_error(run(std::string(cmd) + " --model " + dir_ + "/h8 --data " + dir_ + "/ok.bin --seq-len 70000"),
+                       {"--seq-len 70000 exceeds max_position_embeddings"});
+  expect_clear_error(run("routing --interventions --routers '' --model " + dir_ + "/h8 --data " + dir_ +
+                         "/ok.bin --seq-len 16 --batch 1"),
+                     {"--routers: an empty list"});
   // Bad values: one line each.
   expect_clear_error(run(common + "--mode delta --routing-heads 3 --out " + dir_ + "/x"),
                      {"attnres_num_heads 3 does not divide hidden_size 16"});

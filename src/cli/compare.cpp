@@ -276,9 +276,7 @@ void add_compare_options(OptionList& opts, Comparison& o) {
                        "learning-rate decay completed (0 = none)"});
   opts.add(o.seeds, {"seeds", "1", "runs per mode, with seeds --seed, --seed + 1, ..."});
   opts.add(o.seed, {"seed", "1337", "first seed"});
-  opts.add(o.precision, {"precision", "auto",
-                         "fp32, bf16 (core/precision.h), or auto: bf16 where this CPU has bfloat16 matrix "
-                         "instructions (AMX / AVX512-BF16), else fp32"});
+  opts.add(o.precision, {"precision", "auto", kPrecisionAutoHelp});
   opts.add(o.ranks, {"ranks", "1",
                      "train each run data parallel over this many MPI ranks (mpirun -np N; --batch is "
                      "then the global micro-batch, B / N per rank)"});
@@ -306,7 +304,7 @@ void add_compare_options(OptionList& opts, Comparison& o) {
 // The flags checked, and what every run shares worked out from them.
 void resolve_comparison(Comparison& o, const OptionList& opts) {
   TrainOptions& t = o.t;
-  if (opts.given("lr") && !opts.given("lr-min")) t.lr_min = t.lr / 10;  // as train takes it (cli/train.cpp)
+  if (opts.given("lr") && !opts.given("lr-min")) t.lr_min = TrainOptions::default_lr_min(t.lr);
   const std::string& out = o.out;
   if (out.empty() || o.data.empty() || o.val_data.empty()) fail("--out, --data and --val-data are required");
   {

@@ -32,6 +32,7 @@ int cmd_eval(int argc, char** argv) {
   const WindowOptions& w = o.window;
   const ContextOptions& co = o.context;
   const ModelSource src = open_model(o.model.model);
+  check_positions(src.config, w.seq_len, "--seq-len");
   TokenFile data(w.data);
   data.check_vocab(src.config.V);
   const std::unique_ptr<Context> ctx = open_context(co);

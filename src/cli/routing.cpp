@@ -108,6 +108,9 @@ int cmd_routing(int argc, char** argv) {
   const std::string& dir = src.dir;
   const Config& c = src.config;
   if (!mode_spec(c.mode).routed()) fail(dir, ": attnres_mode is baseline: the model has no depth routing");
+  check_positions(c, w.seq_len, "--seq-len");
+  if (opts.given("routers") && o.routers.empty())
+    fail("--routers: an empty list (give router names or indices, or leave the flag out for every router)");
   const int64_t T = w.seq_len, B = w.batch, max_tokens = w.max_tokens;
   const TokenFile data(w.data);
   data.check_vocab(c.V);

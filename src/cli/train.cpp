@@ -17,6 +17,7 @@
 #include "distributed/comm.h"
 #include "io/checkpoint.h"
 #include "model/presets.h"
+#include "ops/timed_backend.h"
 #include "train/trainer.h"
 
 namespace attnres {
@@ -102,10 +103,7 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
   TrainOptions::each(o, [&](auto&, const char* key, const char*, OnResume, const char*) {
     if (opts.given(option_flag(key))) given.insert(key);
   });
-  // --lr without --lr-min: the cosine ends a tenth of the way down from the
-  // peak given (the defaults' 3e-3 → 3e-4), never above it (a fine-tune at
-  // --lr 5e-5 used to "decay" up to the default 3e-4).
-  if (o.resume.empty() && given.count("lr") && !given.count("lr_min")) o.lr_min = o.lr / 10;
+  if (o.resume.empty() && given.count("lr") && !given.count("lr_min")) o.lr_min = TrainOptions::default_lr_min(o.lr);
   std::string resume_dir;
   if (!o.resume.empty()) {
     // The run's own settings, for every option not given here; the output
@@ -169,9 +167,7 @@ int cmd_train(int argc, char** argv) {
   opts.add(o.overwrite, {"overwrite", "false",
                          "a new run into an --out that holds a run deletes that run's log and checkpoints first "
                          "(without it such an --out is refused)"});
-  opts.add(o.profile, {"profile", "false",
-                       "say at the end where the steps' time went: each family of ops (products, attention, routing, "
-                       "norms and elementwise, LM head + loss, optimizer, communication), timed by the op interface"});
+  opts.add(o.profile, {"profile", "false", profile_help() + " (train: at the end of the run)"});
   if (!opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).

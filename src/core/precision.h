@@ -25,11 +25,16 @@ namespace attnres {
 
 enum class Precision { kF32, kBF16 };
 
-// --precision's help, in every command that runs a model.
-inline constexpr const char kPrecisionHelp[] =
-    "fp32, or bf16: the matrix products (projections, MLP, LM head, attention) take bfloat16 inputs and sum in "
-    "float32 on the CPU's matrix units (AMX / AVX512-BF16); norms, softmaxes, routing, master weights, gradients "
-    "and AdamW moments stay float32";
+// --precision's help, in every command that runs a model (compare's and the
+// main job's add `auto` to it: kPrecisionAutoHelp).
+#define ATTNRES_PRECISION_HELP                                                                                    \
+  "fp32, or bf16: the matrix products (projections, MLP, LM head, attention) take bfloat16 inputs and sum in "   \
+  "float32 on the CPU's matrix units (AMX / AVX512-BF16); norms, softmaxes, routing, master weights, gradients " \
+  "and AdamW moments stay float32"
+inline constexpr const char kPrecisionHelp[] = ATTNRES_PRECISION_HELP;
+inline constexpr const char kPrecisionAutoHelp[] =
+    ATTNRES_PRECISION_HELP "; or auto: bf16 where this CPU has bfloat16 matrix instructions, else fp32";
+#undef ATTNRES_PRECISION_HELP
 
 inline const char* precision_name(Precision p) { return p == Precision::kBF16 ? "bf16" : "fp32"; }
 

@@ -1,6 +1,6 @@
 // generate_test.cpp — the inference model and generation against the full
-// forward and the PyTorch oracle, for every golden case (all five modes and
-// their options):
+// forward and the PyTorch oracle, for every golden case (every mode and
+// its options):
 //  - cached decoding, one token at a time, gives the logits of one full
 //    forward over the same sequence (≤ 1e-5), and so do chunked prefills and
 //    sequences decoded together at different positions in permuted slots;

@@ -261,4 +261,10 @@ nlohmann::json Config::to_json(const std::string& torch_dtype) const {
   return j;
 }
 
+void check_positions(const Config& c, int64_t positions, const char* flag) {
+  if (positions > c.max_position_embeddings)
+    fail(flag, " ", positions, " exceeds max_position_embeddings ", c.max_position_embeddings,
+         " (the positions the model was trained at; every command refuses more)");
+}
+
 }  // namespace attnres

@@ -31,11 +31,19 @@ const char* mode_name(Mode m);  // the mode's own name (modes.h), without the re
 
 // The names attnres_mode takes are the rows of kModeNames (modes.h).
 const ModeName& parse_mode_name(const std::string& s);  // throws Error listing the valid names
-// The names, joined by `sep`: the five modes' (reference_mh false) or the
+// The names, joined by `sep`: the modes' own (reference_mh false) or the
 // reference's multi-head ones (true) — for help texts and defaults.
 std::string mode_name_list(bool reference_mh, const char* sep = ", ");
 // compare's default --modes: the table's rows marked `compared` (modes.h).
 std::string compared_modes();
+
+struct Config;
+// One rule for every command that runs windows of `positions` tokens
+// (train, eval, routing; eval-tasks' --max-length, generate's prompt plus new
+// tokens say it in their own words): positions past max_position_embeddings,
+// the range the model was trained at, are refused — an Error "FLAG N exceeds
+// max_position_embeddings M" — rather than run with RoPE extrapolated.
+void check_positions(const Config& c, int64_t positions, const char* flag);
 
 struct Config {
   // Dimension letters used throughout: d = hidden, L = layers, H = query heads,

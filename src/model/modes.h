@@ -138,8 +138,8 @@ constexpr bool rebuilt_streams_are_sums() {
 }
 static_assert(rebuilt_streams_are_sums(), "kModeSpecs: a mode that adds to a stream and rebuilds its inputs routes over the outputs");
 
-// Every name attnres_mode takes, a row each: the five modes above (their own
-// facts), then the reference code's multi-head names, each one of the five
+// Every name attnres_mode takes, a row each: the modes above (their own
+// facts), then the reference code's multi-head names, each one of those modes
 // with facts of its own (docs/DESIGN.md §2, "Multi-head routing"):
 //   block_mh   block with 8 heads and NO final router: the final norm reads
 //              the last partial block sum (the reference's Qwen3 does so);
@@ -183,6 +183,6 @@ constexpr bool own_names_in_place() {
   }
   return true;
 }
-static_assert(own_names_in_place(), "kModeNames: the five modes first, in kModeSpecs' order, with its facts");
+static_assert(own_names_in_place(), "kModeNames: the modes of kModeSpecs first, in its order, with its facts");
 
 }  // namespace attnres

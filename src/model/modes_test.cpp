@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "model/model.h"
 #include "core/error.h"
@@ -94,7 +97,7 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
   }
 }
 
-// The reference's multi-head names: each is one of the five modes with H
+// The reference's multi-head names: each is one of the modes with H
 // heads (8 unless the key says otherwise); block_mh has no final router (the
 // final norm reads the last partial sum), delta_mh always has the null source
 // and the reference's block deltas; each is written back under its own name.
@@ -190,6 +193,48 @@ TEST(Modes, BadRoutingHeadsAreClearErrors) {
             "delta_block with attnres_num_heads)");
   EXPECT_EQ(error_of({{"attnres_mode", "block_mh"}, {"attnres_num_heads", 1}}), "(no error)");
   EXPECT_EQ(error_of({{"attnres_mode", "delta_mh"}}), "(no error)");  // 8 heads divide 48
+}
+
+}  // namespace
+}  // namespace attnres
+
+namespace attnres {
+namespace {
+
+// Prose that lists the modes is held to the table: every markdown table in
+// the docs whose first column names a mode (`name`) lists exactly the modes'
+// own names (kModeSpecs) or exactly the reference's multi-head names — one
+// added to the table and left out of a doc, or a doc row for a mode that is
+// gone, fails here.  Every named doc must hold at least one such table.
+TEST(Modes, TheDocsTablesListEveryModeOfTheTable) {
+  std::set<std::string> own, mh, every;
+  for (const ModeName& n : mode_names()) {
+    (n.reference_mh ? mh : own).insert(n.name);
+    every.insert(n.name);
+  }
+  for (const char* doc : {"docs/DESIGN.md", "docs/routing.md"}) {
+    std::ifstream in(std::string(ATTNRES_SOURCE_DIR) + "/" + doc);
+    ASSERT_TRUE(in) << doc;
+    std::vector<std::set<std::string>> tables(1);
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("| `", 0) != 0) {  // a table's rows end at the first other line
+        if (!tables.back().empty()) tables.emplace_back();
+        continue;
+      }
+      const std::string first = line.substr(3, line.find('`', 3) - 3);
+      if (every.count(first)) tables.back().insert(first);
+    }
+    int listed = 0;
+    for (const auto& t : tables) {
+      if (t.empty()) continue;
+      ++listed;
+      EXPECT_TRUE(t == own || t == mh) << doc << ": a table of modes lists " << ::testing::PrintToString(t)
+                                       << ", not the modes " << ::testing::PrintToString(own)
+                                       << " nor the multi-head names " << ::testing::PrintToString(mh);
+    }
+    EXPECT_GE(listed, 1) << doc << " has no table of the modes";
+  }
 }
 
 }  // namespace

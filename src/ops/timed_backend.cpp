@@ -22,6 +22,13 @@ const char* op_family_name(OpFamily f) {
   return "?";
 }
 
+std::string profile_help() {
+  std::string names;
+  for (int f = 0; f < kOpFamilies; ++f) names += cat(f ? ", " : "", op_family_name(static_cast<OpFamily>(f)));
+  return cat("say where the steps' time goes: milliseconds per step in each family of ops (", names,
+             "), timed by the op interface (ops/timed_backend.h), and outside them");
+}
+
 OpFamily op_family(const char* op) {
   struct Entry {
     const char* op;

@@ -32,6 +32,9 @@ enum class OpFamily { kProducts, kAttention, kRouting, kNorms, kLmHead, kOptimiz
 constexpr int kOpFamilies = static_cast<int>(OpFamily::kCount);
 // "products", "attention", … (the names of the list above; JSON keys of bench --profile).
 const char* op_family_name(OpFamily f);
+// --profile's help in every command that has it (train, bench): the
+// families by name, from the list above, so that it cannot go stale.
+std::string profile_help();
 // The family of an op of ops/cpu/op_list.h by its name; an op the table does
 // not know is an internal error (a new op must be given a family).
 OpFamily op_family(const char* op);

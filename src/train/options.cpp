@@ -49,8 +49,7 @@ TrainOptions::TrainOptions() {
 void TrainOptions::validate() const {
   if (steps <= 0) fail("--steps must be positive");
   if (batch <= 0 || seq_len <= 0 || accum <= 0) fail("--batch, --seq-len and --accum must be positive");
-  if (seq_len > model.max_position_embeddings)
-    fail("--seq-len ", seq_len, " exceeds max_position_embeddings ", model.max_position_embeddings);
+  check_positions(model, seq_len, "--seq-len");
   if (warmup < 0) fail("--warmup must be 0 or more");
   if (lr <= 0 || lr_min < 0) fail("--lr must be positive and --lr-min not negative");
   if (lr_min > lr) fail("--lr-min ", lr_min, " is above --lr ", lr, ": the cosine decays from --lr down to --lr-min");
@@ -178,8 +177,8 @@ std::vector<std::string> check_resume(const TrainOptions& o, const nlohmann::jso
       const std::string& k = it.key();
       if (k == "model_type" || k == "architectures" || k == "torch_dtype") continue;  // follow from the rest
       if (!was.contains(k) || was[k] != it.value())
-        fail(refuse, "the model's ", it.key(), " is ", brief(it.value()), ", the run's was ",
-             was.contains(it.key()) ? brief(was[it.key()]) : std::string("absent"), fresh);
+        fail(refuse, "the flags ask for a model with ", it.key(), " ", brief(it.value()), "; the run's model has ",
+             was.contains(it.key()) ? brief(was[it.key()]) : std::string("none"), fresh);
     }
   }
 

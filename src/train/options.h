@@ -139,6 +139,11 @@ struct TrainOptions {
   }
 
   AdamWConfig adamw() const { return {beta1, beta2, eps, weight_decay}; }
+  // --lr without --lr-min: the cosine ends a tenth of the way down from the
+  // peak given (the defaults' 3e-3 → 3e-4), never above it (a fine-tune at
+  // --lr 5e-5 used to "decay" up to the default 3e-4).  train and compare
+  // both take it from here.
+  static double default_lr_min(double peak) { return peak / 10; }
   // Checks the options alone (ranges, combinations); throws an Error naming the flag.
   void validate() const;
 };
