@@ -1,5 +1,6 @@
 // train.cpp — `attnres train`: train from scratch, fine-tune, or resume.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
@@ -32,8 +33,17 @@ namespace {
 // Read here, at the program's edge, and nowhere in the library.
 TrainTestHooks test_hooks_from_environment(Comm& comm) {
   TrainTestHooks h;
-  if (const char* e = std::getenv("ATTNRES_TEST_NAN"))
-    if (std::sscanf(e, "%d:%ld", &h.nan_rank, &h.nan_step) != 2) fail("ATTNRES_TEST_NAN must be RANK:STEP, got '", e, "'");
+  if (const char* e = std::getenv("ATTNRES_TEST_NAN")) {
+    int nan_rank = -1;
+    long nan_step = -1;
+    if (std::sscanf(e, "%d:%ld", &nan_rank, &nan_step) != 2) fail("ATTNRES_TEST_NAN must be RANK:STEP, got '", e, "'");
+    // That rank's loss and the first gradient of its range become NaN.
+    h.gradient_fault = [nan_rank, nan_step](int rank, int64_t step, StepGradients& g) {
+      if (rank != nan_rank || step != nan_step) return;
+      g.loss = std::nan("");
+      g.ops.fill(g.grads + g.lo, std::nanf(""), std::min<int64_t>(1, g.hi - g.lo));
+    };
+  }
   if (const char* e = std::getenv("ATTNRES_TEST_STOP_AT_MICRO"))
     if (std::sscanf(e, "%ld:%ld", &h.stop_step, &h.stop_micro) != 2)
       fail("ATTNRES_TEST_STOP_AT_MICRO must be STEP:MICRO, got '", e, "'");

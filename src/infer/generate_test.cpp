@@ -55,7 +55,10 @@ double max_abs_diff(const float* a, const float* b, size_t n) {
 // Cached decoding against the full forward, per backend: the same products in
 // another order of rows, so within the backend's float32 rounding.  Both
 // sides run in one process on one CPU; any kernel's order leaves ~1e-6 here.
-double cached_tolerance(const std::string& backend) { return backend == "cpu" || backend == "cpu-guarded" ? 1e-5 : 0; }
+double cached_tolerance(const std::string& backend) {
+  const std::string base = testing::device_base(backend);
+  return base == "cpu" || base == "cpu-guarded" ? 1e-5 : 0;
+}
 
 class Inference : public ::testing::TestWithParam<std::tuple<testing::BackendParam, std::string>> {
  protected:

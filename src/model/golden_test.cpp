@@ -128,7 +128,7 @@ constexpr BackendTolerances kTolerances[] = {{"cpu", kFp32, kBf16, kBf16VsF64},
                                              {"cpu-guarded", kFp32, kBf16, kBf16VsF64}};
 const BackendTolerances* tolerances_of(const std::string& backend) {
   for (const BackendTolerances& t : kTolerances)
-    if (backend == t.backend) return &t;
+    if (testing::device_base(backend) == t.backend) return &t;
   return nullptr;
 }
 

@@ -1,9 +1,13 @@
 // backend.cpp — the backends by name.
 #include "ops/backend.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "core/error.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/guarded_backend.h"
+#include "ops/partial_backend.h"
 
 namespace attnres {
 
@@ -11,18 +15,67 @@ namespace attnres {
 // interface (guarded_backend.h) — for checking that the callers keep to it.
 std::vector<std::string> backend_names() { return {"cpu", "cpu-guarded"}; }
 
+const char* op_name(Op op) {
+  static const char* const names[] = {
+#define ATTNRES_OP_NAME(ret, name, params, args) #name,
+      ATTNRES_BACKEND_OPS(ATTNRES_OP_NAME)
+#undef ATTNRES_OP_NAME
+  };
+  const int i = static_cast<int>(op);
+  return i >= 0 && i < kOps ? names[i] : "?";
+}
+
+Op parse_op_name(const std::string& name) {
+  std::string known;
+  for (int i = 0; i < kOps; ++i) {
+    if (name == op_name(static_cast<Op>(i))) return static_cast<Op>(i);
+    known += cat(i ? ", " : "", op_name(static_cast<Op>(i)));
+  }
+  fail("no op '", name, "' (the ops: ", known, ")");
+}
+
+void Backend::not_implemented(Op op) const {
+  fail("op ", op_name(op), ": not implemented by the ", name(), " backend (run it on a partial backend, which gives "
+       "the ops it does not support to the CPU: ops/partial_backend.h)");
+}
+
 std::string device_help() {
   std::string devices;
   for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;
   return "where the model runs (this build: " + devices +
          "; cpu-guarded is the CPU with its memory locked outside the op interface: slow, for checking that the "
-         "code keeps to it)";
+         "code keeps to it; cpu-guarded:unsupported=OP,... declares those ops unsupported, and they run on the "
+         "CPU beside it, as a partial backend's do)";
 }
 
+namespace {
+// "cpu-guarded:unsupported=a,b" → ("cpu-guarded", [a, b]); a name without ':' → (name, []).
+std::pair<std::string, std::vector<Op>> split_device(const std::string& name) {
+  const size_t colon = name.find(':');
+  if (colon == std::string::npos) return {name, {}};
+  const std::string base = name.substr(0, colon), rest = name.substr(colon + 1);
+  const std::string key = "unsupported=";
+  if (base != "cpu-guarded" || rest.rfind(key, 0) != 0 || rest.size() == key.size())
+    fail("--device ", name, ": only cpu-guarded takes an option, as cpu-guarded:unsupported=OP,OP,...");
+  std::vector<Op> ops;
+  for (size_t at = key.size(); at <= rest.size();) {
+    const size_t comma = std::min(rest.find(',', at), rest.size());
+    try {
+      ops.push_back(parse_op_name(rest.substr(at, comma - at)));
+    } catch (const Error& e) {
+      fail("--device ", name, ": ", e.what());
+    }
+    at = comma + 1;
+  }
+  return {base, ops};
+}
+}  // namespace
+
 void check_device(const std::string& name) {
+  const std::string base = split_device(name).first;
   std::string known;
   for (const std::string& n : backend_names()) {
-    if (n == name) return;
+    if (n == base) return;
     known += (known.empty() ? "" : ", ") + n;
   }
   fail("--device ", name, ": no such device in this build (it has: ", known, ")");
@@ -30,9 +83,12 @@ void check_device(const std::string& name) {
 
 std::unique_ptr<Backend> make_backend(const std::string& name, Context& ctx, const std::string& cpu_level) {
   check_device(name);
-  std::unique_ptr<CpuBackend> cpu = make_cpu_backend(ctx, choose_cpu_level(cpu_level));
-  if (name == "cpu-guarded") return std::make_unique<GuardedCpuBackend>(ctx, std::move(cpu));
-  return cpu;
+  const auto [base, unsupported] = split_device(name);
+  const CpuLevel level = choose_cpu_level(cpu_level);
+  if (base == "cpu") return make_cpu_backend(ctx, level);
+  auto guarded = std::make_unique<GuardedCpuBackend>(ctx, make_cpu_backend(ctx, level), unsupported);
+  if (unsupported.empty()) return guarded;
+  return std::make_unique<PartialBackend>(ctx, std::move(guarded), make_cpu_backend(ctx, level));
 }
 
 }  // namespace attnres

@@ -48,6 +48,7 @@
 #include "core/buffer.h"
 #include "core/precision.h"
 #include "ops/context.h"
+#include "ops/op_list.h"
 #include "ops/route_types.h"
 
 namespace attnres {
@@ -115,6 +116,18 @@ struct AdamWUpdate {
   float beta1, beta2, eps, decay, step_size, inv_sqrt_bc2;
 };
 
+// Every op of the list (ops/op_list.h) by number (Op::k_matmul_forward …),
+// its name, and the op of a name (an Error listing them).
+enum class Op {
+#define ATTNRES_OP_ENUM(ret, name, params, args) k_##name,
+  ATTNRES_BACKEND_OPS(ATTNRES_OP_ENUM)
+#undef ATTNRES_OP_ENUM
+      kCount
+};
+constexpr int kOps = static_cast<int>(Op::kCount);
+const char* op_name(Op op);
+Op parse_op_name(const std::string& name);
+
 class Backend {
  public:
   explicit Backend(Context& ctx) : ctx_(ctx) {}
@@ -134,6 +147,20 @@ class Backend {
   // Why this backend cannot run products in precision p here (a CPU without
   // bf16 matrix instructions, a build without the library); "" when it can.
   virtual std::string unsupported(Precision p) const = 0;
+  // Whether this backend runs `op` in precision p itself (p: the op's
+  // weight's, or its Precision argument's; fp32 for an op with neither).  A
+  // backend that says no to some runs under a PartialBackend
+  // (ops/partial_backend.h), which gives those to the CPU.  Every op below
+  // has a default body that is an Error naming the op and this backend, so a
+  // new backend compiles, and runs a model beside the CPU, from its first op.
+  virtual bool supports(Op /*op*/, Precision /*p*/) const { return true; }
+  // Lets the host address this backend's memory until host_access(false):
+  // the CPU's ops run on it in place (a PartialBackend's seam).  Only a
+  // backend whose memory the host can address (host_addressable()) can be
+  // partial today; one with device memory of its own needs the seam to move
+  // each op's operands, which the op list does not size yet.
+  virtual bool host_addressable() const { return true; }
+  virtual void host_access(bool /*open*/) {}
   // An Error "precision bf16: <why>" unless this backend can run p here.
   void check_supported(Precision p) const {
     if (const std::string why = unsupported(p); !why.empty()) fail("precision ", precision_name(p), ": ", why);
@@ -150,8 +177,8 @@ class Backend {
   // more tensors than it will hold).
   virtual Buffer alloc(size_t bytes, bool lazy = false) = 0;
   virtual void synchronize() = 0;
-  virtual void copy(float* dst, const float* src, int64_t n) = 0;
-  virtual void fill(float* dst, float value, int64_t n) = 0;
+  virtual void copy(float* dst, const float* src, int64_t n) { not_implemented(Op::k_copy); }
+  virtual void fill(float* dst, float value, int64_t n) { not_implemented(Op::k_fill); }
   // Host ↔ backend bytes (token ids in, losses and logits out).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
@@ -165,49 +192,49 @@ class Backend {
   virtual void unmap(void* p, size_t bytes) = 0;
   // dst[i] = bf16(src[i]), rounded to nearest even (NaN stays NaN): the copy of
   // a weight matrix that bf16 products read.
-  virtual void to_bf16(bf16* dst, const float* src, int64_t n) = 0;
+  virtual void to_bf16(bf16* dst, const float* src, int64_t n) { not_implemented(Op::k_to_bf16); }
 
   // ---- matmul: out[N,O] = inp[N,I] · W[O,I]ᵀ  (nn.Linear without bias) ----------
   // In the precision of W (see the top): with bf16 W, out = bf16(inp) · Wᵀ.
   // Rows given in bf16 (inp, dout) are read as they are, and only with bf16 W.
   // The workspace serves products of up to N rows of I inputs and O outputs in precision p.
   virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
-  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) = 0;
+  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) { not_implemented(Op::k_matmul_forward); }
   // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
   // Either of dinp/dW may be null to skip it.  With bf16 W:
   //   dinp = bf16(dout) · W,   dW += bf16(dout)ᵀ · bf16(inp)   (float32 sums).
   virtual void matmul_backward(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I,
-                               int64_t O, bool accumulate_dinp = false) = 0;
+                               int64_t O, bool accumulate_dinp = false) { not_implemented(Op::k_matmul_backward); }
 
   // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
   // rstd may be null (not kept).  out in bf16: the float32 result rounded.
   // In the backward, dweight may be null (frozen).
   virtual void rmsnorm_forward(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
-                               int64_t C, float eps) = 0;
+                               int64_t C, float eps) { not_implemented(Op::k_rmsnorm_forward); }
   // With x̂ = inp·rstd:  dweight += Σ_rows dout∘x̂;
   // dinp = rstd·(g − x̂·mean(g∘x̂)),  g = dout∘weight.   (accumulate: dinp +=)
   // dinp may alias dout when accumulate_dinp is false.
   virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, const float* rstd, int64_t N, int64_t C,
-                                bool accumulate_dinp = false) = 0;
+                                bool accumulate_dinp = false) { not_implemented(Op::k_rmsnorm_backward); }
 
   // ---- RoPE (HF rotate_half convention) on x[B,T,heads,hd], in place ----
   // Tables [P, hd/2] for positions 0 … P−1: angle(p, j) = p · theta^(-2j/hd).
-  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) = 0;
+  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) { not_implemented(Op::k_rope_tables); }
   // out[j] = x[j]c − x[j+h]s,  out[j+h] = x[j+h]c + x[j]s   (h = hd/2), with the
   // angle of position pos[b] + t (pos: (B) backend memory, null = 0).
   virtual void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
-                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) = 0;
+                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) { not_implemented(Op::k_rope_forward); }
   // The transpose rotation (positions 0 … T−1): dx[j] = dy[j]c + dy[j+h]s,  dx[j+h] = dy[j+h]c − dy[j]s.
   virtual void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
-                             int64_t heads, int64_t hd) = 0;
+                             int64_t heads, int64_t hd) { not_implemented(Op::k_rope_backward); }
 
   // ---- KV cache ----
   // A block's rows into a cache of sequences of P positions: for b < B, t < T,
   //   cache[((slot[b]·P + pos[b] + t)·w) …] = x[((b·T + t)·w) …]   (w floats per row)
   // slot, pos: (B) backend memory.  Every position must lie inside the cache.
   virtual void kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
-                              int64_t T, int64_t P, int64_t w) = 0;
+                              int64_t T, int64_t P, int64_t w) { not_implemented(Op::k_kv_cache_store); }
 
   // ---- causal grouped-query attention ----
   // q[B,T,H,hd] and the keys/values of kv → y[B,T,H,hd] (query head h reads
@@ -218,7 +245,7 @@ class Backend {
   // operands and sum in float32 (docs/DESIGN.md §6); the softmax stays float32.
   virtual int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const = 0;
   virtual void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
-                                 int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) = 0;
+                                 int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) { not_implemented(Op::k_attention_forward); }
   // Keys of the block itself (training).  S = s·QKᵀ (s = hd^-½), P = softmax(S)
   // (causal), Y = PV.  With D = rowsum(dY∘Y):
   //   dP = dY Vᵀ,  dS = P∘(dP − D),  dQ = s·dS K,  dK = s·dSᵀQ,  dV = PᵀdY.
@@ -227,27 +254,27 @@ class Backend {
   // dq, dk, dv are assigned.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                   const float* k, const float* v, const float* y, const float* lse, int64_t B,
-                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) = 0;
+                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) { not_implemented(Op::k_attention_backward); }
 
   // ---- SwiGLU: h = silu(g)∘u over n elements ----
   // (h, dg, du in bf16: the float32 results rounded.)
-  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) = 0;
+  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) { not_implemented(Op::k_swiglu_forward); }
   // dg = dh∘u∘σ(g)(1 + g(1−σ(g))),  du = dh∘silu(g).
   virtual void swiglu_backward(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u,
-                               int64_t n) = 0;
+                               int64_t n) { not_implemented(Op::k_swiglu_backward); }
 
   // ---- embedding: out[N,C] = table[tokens[n]] ----
-  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) = 0;
+  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) { not_implemented(Op::k_embedding_forward); }
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
-                                  int64_t C) = 0;
+                                  int64_t C) { not_implemented(Op::k_embedding_backward); }
 
   // ---- elementwise ----
-  virtual void add_inplace(float* y, const float* x, int64_t n) = 0;           // y += x
-  virtual void add(float* out, const float* a, const float* b, int64_t n) = 0;  // out = a + b (may alias)
-  virtual void sub(float* out, const float* a, const float* b, int64_t n) = 0;  // out = a − b (may alias)
-  virtual void scale(float* x, float c, int64_t n) = 0;                         // x *= c
+  virtual void add_inplace(float* y, const float* x, int64_t n) { not_implemented(Op::k_add_inplace); }           // y += x
+  virtual void add(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_add); }  // out = a + b (may alias)
+  virtual void sub(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_sub); }  // out = a − b (may alias)
+  virtual void scale(float* x, float c, int64_t n) { not_implemented(Op::k_scale); }                         // x *= c
   // Σ x² in double; the same bits for the same thread count.
-  virtual double sum_squares(const float* x, int64_t n) = 0;
+  virtual double sum_squares(const float* x, int64_t n) { not_implemented(Op::k_sum_squares); }
 
   // ---- LM head + softmax cross-entropy, fused, in row chunks ----
   // logits = x[N,C] · W[V,C]ᵀ, loss_i = logsumexp(logits_i) − logits_i[target_i].
@@ -264,7 +291,7 @@ class Backend {
   virtual int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const = 0;
   virtual double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                               int64_t C, int64_t V, float scale, float* losses_out = nullptr,
-                              uint8_t* greedy_out = nullptr) = 0;
+                              uint8_t* greedy_out = nullptr) { not_implemented(Op::k_lm_head_loss); }
 
   // ---- depth routing (docs/routing.md) ----
   // A router has a pseudo-query w (d) and an RMSNorm weight γ (d); for a token
@@ -291,7 +318,7 @@ class Backend {
   // the thread count.
   //
   // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
-  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) = 0;
+  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) { not_implemented(Op::k_source_rstd); }
   virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const = 0;
   // src: the S sources, a list in backend memory (route_types.h).  H routing
   // heads (H divides d; H = 1 is single-head routing): head h owns the
@@ -304,11 +331,11 @@ class Backend {
   // (route_types.h); null costs nothing.  out must not alias base or a source.
   virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
                              const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                             int64_t d, double* stats = nullptr) = 0;
+                             int64_t d, double* stats = nullptr) { not_implemented(Op::k_route_forward); }
   // The combination alone from stored logits: exactly route_forward's out
   // (same arithmetic, same bits).  out may alias base.
   virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
-                         const float* base, const float* gate, Combine combine, int64_t N, int64_t d) = 0;
+                         const float* base, const float* gate, Combine combine, int64_t N, int64_t d) { not_implemented(Op::k_route_mix); }
   // The combination with token-independent weights: α[h, i] = weights[h·S + i]
   // (H, S doubles, backend memory) for every token, then out = a·base + c·R
   // exactly as route_mix (the same mix: the weights are rounded to float per
@@ -316,13 +343,13 @@ class Backend {
   // its bits.  The routing interventions' mean and uniform routing, and
   // all-zero weights for a router left with no source (R = 0).  out may alias base.
   virtual void route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
-                                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d) = 0;
+                                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d) { not_implemented(Op::k_route_mix_weights); }
   // Delta's sublayer input rebuilt in one pass over the sources: out = x + g·R
   // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
   // sources in order — the delta stream, bit-identical to the forward's
   // running `x += out` — and the same bits as route_mix with that base.
   virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
-                                const float* gate, int64_t N, int64_t d) = 0;
+                                const float* gate, int64_t N, int64_t d) { not_implemented(Op::k_route_mix_stream); }
   // Given dout (N, d), the gradient of out (dsrc: a list of S pointers in backend memory):
   //   dsrc[i] (N, d) or (d) if broadcast  += ∂/∂v_i   (with accumulate_src = false the
   //                                       (N, d) ones are assigned: the first router of a backward)
@@ -344,16 +371,18 @@ class Backend {
                               const float* dout, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                               const float* w, const float* gamma, const float* base, const float* gate,
                               Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild = nullptr,
-                              bool accumulate_src = true) = 0;
+                              bool accumulate_src = true) { not_implemented(Op::k_route_backward); }
 
   // ---- optimizer ----
   // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when
   // not null, receives bf16(p) of the updated values in the same pass (the
   // bf16 copy a bf16 model's products read).
   virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
-                            bf16* p16 = nullptr) = 0;
+                            bf16* p16 = nullptr) { not_implemented(Op::k_adamw_update); }
 
  protected:
+  // The default body of every op: an Error naming the op and this backend.
+  [[noreturn]] void not_implemented(Op op) const;
   Context& ctx_;
 };
 

@@ -33,6 +33,13 @@ Context::Context(int threads, const std::string& backend, const std::string& cpu
   if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
 }
 
+Context::Context(int threads, const std::function<std::unique_ptr<Backend>(Context&)>& make_ops)
+    : threads_(threads > 0 ? threads : hardware_threads()) {
+  check_threads(threads < 0 ? threads : threads_, "threads");
+  ops_ = make_ops(*this);
+  ATTNRES_CHECK(ops_ != nullptr, "Context: the backend factory made no backend");
+}
+
 Context::~Context() = default;
 
 void Context::reserve(int64_t floats) {

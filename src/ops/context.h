@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -31,6 +32,9 @@ class Context {
   // time to its family (bench --profile, train --profile).
   explicit Context(int threads = 0, const std::string& backend = "cpu", const std::string& cpu_level = "",
                    bool time_ops = false);
+  // A backend of one's own (a backend being written; the tests' toy one),
+  // made by make_ops for this Context — e.g. a PartialBackend over it.
+  Context(int threads, const std::function<std::unique_ptr<Backend>(Context&)>& make_ops);
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;

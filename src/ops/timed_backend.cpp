@@ -58,16 +58,6 @@ OpFamily op_family(const char* op) {
   return OpFamily::kCount;
 }
 
-const char* op_name(Op op) {
-  static const char* const names[] = {
-#define ATTNRES_OP_NAME(ret, name, params, args) #name,
-      ATTNRES_BACKEND_OPS(ATTNRES_OP_NAME)
-#undef ATTNRES_OP_NAME
-  };
-  const int i = static_cast<int>(op);
-  return i >= 0 && i < kOps ? names[i] : "?";
-}
-
 double OpTimes::total() const {
   double s = 0;
   for (double x : seconds) s += x;

@@ -24,7 +24,7 @@
 #include <memory>
 
 #include "ops/backend.h"
-#include "ops/cpu/op_list.h"  // the list of ops (device-independent macros)
+#include "ops/op_list.h"
 
 namespace attnres {
 
@@ -38,16 +38,6 @@ std::string profile_help();
 // The family of an op of ops/cpu/op_list.h by its name; an op the table does
 // not know is an internal error (a new op must be given a family).
 OpFamily op_family(const char* op);
-
-// Every op of the list by number (Op::k_matmul_forward …), and its name.
-enum class Op {
-#define ATTNRES_OP_ENUM(ret, name, params, args) k_##name,
-  ATTNRES_BACKEND_OPS(ATTNRES_OP_ENUM)
-#undef ATTNRES_OP_ENUM
-      kCount
-};
-constexpr int kOps = static_cast<int>(Op::kCount);
-const char* op_name(Op op);
 
 // Seconds per family, and per op, since the last reset().
 struct OpTimes {

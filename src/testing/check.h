@@ -205,14 +205,33 @@ inline void PrintTo(const BackendParam& p, std::ostream* os) { *os << p.name; }
 // that reads backend memory in place fails on it.  These run the kernels of
 // the CPU's best level; every lower level this CPU has runs beside them with
 // three threads (cpu_x86_64_3threads, cpu_avx2_3threads), so each level's
-// copy of the kernels is checked on a machine that has it.
+// copy of the kernels is checked on a machine that has it.  And a partial
+// backend (ops/partial_backend.h): the guarded CPU declaring every other op
+// of the list unsupported (partial_device()), so a model's ops alternate
+// between it and the CPU beside it and every op is run on each side of the
+// seam by some test.
 // The oracle comparisons (golden_test.cpp, generate_test.cpp) run on every
 // one: what they reach of the model goes through the interface.  Other
 // model-level tests read arenas in place (params(), grads(), checkpoints, the
 // trainer's MPI staging) and run on test_context(), the plain CPU backend.
+// "cpu-guarded:unsupported=" every op of odd index in the list (even: the
+// other half), the device of the partial configuration.
+inline std::string partial_device(bool odd = true) {
+  std::string ops;
+  for (int i = odd ? 1 : 0; i < kOps; i += 2) ops += cat(ops.empty() ? "" : ",", op_name(static_cast<Op>(i)));
+  return "cpu-guarded:unsupported=" + ops;
+}
+
+// A device's name without its options ("cpu-guarded" for the partial one):
+// what tables of measured tolerances are keyed by.  A partial device runs the
+// CPU's kernels on both sides of its seam, so it takes its primary's rows.
+inline std::string device_base(const std::string& device) { return device.substr(0, device.find(':')); }
+
 inline std::vector<BackendParam> backend_params() {
-  std::vector<BackendParam> p = {
-      {"cpu_1thread", "cpu", 1, ""}, {"cpu_3threads", "cpu", 3, ""}, {"cpu_guarded", "cpu-guarded", 3, ""}};
+  std::vector<BackendParam> p = {{"cpu_1thread", "cpu", 1, ""},
+                                 {"cpu_3threads", "cpu", 3, ""},
+                                 {"cpu_guarded", "cpu-guarded", 3, ""},
+                                 {"cpu_partial", partial_device(), 3, ""}};
   for (CpuLevel l : cpu_levels_here()) {
     if (l == cpu_level_detected()) continue;
     std::string name = cpu_level_name(l);

@@ -25,6 +25,7 @@
 #include "core/json_util.h"
 #include "model/model.h"
 #include "model/modes.h"
+#include "ops/partial_backend.h"
 #include "ops/timed_backend.h"
 #include "train/data_loader.h"
 
@@ -176,9 +177,9 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   loss /= static_cast<double>(so.accum);
   Backend& ops = model.context().ops();
   float* grads = model.grads();
-  if (so.poison) {
-    loss = std::nan("");
-    ops.fill(grads + adamw.lo(), std::nanf(""), std::min<int64_t>(1, adamw.hi() - adamw.lo()));
+  if (so.gradient_fault) {
+    StepGradients g{loss, ops, grads, adamw.lo(), adamw.hi()};
+    so.gradient_fault(g);
   }
   double sum_sq = 0;
   if (ranks == 1) {
@@ -759,7 +760,8 @@ void Run::step_loop() {
     sopt.clip = opt_.clip;
     sopt.skip_nonfinite = opt_.on_nan == "skip";
     sopt.received_signal = [&] { return signals_.received(); };
-    sopt.poison = rank_ == hooks_.nan_rank && step + 1 == hooks_.nan_step;
+    if (hooks_.gradient_fault)
+      sopt.gradient_fault = [this, step](StepGradients& g) { hooks_.gradient_fault(rank_, step + 1, g); };
     sopt.comm = &comm_;
     sopt.shards = shards_.get();
     // Where the data stood before the step: an abandoned step puts it back, so
@@ -895,7 +897,15 @@ void Run::report_profile(const OpTimes& times) {
     if (!quiet_) std::printf("%s\n", line.c_str());
     per_rank.push_back(fam);
   }
-  log_line({{"step", step_}, {"profile_seconds_per_rank", per_rank}});
+  nlohmann::json record = {{"step", step_}, {"profile_seconds_per_rank", per_rank}};
+  if (const PartialBackend* p = partial_backend(*ctx_)) {  // a partial device: what crossed its seam (this rank's)
+    if (!quiet_) std::printf("%s\n", p->seam_summary().c_str());
+    nlohmann::json seam;
+    for (int i = 0; i < kOps; ++i)
+      if (p->seam()[static_cast<size_t>(i)] > 0) seam[op_name(static_cast<Op>(i))] = p->seam()[static_cast<size_t>(i)];
+    record["seam_calls"] = seam;
+  }
+  log_line(record);
 }
 
 // The run's end: the last validation (not after a stop signal), the last

@@ -28,9 +28,13 @@ struct TrainResult {
 // Test seams of a run: faults and piece sizes that tests choose (unit tests
 // directly; tests/distributed/mpi.py through the environment of `attnres
 // train`, read in cli/train.cpp).  The defaults are production's.
+struct StepGradients;
 struct TrainTestHooks {
-  int nan_rank = -1;         // this rank's gradient is NaN at 1-based step nan_step (a fault on one rank)
-  int64_t nan_step = -1;
+  // A fault injected into a step: called on every rank with its rank and the
+  // 1-based step once the step's gradients are summed on this rank, before
+  // the ranks exchange them (e.g. a NaN on one rank: cli/train.cpp's
+  // ATTNRES_TEST_NAN).  Empty in production.
+  std::function<void(int rank, int64_t step, StepGradients&)> gradient_fault;
   int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB)
   int64_t stop_step = -1;    // SIGTERM to itself once micro-batch stop_micro (1-based) of step stop_step is drawn
   int64_t stop_micro = -1;
@@ -62,6 +66,7 @@ class Comm;
 TrainResult train(const TrainOptions& opt, Comm* comm = nullptr, const TrainTestHooks& hooks = {},
                   const std::function<void()>& started = nullptr);
 
+class Backend;
 class Model;
 class AdamW;
 struct Shards;
@@ -78,6 +83,16 @@ struct Shards;
 //   (lr_routing for the routing parameters; < 0: lr),
 //   all-gather of the parameters.
 // With one rank the collectives are no-ops and this is plain training.
+// This rank's side of a step once its micro-batches are done: its mean loss,
+// and its gradient range [lo, hi) of the arena `grads` (backend memory) —
+// what a TrainTestHooks fault may change.
+struct StepGradients {
+  double& loss;
+  Backend& ops;
+  float* grads;
+  int64_t lo, hi;
+};
+
 struct StepOptions {
   int64_t accum = 1, t = 1;
   double lr = 0, lr_routing = -1, clip = 0;
@@ -85,7 +100,7 @@ struct StepOptions {
   // The stop signal this process has received (0: none), read once per step
   // (before the exchange with several ranks, which tells it to every rank).
   std::function<int()> received_signal;
-  bool poison = false;           // tests: make this rank's gradient NaN (a fault on one rank)
+  std::function<void(StepGradients&)> gradient_fault;  // tests (TrainTestHooks); empty in production
   Comm* comm = nullptr;          // null: one process
   const Shards* shards = nullptr;  // the ranks' ranges of the arena (with comm)
 };

@@ -32,7 +32,7 @@
 
 #include "ops/backend.h"
 #include "ops/cpu/cpu_level.h"
-#include "ops/cpu/op_list.h"
+#include "ops/op_list.h"
 
 namespace attnres {
 

@@ -17,14 +17,22 @@
 // two mprotect sweeps per op).
 #pragma once
 
+#include <array>
+#include <vector>
+
 #include "ops/cpu/cpu_backend.h"
 
 namespace attnres {
 
 class GuardedCpuBackend final : public Backend {
  public:
-  // cpu: the kernels it runs (make_cpu_backend), at any level.
-  GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu);
+  // cpu: the kernels it runs (make_cpu_backend), at any level.  unsupported:
+  // ops it declares it does not run (supports() says no), so that a
+  // PartialBackend gives them to the CPU — the seam exercised on every
+  // machine (`--device cpu-guarded:unsupported=OP,...`).
+  GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu, std::vector<Op> unsupported = {});
+  bool supports(Op op, Precision) const override { return !unsupported_[static_cast<size_t>(op)]; }
+  void host_access(bool open) override;  // opens the memory until host_access(false)
   const char* name() const override { return "cpu-guarded"; }
   const char* kernels() const override { return cpu_->kernels(); }
   const char* attention_tiles() const override { return cpu_->attention_tiles(); }
@@ -56,6 +64,7 @@ class GuardedCpuBackend final : public Backend {
 
  private:
   std::unique_ptr<CpuBackend> cpu_;
+  std::array<bool, kOps> unsupported_{};
 };
 
 }  // namespace attnres

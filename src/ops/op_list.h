@@ -1,8 +1,10 @@
 // op_list.h — the ops of ops/backend.h that read or write backend memory, as
 // one list: X(return type, name, (parameters), (arguments)) per op.  The CPU
-// backend declares its overrides from it and the guarded backend wraps each
-// one from it, so a new op is written here once (backend.h documents it; the
-// compiler's `override` keeps the two in step).  Not listed: the memory
+// backend declares its overrides from it; the guarded, timed and partial
+// backends wrap each one from it; Op::k_<name> numbers them (backend.h), so a
+// new op is written here once (backend.h documents it and gives its default
+// body; the compiler's `override` keeps them in step; docs/DESIGN.md §4
+// "Adding an op" walks the rest).  Not listed: the memory
 // functions (alloc, synchronize, upload, download, map, unmap), which each
 // backend writes by hand, and the *_workspace sizes, which touch no memory.
 #pragma once
