@@ -17,7 +17,7 @@ std::vector<std::string> backend_names() { return {"cpu", "cpu-guarded"}; }
 
 const char* op_name(Op op) {
   static const char* const names[] = {
-#define ATTNRES_OP_NAME(ret, name, params, args) #name,
+#define ATTNRES_OP_NAME(fam, ret, name, params, args) #name,
       ATTNRES_BACKEND_OPS(ATTNRES_OP_NAME)
 #undef ATTNRES_OP_NAME
   };

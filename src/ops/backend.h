@@ -119,12 +119,24 @@ struct AdamWUpdate {
 // Every op of the list (ops/op_list.h) by number (Op::k_matmul_forward …),
 // its name, and the op of a name (an Error listing them).
 enum class Op {
-#define ATTNRES_OP_ENUM(ret, name, params, args) k_##name,
+#define ATTNRES_OP_ENUM(fam, ret, name, params, args) k_##name,
   ATTNRES_BACKEND_OPS(ATTNRES_OP_ENUM)
 #undef ATTNRES_OP_ENUM
       kCount
 };
 constexpr int kOps = static_cast<int>(Op::kCount);
+// What `--profile` counts an op's time under (ops/timed_backend.h), as its
+// row of the list says; communication is the trainer's, no op's.
+enum class OpFamily { kProducts, kAttention, kRouting, kNorms, kLmHead, kOptimizer, kCommunication, kCount };
+constexpr int kOpFamilies = static_cast<int>(OpFamily::kCount);
+constexpr OpFamily op_family(Op op) {
+  constexpr OpFamily family[] = {
+#define ATTNRES_OP_FAMILY(fam, ret, name, params, args) OpFamily::k##fam,
+      ATTNRES_BACKEND_OPS(ATTNRES_OP_FAMILY)
+#undef ATTNRES_OP_FAMILY
+  };
+  return family[static_cast<int>(op)];
+}
 const char* op_name(Op op);
 Op parse_op_name(const std::string& name);
 
@@ -199,7 +211,9 @@ class Backend {
   // Rows given in bf16 (inp, dout) are read as they are, and only with bf16 W.
   // The workspace serves products of up to N rows of I inputs and O outputs in precision p.
   virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
-  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) { not_implemented(Op::k_matmul_forward); }
+  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
+    not_implemented(Op::k_matmul_forward);
+  }
   // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
   // Either of dinp/dW may be null to skip it.  With bf16 W:
   //   dinp = bf16(dout) · W,   dW += bf16(dout)ᵀ · bf16(inp)   (float32 sums).
@@ -220,11 +234,15 @@ class Backend {
 
   // ---- RoPE (HF rotate_half convention) on x[B,T,heads,hd], in place ----
   // Tables [P, hd/2] for positions 0 … P−1: angle(p, j) = p · theta^(-2j/hd).
-  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) { not_implemented(Op::k_rope_tables); }
+  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
+    not_implemented(Op::k_rope_tables);
+  }
   // out[j] = x[j]c − x[j+h]s,  out[j+h] = x[j+h]c + x[j]s   (h = hd/2), with the
   // angle of position pos[b] + t (pos: (B) backend memory, null = 0).
   virtual void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
-                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) { not_implemented(Op::k_rope_forward); }
+                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) {
+    not_implemented(Op::k_rope_forward);
+  }
   // The transpose rotation (positions 0 … T−1): dx[j] = dy[j]c + dy[j+h]s,  dx[j+h] = dy[j+h]c − dy[j]s.
   virtual void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                              int64_t heads, int64_t hd) { not_implemented(Op::k_rope_backward); }
@@ -245,7 +263,9 @@ class Backend {
   // operands and sum in float32 (docs/DESIGN.md §6); the softmax stays float32.
   virtual int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const = 0;
   virtual void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
-                                 int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) { not_implemented(Op::k_attention_forward); }
+                                 int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
+    not_implemented(Op::k_attention_forward);
+  }
   // Keys of the block itself (training).  S = s·QKᵀ (s = hd^-½), P = softmax(S)
   // (causal), Y = PV.  With D = rowsum(dY∘Y):
   //   dP = dY Vᵀ,  dS = P∘(dP − D),  dQ = s·dS K,  dK = s·dSᵀQ,  dV = PᵀdY.
@@ -254,25 +274,32 @@ class Backend {
   // dq, dk, dv are assigned.
   virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                   const float* k, const float* v, const float* y, const float* lse, int64_t B,
-                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) { not_implemented(Op::k_attention_backward); }
+                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
+    not_implemented(Op::k_attention_backward);
+  }
 
   // ---- SwiGLU: h = silu(g)∘u over n elements ----
   // (h, dg, du in bf16: the float32 results rounded.)
-  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) { not_implemented(Op::k_swiglu_forward); }
+  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) {
+    not_implemented(Op::k_swiglu_forward);
+  }
   // dg = dh∘u∘σ(g)(1 + g(1−σ(g))),  du = dh∘silu(g).
   virtual void swiglu_backward(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u,
                                int64_t n) { not_implemented(Op::k_swiglu_backward); }
 
   // ---- embedding: out[N,C] = table[tokens[n]] ----
-  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) { not_implemented(Op::k_embedding_forward); }
+  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
+    not_implemented(Op::k_embedding_forward);
+  }
   virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
                                   int64_t C) { not_implemented(Op::k_embedding_backward); }
 
   // ---- elementwise ----
-  virtual void add_inplace(float* y, const float* x, int64_t n) { not_implemented(Op::k_add_inplace); }           // y += x
-  virtual void add(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_add); }  // out = a + b (may alias)
-  virtual void sub(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_sub); }  // out = a − b (may alias)
-  virtual void scale(float* x, float c, int64_t n) { not_implemented(Op::k_scale); }                         // x *= c
+  // y += x;  out = a + b;  out = a − b;  x *= c   (out may alias a or b)
+  virtual void add_inplace(float* y, const float* x, int64_t n) { not_implemented(Op::k_add_inplace); }
+  virtual void add(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_add); }
+  virtual void sub(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_sub); }
+  virtual void scale(float* x, float c, int64_t n) { not_implemented(Op::k_scale); }
   // Σ x² in double; the same bits for the same thread count.
   virtual double sum_squares(const float* x, int64_t n) { not_implemented(Op::k_sum_squares); }
 
@@ -318,7 +345,9 @@ class Backend {
   // the thread count.
   //
   // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
-  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) { not_implemented(Op::k_source_rstd); }
+  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
+    not_implemented(Op::k_source_rstd);
+  }
   virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const = 0;
   // src: the S sources, a list in backend memory (route_types.h).  H routing
   // heads (H divides d; H = 1 is single-head routing): head h owns the
@@ -335,7 +364,9 @@ class Backend {
   // The combination alone from stored logits: exactly route_forward's out
   // (same arithmetic, same bits).  out may alias base.
   virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
-                         const float* base, const float* gate, Combine combine, int64_t N, int64_t d) { not_implemented(Op::k_route_mix); }
+                         const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
+    not_implemented(Op::k_route_mix);
+  }
   // The combination with token-independent weights: α[h, i] = weights[h·S + i]
   // (H, S doubles, backend memory) for every token, then out = a·base + c·R
   // exactly as route_mix (the same mix: the weights are rounded to float per
@@ -343,7 +374,9 @@ class Backend {
   // its bits.  The routing interventions' mean and uniform routing, and
   // all-zero weights for a router left with no source (R = 0).  out may alias base.
   virtual void route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
-                                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d) { not_implemented(Op::k_route_mix_weights); }
+                                 const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
+    not_implemented(Op::k_route_mix_weights);
+  }
   // Delta's sublayer input rebuilt in one pass over the sources: out = x + g·R
   // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
   // sources in order — the delta stream, bit-identical to the forward's

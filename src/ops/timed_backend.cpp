@@ -1,7 +1,6 @@
 // timed_backend.cpp — see timed_backend.h.
 #include "ops/timed_backend.h"
 
-#include <cstring>
 
 #include "core/error.h"
 #include "core/timer.h"
@@ -29,53 +28,19 @@ std::string profile_help() {
              "), timed by the op interface (ops/timed_backend.h), and outside them");
 }
 
-OpFamily op_family(const char* op) {
-  struct Entry {
-    const char* op;
-    OpFamily family;
-  };
-  static const Entry table[] = {
-      {"to_bf16", OpFamily::kProducts},          {"matmul_forward", OpFamily::kProducts},
-      {"matmul_backward", OpFamily::kProducts},  {"attention_forward", OpFamily::kAttention},
-      {"attention_backward", OpFamily::kAttention}, {"rope_tables", OpFamily::kAttention},
-      {"rope_forward", OpFamily::kAttention},    {"rope_backward", OpFamily::kAttention},
-      {"kv_cache_store", OpFamily::kAttention},  {"source_rstd", OpFamily::kRouting},
-      {"route_forward", OpFamily::kRouting},     {"route_mix", OpFamily::kRouting},
-      {"route_mix_stream", OpFamily::kRouting},  {"route_backward", OpFamily::kRouting},
-      {"route_mix_weights", OpFamily::kRouting},
-      {"copy", OpFamily::kNorms},                {"fill", OpFamily::kNorms},
-      {"rmsnorm_forward", OpFamily::kNorms},     {"rmsnorm_backward", OpFamily::kNorms},
-      {"swiglu_forward", OpFamily::kNorms},      {"swiglu_backward", OpFamily::kNorms},
-      {"embedding_forward", OpFamily::kNorms},   {"embedding_backward", OpFamily::kNorms},
-      {"add_inplace", OpFamily::kNorms},         {"add", OpFamily::kNorms},
-      {"sub", OpFamily::kNorms},                 {"scale", OpFamily::kNorms},
-      {"lm_head_loss", OpFamily::kLmHead},       {"adamw_update", OpFamily::kOptimizer},
-      {"sum_squares", OpFamily::kOptimizer},
-  };
-  for (const Entry& e : table)
-    if (std::strcmp(e.op, op) == 0) return e.family;
-  ATTNRES_CHECK(false, "the op ", op, " has no family (add it to op_family's table)");
-  return OpFamily::kCount;
-}
-
 double OpTimes::total() const {
   double s = 0;
   for (double x : seconds) s += x;
   return s;
 }
 
-TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner) : Backend(ctx), inner_(std::move(inner)) {
-  // Every op of the list has a family: checked once here, not at its first call.
-#define ATTNRES_CHECK_FAMILY(ret, name, params, args) op_family(#name);
-  ATTNRES_BACKEND_OPS(ATTNRES_CHECK_FAMILY)
-#undef ATTNRES_CHECK_FAMILY
-}
+TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner) : Backend(ctx), inner_(std::move(inner)) {}
 
 // Each op: the inner backend's, timed up to its synchronize() (a device
 // backend's ops return before they finish; the CPU's synchronize is free).
-#define ATTNRES_TIMED(ret, name, params, args)               \
+#define ATTNRES_TIMED(fam, ret, name, params, args)               \
   ret TimedBackend::name params {                            \
-    static const OpFamily family = op_family(#name);         \
+    constexpr OpFamily family = op_family(Op::k_##name);     \
     struct Stop {                                            \
       TimedBackend* self;                                    \
       double t0;                                             \

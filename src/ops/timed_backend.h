@@ -4,7 +4,8 @@
 // `train --profile` build their Context with it (ContextOptions::time_ops),
 // so a regression or a gap names itself without `perf`.
 //
-// The families (OpFamily) follow what a step is made of:
+// The families (OpFamily, backend.h; each op's row of ops/op_list.h names
+// its own) follow what a step is made of:
 //   products    matmul_forward/backward and the bf16 weight copies (to_bf16)
 //   attention   attention_forward/backward with their tile products, RoPE, the KV-cache store
 //   routing     source_rstd and the route_* ops
@@ -28,16 +29,12 @@
 
 namespace attnres {
 
-enum class OpFamily { kProducts, kAttention, kRouting, kNorms, kLmHead, kOptimizer, kCommunication, kCount };
-constexpr int kOpFamilies = static_cast<int>(OpFamily::kCount);
-// "products", "attention", … (the names of the list above; JSON keys of bench --profile).
+// OpFamily and op_family(Op): backend.h, from the op list.
+// "products", "attention", … (JSON keys of bench --profile).
 const char* op_family_name(OpFamily f);
 // --profile's help in every command that has it (train, bench): the
 // families by name, from the list above, so that it cannot go stale.
 std::string profile_help();
-// The family of an op of ops/cpu/op_list.h by its name; an op the table does
-// not know is an internal error (a new op must be given a family).
-OpFamily op_family(const char* op);
 
 // Seconds per family, and per op, since the last reset().
 struct OpTimes {
@@ -84,7 +81,7 @@ class TimedBackend final : public Backend {
   void unmap(void* p, size_t bytes) override { inner_->unmap(p, bytes); }
   void upload(void* dst, const void* host_src, size_t bytes) override { inner_->upload(dst, host_src, bytes); }
   void download(void* host_dst, const void* src, size_t bytes) override { inner_->download(host_dst, src, bytes); }
-#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 

@@ -88,7 +88,7 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
 
   // The products (op_list.h), matmul.cpp.
-#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
   ATTNRES_PRODUCT_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 
@@ -157,7 +157,7 @@ class CpuKernels final : public CpuBackend {
   int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override;
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
-#define ATTNRES_DECLARE(ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
   ATTNRES_KERNEL_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 };

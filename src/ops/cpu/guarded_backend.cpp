@@ -165,7 +165,7 @@ void GuardedCpuBackend::download(void* host_dst, const void* src, size_t bytes) 
   cpu_->download(host_dst, src, bytes);
 }
 
-#define ATTNRES_GUARDED(ret, name, params, args) \
+#define ATTNRES_GUARDED(fam, ret, name, params, args) \
   ret GuardedCpuBackend::name params {           \
     check_args(#name, ATTNRES_UNPAREN args);     \
     Unlocked open;                               \
