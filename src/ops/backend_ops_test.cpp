@@ -332,7 +332,8 @@ std::vector<OpCase> cases() {
                      list.push_back(dsrc.back().data());
                    }
                    auto dsrc_list = dev(ops, list);
-                   auto dbase = dev(ops, randn(N * d, 53)), dw = dev(ops, randn(d, 54)), dgamma = dev(ops, randn(d, 55));
+                   auto dbase = dev(ops, randn(N * d, 53));
+                   auto dw = dev(ops, randn(d, 54)), dgamma = dev(ops, randn(d, 55));
                    auto dgate = dev(ops, std::vector<float>{0.25f});
                    ops.route_backward(dsrc_list.data(), dbase.data(), dw.data(), dgamma.data(), dgate.data(),
                                       dout.data(), R.logits.data(), R.src.data(), Router::S, Router::H, R.w.data(),
