@@ -25,16 +25,16 @@ void check_threads(int64_t n, const std::string& what) {
 }
 
 Context::Context(int threads, const std::string& backend, const std::string& cpu_level, bool time_ops)
-    : threads_(threads > 0 ? threads : hardware_threads()) {
-  // The count asked for, or the cores 0 stands for (the commands check
-  // --threads first, naming the flag).
-  check_threads(threads < 0 ? threads : threads_, "threads");
-  ops_ = make_backend(backend, *this, cpu_level);
-  if (time_ops) ops_ = std::make_unique<TimedBackend>(*this, std::move(ops_));
-}
+    : Context(threads, [&](Context& ctx) {
+        std::unique_ptr<Backend> ops = make_backend(backend, ctx, cpu_level);
+        if (time_ops) ops = std::make_unique<TimedBackend>(ctx, std::move(ops));
+        return ops;
+      }) {}
 
 Context::Context(int threads, const std::function<std::unique_ptr<Backend>(Context&)>& make_ops)
     : threads_(threads > 0 ? threads : hardware_threads()) {
+  // The count asked for, or the cores 0 stands for (the commands check
+  // --threads first, naming the flag); then the backend.
   check_threads(threads < 0 ? threads : threads_, "threads");
   ops_ = make_ops(*this);
   ATTNRES_CHECK(ops_ != nullptr, "Context: the backend factory made no backend");
