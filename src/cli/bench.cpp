@@ -234,21 +234,21 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f
   mo.seq_len = P;
   mo.rows = std::max(Bd, P);
   mo.cache_len = std::max(P, Pd + new_tokens + 1);
-  mo.cache_seqs = Bd;
   mo.precision = parse_precision(f.precision);
   if (mo.cache_len > c.max_position_embeddings) fail("the benchmark's lengths exceed max_position_embeddings");
   Model m(ctx, c, mo);
   Rng rng(1);
   m.init(rng);
+  KvCache cache(m, Bd);
   std::vector<float> logits(static_cast<size_t>(Bd * c.V));
   const int64_t slot0 = 0, pos0 = 0;
 
   // Prefill: one untimed short prompt, then one of P tokens.
   auto warm = random_ids(rng, std::min<int64_t>(P, 16), c.V);
-  m.forward_cached(warm.data(), 1, static_cast<int64_t>(warm.size()), &slot0, &pos0, logits.data());
+  cache.forward(warm.data(), 1, static_cast<int64_t>(warm.size()), &slot0, &pos0, logits.data());
   auto prompt = random_ids(rng, P, c.V);
   double t0 = now_seconds();
-  m.forward_cached(prompt.data(), 1, P, &slot0, &pos0, logits.data());
+  cache.forward(prompt.data(), 1, P, &slot0, &pos0, logits.data());
   const double prefill_s = now_seconds() - t0;
 
   // Decode: greedy, no end-of-sequence, new_tokens steps after the prompt's own token.
@@ -259,9 +259,9 @@ nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f
     for (int64_t b = 0; b < B; ++b) prompts.push_back(random_ids(rng, Pd, c.V));
     GenerateOptions w = g;  // an untimed warm-up of two steps at this batch
     w.max_new_tokens = 3;
-    generate(m, prompts, w);
+    generate(cache, prompts, w);
     GenerateTimes t;
-    generate(m, prompts, g, &t);
+    generate(cache, prompts, g, &t);
     return static_cast<double>(t.decode_tokens) / t.decode_s;
   };
   const double b1 = decode(1), bB = decode(Bd);

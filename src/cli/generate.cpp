@@ -163,15 +163,15 @@ nlohmann::json result_json(const Prompt& p, const GenerateResult& r, const Gener
 }
 
 // --prompts: batches of the model's batch, a JSON line per prompt with its index.
-void generate_file(Model& model, const std::vector<Prompt>& prompts, GenerateOptions g, bool text) {
-  const size_t batch = static_cast<size_t>(model.B());
+void generate_file(KvCache& cache, const std::vector<Prompt>& prompts, GenerateOptions g, bool text) {
+  const size_t batch = static_cast<size_t>(cache.seqs());
   for (size_t i0 = 0; i0 < prompts.size(); i0 += batch) {
     const size_t m = std::min(prompts.size() - i0, batch);
     std::vector<std::vector<int32_t>> ids;
     for (size_t i = i0; i < i0 + m; ++i) ids.push_back(prompts[i].ids);
     GenerateTimes t;
     g.first_index = i0;  // sampling follows (seed, the prompt's index), not its place in the batch
-    const auto results = generate(model, ids, g, &t);
+    const auto results = generate(cache, ids, g, &t);
     for (size_t i = 0; i < m; ++i) {
       nlohmann::json j = result_json(prompts[i0 + i], results[i], t, text);
       j["index"] = i0 + i;
@@ -182,7 +182,7 @@ void generate_file(Model& model, const std::vector<Prompt>& prompts, GenerateOpt
 
 // One prompt: its text streamed as it decodes (or, without a tokenizer, its
 // ids at the end) and the speeds on stderr; or, with --json, one object.
-void generate_one(Model& model, const Prompt& prompt, const GenerateOptions& g, bool json) {
+void generate_one(KvCache& cache, const Prompt& prompt, const GenerateOptions& g, bool json) {
   const bool text = g.tokenizer != nullptr;
   GenerateTimes t;
   OnText stream;
@@ -190,7 +190,7 @@ void generate_one(Model& model, const Prompt& prompt, const GenerateOptions& g, 
     stream = [](size_t, std::string_view piece) {
       write_stdout(piece);  // a full or closed stdout ends the decoding here
     };
-  const auto results = generate(model, {prompt.ids}, g, &t, stream);
+  const auto results = generate(cache, {prompt.ids}, g, &t, stream);
   if (json) {
     std::printf("%s\n", dump(result_json(prompt, results[0], t, text)).c_str());
     return;
@@ -266,11 +266,11 @@ int cmd_generate(int argc, char** argv) {
                                                   {.batch = batch,
                                                    .seq_len = prefill_chunk,
                                                    .rows = std::max(batch, prefill_chunk),
-                                                   .cache_len = std::max<int64_t>(cache_len, 1),
-                                                   .cache_seqs = batch},
+                                                   .cache_len = std::max<int64_t>(cache_len, 1)},
                                                   co.precision);
-  if (batch_file) generate_file(*model, prompts, g, tok != nullptr);
-  else generate_one(*model, prompts[0], g, o.json);
+  KvCache cache(*model, batch);
+  if (batch_file) generate_file(cache, prompts, g, tok != nullptr);
+  else generate_one(cache, prompts[0], g, o.json);
   return 0;
 }
 

@@ -182,12 +182,13 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
   const int64_t batches = (W + B - 1) / B;
   const uint64_t total = static_cast<uint64_t>(batches * static_cast<int64_t>(jobs.size()));
   Progress progress(progress_out, "interventions", total);
+  IntervenedForward run(model);
   for (int64_t w0 = 0; w0 < W; w0 += B) {
     const int64_t nb = std::min(B, W - w0);
-    model.begin_prefix(inputs.data() + w0 * T, nb, T);
+    run.begin(inputs.data() + w0 * T, nb, T);
     for (Job& j : jobs) {
-      model.advance_prefix(j.start);
-      model.intervened_loss(targets.data() + w0 * T, j.iv);
+      run.advance(j.start);
+      run.loss(targets.data() + w0 * T, j.iv);
       const std::vector<float> l = model.token_losses();
       for (int64_t b = 0; b < nb; ++b) {
         double dw = 0;

@@ -16,7 +16,7 @@
 // windows without intervention, with a standard error over windows (the
 // per-window Δ's spread / √windows).  An intervention at router r runs the
 // forward again from r's sublayer only: the windows' forward up to r is
-// shared (Model::begin_prefix / advance_prefix / intervened_loss).
+// shared (eval/intervened_forward.h).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eval/intervened_forward.h"
 #include "io/token_file.h"
 #include "model/model.h"
 

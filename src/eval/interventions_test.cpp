@@ -1,5 +1,5 @@
-// interventions_test.cpp — the routing interventions (Model::begin_prefix /
-// advance_prefix / intervened_loss, eval/interventions.h) against the PyTorch
+// interventions_test.cpp — the routing interventions (IntervenedForward,
+// eval/intervened_forward.h; measure_interventions, eval/interventions.h) against the PyTorch
 // oracle given the same interventions (tests/golden/*/interventions.safetensors,
 // written by tests/oracle/make_golden.py), and against their identities: no
 // intervention is the plain forward's bits from any prefix, and routing that
@@ -30,17 +30,6 @@
 
 namespace attnres {
 namespace {
-
-// stmt throws an Error whose message contains msg.
-#define EXPECT_THROW_MSG(stmt, msg)                                                      \
-  do {                                                                                   \
-    try {                                                                                \
-      stmt;                                                                              \
-      ADD_FAILURE() << "no error; expected: " << (msg);                                  \
-    } catch (const Error& e) {                                                           \
-      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();         \
-    }                                                                                    \
-  } while (0)
 
 // A golden case's model (inference, float32) and its micro-batch (0, 0).
 struct GoldenCase {
@@ -109,6 +98,7 @@ TEST(InterventionsOracle, EveryRoutedGoldenCaseMatchesTheOracle) {
       mo.precision = pr.p;
       Model model(ctx, g.c, mo);
       load_weights(model, dir + "/model.safetensors");
+      IntervenedForward run(model);
       const Model::LossSum plain = model.loss_sum(g.in.data(), g.tg.data(), g.B, g.T);
       const SafeTensorsReader file(dir + "/interventions.safetensors");
       const std::vector<float> want = file.read_float(pr.tensor), f64 = file.read_float("losses");
@@ -131,9 +121,9 @@ TEST(InterventionsOracle, EveryRoutedGoldenCaseMatchesTheOracle) {
             iv.push_back(RouteIntervention::fixed(r, w));
           }
         }
-        model.begin_prefix(g.in.data(), g.B, g.T);
-        model.advance_prefix(start);  // from the first router it changes, as measure_interventions runs it
-        const Model::LossSum r = model.intervened_loss(g.tg.data(), iv);
+        run.begin(g.in.data(), g.B, g.T);
+        run.advance(start);  // from the first router it changes, as measure_interventions runs it
+        const Model::LossSum r = run.loss(g.tg.data(), iv);
         const double loss = r.sum / static_cast<double>(r.count);
         EXPECT_NEAR(loss, want[i], pr.bound) << specs[i]["name"];
         largest_change = std::max(largest_change, std::fabs(loss - plain.sum / static_cast<double>(plain.count)));
@@ -168,18 +158,26 @@ TEST(Interventions, NoneFromAnyPrefixIsThePlainForwardsBits) {
     load_weights(model, dir + "/model.safetensors");
     model.loss_sum(g.in.data(), g.tg.data(), g.B, g.T);
     const std::vector<float> plain = model.token_losses();
-    model.begin_prefix(g.in.data(), g.B, g.T);
+    IntervenedForward run(model);
+    run.begin(g.in.data(), g.B, g.T);
     for (int64_t k = 0; k <= 2 * g.c.L; ++k) {
-      model.advance_prefix(k);
-      model.intervened_loss(g.tg.data(), {});
+      run.advance(k);
+      run.loss(g.tg.data(), {});
       EXPECT_TRUE(same_bits(model.token_losses(), plain)) << name << " from sublayer " << k;
       const int last = static_cast<int>(model.routers().size()) - 1;
       if (model.routers()[last].k >= k) {
-        model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(last, {})});
+        run.loss(g.tg.data(), {RouteIntervention::ablate(last, {})});
         EXPECT_FALSE(same_bits(model.token_losses(), plain)) << name << ": the last router emptied changes nothing";
       }
-      model.intervened_loss(g.tg.data(), {});
+      run.loss(g.tg.data(), {});
       EXPECT_TRUE(same_bits(model.token_losses(), plain)) << name << " after an intervention, from " << k;
+      // The overrides last only for the intervened forward: a plain one after it is plain.
+      model.loss_sum(g.in.data(), g.tg.data(), g.B, g.T);
+      EXPECT_TRUE(same_bits(model.token_losses(), plain)) << name << " a plain forward after one from " << k;
+      EXPECT_EQ(run.prefix(), -1) << "another forward of the model ends the prefix";
+      EXPECT_THROW_MSG(run.loss(g.tg.data(), {}), "intervened loss: no prefix (begin first)");
+      run.begin(g.in.data(), g.B, g.T);
+      run.advance(k);
     }
   }
 }
@@ -231,22 +229,24 @@ TEST(Interventions, BadInputIsAClearError) {
   Model model(ctx, g.c, inference(g.B, g.T));
   load_weights(model, dir + "/model.safetensors");
   const int R = static_cast<int>(model.routers().size());
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {}), "no prefix (begin_prefix first)");
-  model.begin_prefix(g.in.data(), g.B, g.T);
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(R, {})}),
+  IntervenedForward run(model);
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {}), "intervened loss: no prefix (begin first)");
+  EXPECT_THROW_MSG(run.advance(1), "advance: no prefix (begin first)");
+  run.begin(g.in.data(), g.B, g.T);
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::ablate(R, {})}),
                    cat("intervention at router ", R, ": the model has routers 0 to ", R - 1));
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(1, {0, 7})}),
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::ablate(1, {0, 7})}),
                    "kept sources must be ascending positions in 0..");
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(1, {1, 0})}),
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::ablate(1, {1, 0})}),
                    "kept sources must be ascending positions");
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::fixed(1, {0.5})}),
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::fixed(1, {0.5})}),
                    "1 weights for 1 x ");
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(1, {}), RouteIntervention::ablate(1, {})}),
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::ablate(1, {}), RouteIntervention::ablate(1, {})}),
                    "is given twice");
-  model.advance_prefix(2 * g.c.L);
-  EXPECT_THROW_MSG(model.intervened_loss(g.tg.data(), {RouteIntervention::ablate(0, {})}),
+  run.advance(2 * g.c.L);
+  EXPECT_THROW_MSG(run.loss(g.tg.data(), {RouteIntervention::ablate(0, {})}),
                    "the prefix already ran to sublayer");
-  EXPECT_THROW_MSG(model.advance_prefix(1), "advance_prefix to sublayer 1 from");
+  EXPECT_THROW_MSG(run.advance(1), "advance to sublayer 1 from");
 
   testing::TempDir tmp("interventions");
   std::vector<uint32_t> toks(100, 3);
@@ -262,7 +262,7 @@ TEST(Interventions, BadInputIsAClearError) {
                                          {"vocab_size", 40}},
                                         "test");
   Model plain(ctx, base, inference(1, 8));
-  EXPECT_THROW_MSG(plain.begin_prefix(g.in.data(), 1, 8), "need a model with depth routing");
+  EXPECT_THROW_MSG(IntervenedForward{plain}, "need a model with depth routing");
   EXPECT_THROW_MSG(measure_interventions(plain, file, {.batch = 1, .seq_len = 8, .tokens = 64}),
                    "this one is baseline");
 }

@@ -66,15 +66,16 @@ void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>
          cache_len, " positions");
 }
 
-std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& opt, GenerateTimes* times, const OnText& on_text) {
   opt.sampling.validate();
   if (!opt.stop.empty() && !opt.tokenizer) fail("stop strings need a tokenizer");
   for (const std::string& s : opt.stop)
     if (s.empty()) fail("a stop string is empty");
   const int64_t n = static_cast<int64_t>(prompts.size());
-  if (n > model.cache_seqs()) fail(n, " prompts, but the KV cache holds ", model.cache_seqs(), " sequences");
-  for (const auto& p : prompts) check_prompt(model.config(), model.cache_len(), p, opt.max_new_tokens);
+  const Model& model = cache.model();
+  if (n > cache.seqs()) fail(n, " prompts, but the KV cache holds ", cache.seqs(), " sequences");
+  for (const auto& p : prompts) check_prompt(model.config(), cache.len(), p, opt.max_new_tokens);
   const int64_t V = model.config().V;
   GenerateTimes tm;
   std::vector<GenerateResult> out(static_cast<size_t>(n));
@@ -137,7 +138,7 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
     const int64_t len = static_cast<int64_t>(p.size());
     for (int64_t pos = 0; pos < len; pos += model.T()) {
       const int64_t t = std::min(model.T(), len - pos);
-      model.forward_cached(p.data() + pos, 1, t, &i, &pos, logits.data());
+      cache.forward(p.data() + pos, 1, t, &i, &pos, logits.data());
     }
     tm.prefill_tokens += len;
     const uint64_t index = opt.first_index + static_cast<uint64_t>(i);  // the prompt's, among all of them
@@ -160,7 +161,7 @@ std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector
         slot.push_back(static_cast<int64_t>(live[j].i));
         pos.push_back(static_cast<int64_t>(live[j].all.size()) - 1);
       }
-      model.forward_cached(tokens.data(), static_cast<int64_t>(m), 1, slot.data(), pos.data(), logits.data());
+      cache.forward(tokens.data(), static_cast<int64_t>(m), 1, slot.data(), pos.data(), logits.data());
       tm.decode_tokens += static_cast<int64_t>(m);
       for (size_t j = j0; j < j0 + m; ++j) {
         Live& s = live[j];

@@ -1,8 +1,8 @@
 // generate.h — text generation with a KV cache: prefill each prompt, then
 // decode one token per sequence per step, all live sequences batched.
 //
-// The model is an inference model built with a KV cache (ModelOptions
-// cache_len, cache_seqs): sequence i of a call lives in cache slot i.  A
+// The model runs through a KV cache (infer/kv_cache.h): sequence i of a call
+// lives in cache slot i.  A
 // prompt is prefilled in chunks of the model's T; each decode step runs the
 // last token of every unfinished sequence as one batch (B = live sequences,
 // T = 1), each at its own position.  Depth routing needs nothing across time
@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "infer/kv_cache.h"
 #include "infer/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -57,7 +58,7 @@ using OnText = std::function<void(size_t i, std::string_view piece)>;
 // cache_len positions.  Error otherwise.
 void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens);
 
-std::vector<GenerateResult> generate(Model& model, const std::vector<std::vector<int32_t>>& prompts,
+std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& opt, GenerateTimes* times = nullptr,
                                      const OnText& on_text = {});
 

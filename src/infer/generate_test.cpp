@@ -34,14 +34,12 @@ namespace {
 
 const std::string& kGolden = testing::kGoldenDir;
 
-ModelOptions inference(int64_t B, int64_t T, int64_t cache_len, int64_t seqs = 0,
-                       Precision p = Precision::kF32) {
+ModelOptions inference(int64_t B, int64_t T, int64_t cache_len, Precision p = Precision::kF32) {
   ModelOptions o;
   o.batch = B;
   o.seq_len = T;
   o.training = false;
   o.cache_len = cache_len;
-  o.cache_seqs = seqs;
   o.precision = p;
   return o;
 }
@@ -104,16 +102,17 @@ TEST_P(Inference, CachedDecodingEqualsTheFullForward) {
   // One token at a time.
   Model m(ctx(), cfg_, inference(1, T_, T_));
   load_weights(m, dir_ + "/model.safetensors");
+  KvCache cache(m, 1);
   std::vector<float> row(static_cast<size_t>(V));
   const int64_t slot = 0;
   for (int64_t t = 0; t < T_; ++t) {
-    m.forward_cached(&s[t], 1, 1, &slot, &t, row.data());
+    cache.forward(&s[t], 1, 1, &slot, &t, row.data());
     EXPECT_LE(max_abs_diff(row.data(), full.data() + t * V, V), tol_) << "position " << t;
   }
   // Chunked prefill: 3 tokens, then 4, then the rest; the last logits of each chunk.
   for (int64_t p0 : {int64_t{0}, int64_t{3}, int64_t{7}}) {
     const int64_t n = p0 == 7 ? T_ - 7 : (p0 == 0 ? 3 : 4);
-    m.forward_cached(&s[p0], 1, n, &slot, &p0, row.data());
+    cache.forward(&s[p0], 1, n, &slot, &p0, row.data());
     EXPECT_LE(max_abs_diff(row.data(), full.data() + (p0 + n - 1) * V, V), tol_) << "chunk at " << p0;
   }
 }
@@ -123,16 +122,17 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
   const std::vector<int32_t> a = seq(0), b = seq(1);
   const std::vector<float> fa = full_logits(a), fb = full_logits(b);
   // a lives in slot 2 and starts first; b in slot 0, three positions behind.
-  Model m(ctx(), cfg_, inference(2, T_, T_, 3));
+  Model m(ctx(), cfg_, inference(2, T_, T_));
   load_weights(m, dir_ + "/model.safetensors");
+  KvCache cache(m, 3);
   std::vector<float> logits(static_cast<size_t>(2 * V));
   const int64_t slot_a = 2;
   const int64_t zero = 0;
-  m.forward_cached(a.data(), 1, 3, &slot_a, &zero, logits.data());  // a: positions 0..2
+  cache.forward(a.data(), 1, 3, &slot_a, &zero, logits.data());  // a: positions 0..2
   for (int64_t t = 3; t < T_; ++t) {
     const int32_t toks[2] = {a[t], b[t - 3]};
     const int64_t slots[2] = {2, 0}, pos[2] = {t, t - 3};
-    m.forward_cached(toks, 2, 1, slots, pos, logits.data());
+    cache.forward(toks, 2, 1, slots, pos, logits.data());
     EXPECT_LE(max_abs_diff(logits.data(), fa.data() + t * V, V), tol_) << "a at " << t;
     EXPECT_LE(max_abs_diff(logits.data() + V, fb.data() + (t - 3) * V, V), tol_) << "b at " << t - 3;
   }
@@ -144,15 +144,16 @@ TEST_P(Inference, SequencesAtDifferentPositionsInPermutedSlots) {
 TEST_P(Inference, RoutingKeepsNoStateAcrossTime) {
   const int64_t V = cfg_.V;
   const std::vector<int32_t> a = seq(0), other = seq(1);
-  Model m(ctx(), cfg_, inference(1, T_, T_, 2));
+  Model m(ctx(), cfg_, inference(1, T_, T_));
   load_weights(m, dir_ + "/model.safetensors");
+  KvCache cache(m, 2);
   std::vector<float> alone(static_cast<size_t>(T_ * V)), mixed(static_cast<size_t>(T_ * V)),
       scratch(static_cast<size_t>(V));
   const int64_t s0 = 0, s1 = 1;
-  for (int64_t t = 0; t < T_; ++t) m.forward_cached(&a[t], 1, 1, &s0, &t, alone.data() + t * V);
+  for (int64_t t = 0; t < T_; ++t) cache.forward(&a[t], 1, 1, &s0, &t, alone.data() + t * V);
   for (int64_t t = 0; t < T_; ++t) {
-    m.forward_cached(&a[t], 1, 1, &s0, &t, mixed.data() + t * V);
-    m.forward_cached(&other[t], 1, 1, &s1, &t, scratch.data());  // every routing buffer overwritten
+    cache.forward(&a[t], 1, 1, &s0, &t, mixed.data() + t * V);
+    cache.forward(&other[t], 1, 1, &s1, &t, scratch.data());  // every routing buffer overwritten
   }
   EXPECT_EQ(alone, mixed);
 }
@@ -164,14 +165,15 @@ TEST_P(Inference, GreedyEqualsTheOracle) {
   g.max_new_tokens = static_cast<int64_t>(want_[0].size());
   int64_t longest = 0;
   for (const auto& p : prompts_) longest = std::max(longest, static_cast<int64_t>(p.size()));
-  Model m(ctx(), cfg_, inference(3, longest, longest + g.max_new_tokens, 3));
+  Model m(ctx(), cfg_, inference(3, longest, longest + g.max_new_tokens));
   load_weights(m, dir_ + "/model.safetensors");
+  KvCache cache(m, 3);
   for (size_t i = 0; i < 3; ++i) {
-    const auto r = generate(m, {prompts_[i]}, g);
+    const auto r = generate(cache, {prompts_[i]}, g);
     EXPECT_EQ(r[0].ids, want_[i]) << "prompt " << i << " alone";
     EXPECT_EQ(r[0].finish_reason, "length");
   }
-  const auto r = generate(m, prompts_, g);  // prompts of 5, 8 and 3 tokens decoded together
+  const auto r = generate(cache, prompts_, g);  // prompts of 5, 8 and 3 tokens decoded together
   for (size_t i = 0; i < 3; ++i) EXPECT_EQ(r[i].ids, want_[i]) << "prompt " << i << " in the batch";
 }
 
@@ -195,7 +197,7 @@ TEST(InferenceBf16, LogitsCloseToF32) {
     Model m32(testing::test_context(), c, inference(1, T, 0));
     load_weights(m32, dir + "/model.safetensors");
     m32.forward_logits(tokens.data(), f32.data());
-    Model m16(testing::test_context(), c, inference(1, T, 0, 0, Precision::kBF16));
+    Model m16(testing::test_context(), c, inference(1, T, 0, Precision::kBF16));
     load_weights(m16, dir + "/model.safetensors");
     EXPECT_LT(m16.weight_bytes(), m32.weight_bytes() * 0.55);
     m16.forward_logits(tokens.data(), b16.data());
@@ -243,7 +245,7 @@ TEST(InferenceBf16, CachedDecodingMatchesALongPrefill) {
     const int64_t T = 40, V = c.V;
     std::vector<int32_t> s(T);
     for (int64_t t = 0; t < T; ++t) s[t] = static_cast<int32_t>((t * 37 + 11) % V);
-    Model full(testing::test_context(), c, inference(1, T, 0, 0, Precision::kBF16));
+    Model full(testing::test_context(), c, inference(1, T, 0, Precision::kBF16));
     load_weights(full, dir + "/model.safetensors");
     std::vector<float> want(static_cast<size_t>(T * V)), row(static_cast<size_t>(V));
     full.forward_logits(s.data(), want.data());
@@ -252,12 +254,13 @@ TEST(InferenceBf16, CachedDecodingMatchesALongPrefill) {
     load_weights(full32, dir + "/model.safetensors");
     full32.forward_logits(s.data(), f32.data());
     const double g = max_abs_diff(want.data(), f32.data(), T * V);  // bf16's own size here
-    Model m(testing::test_context(), c, inference(1, T, T, 0, Precision::kBF16));
+    Model m(testing::test_context(), c, inference(1, T, T, Precision::kBF16));
     load_weights(m, dir + "/model.safetensors");
+    KvCache cache(m, 1);
     const int64_t slot = 0;
     double worst = 0;
     for (int64_t t = 0; t < T; ++t) {
-      m.forward_cached(&s[t], 1, 1, &slot, &t, row.data());
+      cache.forward(&s[t], 1, 1, &slot, &t, row.data());
       worst = std::max(worst, max_abs_diff(row.data(), want.data() + t * V, V));
     }
     std::printf("bf16 decoding vs a 40-position prefill, %s: max |diff| %.2g (bf16 vs float32: %.2g)\n", name.c_str(),
@@ -338,6 +341,32 @@ TEST(Sampler, BadOptionsAreClearErrors) {
   EXPECT_NE(message({1.0, 0, 1.5}).find("top-p sampling's p must be in (0, 1]"), std::string::npos);
   EXPECT_NE(message({1.0, -1, 1.0}).find("top-k sampling's k must be >= 0"), std::string::npos);
   EXPECT_EQ(message({0.7, 40, 0.95}), "");
+}
+
+// The cache is a type of its own over the model's forward: what it refuses.
+TEST(KvCache, BadInputIsAClearError) {
+  Context& ctx = testing::test_context();
+  const Config c = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                                      {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                                      {"vocab_size", 40}, {"max_position_embeddings", 64}},
+                                     "test");
+  Model training(ctx, c, 1, 8);
+  EXPECT_THROW_MSG(KvCache(training, 1), "a KV cache is for inference models only");
+  Model none(ctx, c, inference(1, 8, 0));
+  EXPECT_THROW_MSG(KvCache(none, 1), "the model was built without one");
+  Model m(ctx, c, inference(2, 8, 16));
+  EXPECT_THROW_MSG(KvCache(m, 1, 32), "a KV cache of 32 positions, but the model's RoPE tables cover 16");
+  EXPECT_THROW_MSG(KvCache(m, 0), "a KV cache of 0 sequences");
+  KvCache cache(m, 2);
+  EXPECT_EQ(cache.len(), 16);
+  std::vector<float> logits(static_cast<size_t>(2 * c.V));
+  const int32_t tok[4] = {1, 2, 3, 4};
+  const int64_t slot = 0, late = 14;
+  EXPECT_THROW_MSG(cache.forward(tok, 1, 4, &slot, &late, logits.data()),
+                   "positions 14..17 are beyond the KV cache of 16");
+  const int64_t bad_slot = 2, zero = 0;
+  EXPECT_THROW_MSG(cache.forward(tok, 1, 4, &bad_slot, &zero, logits.data()),
+                   "cache slot 2: the KV cache holds 2 sequences");
 }
 
 }  // namespace

@@ -36,7 +36,6 @@ std::unique_ptr<Model> load_model(const ModelSource& src, Context& ctx, const In
   mo.seq_len = shape.seq_len;
   mo.rows = shape.rows;
   mo.cache_len = shape.cache_len;
-  mo.cache_seqs = shape.cache_seqs;
   mo.precision = precision;  // bf16: the matrices held in bf16 only (half the bytes per token)
   auto model = std::make_unique<Model>(ctx, src.config, mo);
   load_weights(*model, src.dir);

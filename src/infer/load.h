@@ -63,8 +63,7 @@ struct InferenceShape {
   int64_t batch = 1;       // the most sequences of one forward
   int64_t seq_len = 1;     // the most positions per sequence in one forward
   int64_t rows = 0;        // the most tokens of one forward (0 = batch × seq_len)
-  int64_t cache_len = 0;   // positions per sequence of a KV cache (0 = none)
-  int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
+  int64_t cache_len = 0;   // the most positions of a KV cache it serves (infer/kv_cache.h; 0 = none)
 };
 
 std::unique_ptr<Model> load_model(const ModelSource& src, Context& ctx, const InferenceShape& shape,

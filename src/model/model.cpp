@@ -40,14 +40,11 @@ namespace attnres {
 Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     : ctx_(ctx), ops_(ctx.ops()), cfg_(c), opt_(o), layout_(c), plan_(RoutingPlan::build(c, o)) {
   // The plan checked B, T, rows and cache_len (its arena is sized by them).
-  const int64_t B = o.batch;
-  if (o.cache_len > 0) checked_mul(o.cache_seqs > 0 ? o.cache_seqs : B, o.cache_len, "KV cache positions");
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
   ops_.check_supported(o.precision);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
-  cache_.seqs = o.cache_len > 0 ? (o.cache_seqs > 0 ? o.cache_seqs : B) : 0;
 
   const int64_t total = layout_.total();
   // In bf16 a second arena, laid out for every tensor, holds the matrices'
@@ -75,7 +72,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   }
   attach_routers_();
 
-  const int64_t N = plan_.rows, d = c.d, qd = c.q_dim(), kvd = c.kv_dim(), F = c.F;
+  const int64_t N = plan_.rows, d = c.d, qd = c.q_dim(), F = c.F;
   // The activation arena: the plan's table of sizes (plan.h: arena), one
   // allocation, each buffer pointed at its offset.
   acts_ = ops_.alloc(static_cast<size_t>(plan_.arena_floats) * sizeof(float));
@@ -92,18 +89,6 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     }
   for (auto& r : routers_)
     if (!r.logits_kept) r.logits = shared_logits_;
-  cache_.k.assign(static_cast<size_t>(c.L), nullptr);
-  cache_.v.assign(static_cast<size_t>(c.L), nullptr);
-  if (o.cache_len > 0) {
-    // The KV cache is memory of its own, backed lazily: a sequence costs the
-    // positions it has used, not the cache_len it may grow to.
-    const int64_t per = cache_.seqs * o.cache_len * kvd;  // floats of one layer's keys (or values)
-    cache_.memory = ops_.alloc(static_cast<size_t>(2 * c.L * per) * sizeof(float), /*lazy=*/true);
-    for (int64_t l = 0; l < c.L; ++l) {
-      cache_.k[l] = cache_.memory.data() + (2 * l) * per;
-      cache_.v[l] = cache_.memory.data() + (2 * l + 1) * per;
-    }
-  }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
   ops_.rope_tables(rope_cos_, rope_sin_, plan_.positions, c.hd, c.rope_theta);
@@ -117,11 +102,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   ctx_.reserve(ws);
 
   resolve_routers_();
-  if (o.cache_len > 0) {
-    cache_.places = ops_.alloc(static_cast<size_t>(2 * B) * sizeof(int64_t));
-    cache_.slot = cache_.places.as<int64_t>();
-    cache_.pos = cache_.slot + B;
-  }
+  overrides_.assign(routers_.size(), nullptr);
 }
 
 // Points the buffer an arena entry names at p.
@@ -412,16 +393,16 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
   ops_.matmul_forward(a.v, ln, W_(w.wv), N, d, kvd);
   ops_.rmsnorm_forward(qr_, a.q_rstd, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, a.k_rstd, a.k, w.k_norm, N * c.KV, c.hd, eps);
-  const int64_t* pos = cache_.on ? cache_.pos : nullptr;  // null: positions 0 … T−1
+  const int64_t* pos = cache_ ? cache_->pos : nullptr;  // null: positions 0 … T−1
   ops_.rope_forward(qr_, rope_cos_, rope_sin_, B, T, c.H, c.hd, pos);
   ops_.rope_forward(kr_, rope_cos_, rope_sin_, B, T, c.KV, c.hd, pos);
   KeyValues kv{kr_, a.v, T * kvd};  // the block's own keys
-  if (cache_.on) {
+  if (cache_) {
     // Into the cache at each sequence's positions; attention reads the cache.
-    const int64_t C = opt_.cache_len;
-    ops_.kv_cache_store(cache_.k[l], kr_, cache_.slot, cache_.pos, B, T, C, kvd);
-    ops_.kv_cache_store(cache_.v[l], a.v, cache_.slot, cache_.pos, B, T, C, kvd);
-    kv = {cache_.k[l], cache_.v[l], C * kvd, cache_.slot, cache_.pos};
+    const KvCacheView& C = *cache_;
+    ops_.kv_cache_store(C.k[l], kr_, C.slot, C.pos, B, T, C.len, kvd);
+    ops_.kv_cache_store(C.v[l], a.v, C.slot, C.pos, B, T, C.len, kvd);
+    kv = {C.k[l], C.v[l], C.len * kvd, C.slot, C.pos};
   }
   ops_.attention_forward(a.att, a.lse, qr_, kv, B, T, c.H, c.KV, c.hd, opt_.precision);
   ops_.matmul_forward(out, a.att, W_(w.wo), N, qd, d);
@@ -496,8 +477,8 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
-  if (static_cast<size_t>(r) < iv_.active.size() && iv_.active[r].on) {  // an intervention (intervened_loss)
-    const ActiveIntervention& a = iv_.active[r];
+  if (const RouteOverride* o = overrides_[r]) {  // an intervention (eval/intervened_forward.h)
+    const RouteOverride& a = *o;
     if (a.weights)
       ops_.route_mix_weights(out, a.weights, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base,
                              R.w->alpha, combine_, rows(), cfg_.d);
@@ -716,19 +697,24 @@ void Model::embed_backward_() {
 
 // ---- whole model --------------------------------------------------------------
 
-void Model::upload_tokens_(const int32_t* inputs, int64_t B, int64_t T) {
+void Model::begin_forward(const int32_t* inputs, int64_t B, int64_t T, const KvCacheView* cache) {
   const int64_t max_rows = plan_.rows;
   ATTNRES_CHECK(B > 0 && B <= opt_.batch && T > 0 && T <= opt_.seq_len && B * T <= max_rows, "a forward of B=", B,
                 " T=", T, " exceeds the model's ", opt_.batch, " x ", opt_.seq_len, " (", max_rows, " rows)");
+  if (cache && cache->len > plan_.positions)
+    fail("a KV cache of ", cache->len, " positions, but the model's RoPE tables cover ", plan_.positions,
+         " (ModelOptions::cache_len)");
   const int64_t N = B * T;
   for (int64_t i = 0; i < N; ++i)
     if (inputs[i] < 0 || inputs[i] >= cfg_.V)
       fail("token id ", inputs[i], " at position ", i, " is outside [0, vocab_size=", cfg_.V, ")");
   ops_.upload(tokens_, inputs, static_cast<size_t>(N) * sizeof(int32_t));
-  iv_.prefix_k = -1;  // any forward overwrites a prefix's state
-  for (ActiveIntervention& a : iv_.active) a.on = false;
+  std::fill(overrides_.begin(), overrides_.end(), nullptr);
+  cache_ = cache;
+  ++forwards_;
   cur_B_ = B;
   cur_T_ = T;
+  embed_();
 }
 
 void Model::run_sublayer_(int64_t k) {
@@ -738,21 +724,32 @@ void Model::run_sublayer_(int64_t k) {
   sublayer_output_(k);
 }
 
-void Model::forward_() {
-  embed_();
-  for (int64_t k = 0; k < 2 * cfg_.L; ++k) run_sublayer_(k);
-  final_forward_();
+void Model::run_sublayers(int64_t from, int64_t to) {
+  ATTNRES_CHECK(0 <= from && from <= to && to <= 2 * cfg_.L, "sublayers ", from, " to ", to, " of ", 2 * cfg_.L);
+  for (int64_t k = from; k < to; ++k) run_sublayer_(k);
 }
 
-void Model::final_forward_() {
+void Model::finish_forward() {
   final_input_();
   ops_.rmsnorm_forward(xf_, rstd_f_, stream_, w_.final_norm, rows(), cfg_.d, static_cast<float>(cfg_.rms_norm_eps));
 }
 
 void Model::forward(const int32_t* inputs, int64_t B, int64_t T) {
-  upload_tokens_(inputs, B, T);
-  cache_.on = false;
-  forward_();
+  begin_forward(inputs, B, T);
+  run_sublayers(0, 2 * cfg_.L);
+  finish_forward();
+}
+
+std::vector<float*> Model::carried_state() const {
+  std::vector<float*> state{stream_};
+  if (xb_) state.push_back(xb_);
+  return state;
+}
+
+void Model::set_route_override(int r, const RouteOverride* o) {
+  ATTNRES_CHECK(r >= 0 && static_cast<size_t>(r) < routers_.size(), "router ", r, " of ", routers_.size());
+  ATTNRES_CHECK(!o || (o->weights != nullptr) != (o->src != nullptr), "a route override sets src or weights");
+  overrides_[r] = o;
 }
 
 // Checks targets (N) against the vocabulary, uploads them, returns how many count (≥ 0).
@@ -768,120 +765,16 @@ int64_t Model::upload_targets_(const int32_t* targets, int64_t N) {
 
 Model::LossSum Model::loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T) {
   forward(inputs, B, T);
-  return loss_of_forward_(targets);
+  return loss_of_forward(targets);
 }
 
-Model::LossSum Model::loss_of_forward_(const int32_t* targets) {
+Model::LossSum Model::loss_of_forward(const int32_t* targets) {
   const int64_t N = rows();
   LossSum r;
   r.count = upload_targets_(targets, N);
   r.sum = ops_.lm_head_loss(nullptr, nullptr, xf_, W_(w_.lm_head), targets_, N, cfg_.d, cfg_.V, 1.0f,
                             token_loss_.data(), token_greedy_.as<uint8_t>());
   return r;
-}
-
-// ---- routing interventions ------------------------------------------------------
-//
-// The prefix is the state at the start of sublayer k: the sources made so far
-// (the rest of the forward writes only later ones), the stream and
-// delta_block's xb (copied aside, since every later sublayer updates them).
-
-void Model::save_prefix_() {
-  const int64_t n = rows() * cfg_.d;
-  float* keep = iv_.prefix_state.data();
-  ops_.copy(keep, stream_, n);
-  if (xb_) ops_.copy(keep + n, xb_, n);
-}
-
-void Model::restore_prefix_() {
-  const int64_t n = rows() * cfg_.d;
-  const float* keep = iv_.prefix_state.data();
-  ops_.copy(stream_, keep, n);
-  if (xb_) ops_.copy(xb_, keep + n, n);
-}
-
-void Model::begin_prefix(const int32_t* inputs, int64_t B, int64_t T) {
-  if (routers_.empty()) fail("routing interventions need a model with depth routing (attnres_mode not baseline)");
-  if (!iv_.prefix_state.data()) {  // first use: the state's copy, and each router's slots for its lists
-    const int64_t N = plan_.rows, H = cfg_.routing_heads;
-    iv_.prefix_state = ops_.alloc(static_cast<size_t>(2 * N * cfg_.d) * sizeof(float));
-    int64_t entries = 0;
-    for (const Router& R : routers_) entries += static_cast<int64_t>(R.src.size());
-    const size_t src_bytes = static_cast<size_t>(entries) * sizeof(RouteSource);
-    iv_.lists = ops_.alloc(src_bytes + static_cast<size_t>(H * entries) * sizeof(double));
-    auto* src_at = iv_.lists.as<RouteSource>();
-    auto* w_at = reinterpret_cast<double*>(iv_.lists.as<char>() + src_bytes);
-    iv_.active.assign(routers_.size(), {});
-    for (size_t r = 0; r < routers_.size(); ++r) {
-      const int64_t S = static_cast<int64_t>(routers_[r].src.size());
-      iv_.active[r].src_slot = src_at;
-      iv_.active[r].w_slot = w_at;
-      src_at += S;
-      w_at += H * S;
-    }
-  }
-  upload_tokens_(inputs, B, T);
-  cache_.on = false;
-  embed_();
-  save_prefix_();
-  iv_.prefix_k = 0;
-}
-
-void Model::advance_prefix(int64_t k) {
-  if (iv_.prefix_k < 0) fail("advance_prefix: no prefix (begin_prefix first)");
-  if (k < iv_.prefix_k || k > 2 * cfg_.L)
-    fail("advance_prefix to sublayer ", k, " from ", iv_.prefix_k, ": it moves forward only, up to ", 2 * cfg_.L);
-  if (k == iv_.prefix_k) return;
-  restore_prefix_();
-  for (int64_t j = iv_.prefix_k; j < k; ++j) run_sublayer_(j);
-  save_prefix_();
-  iv_.prefix_k = k;
-}
-
-Model::LossSum Model::intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv) {
-  if (iv_.prefix_k < 0) fail("intervened_loss: no prefix (begin_prefix first)");
-  const int64_t H = cfg_.routing_heads;
-  for (ActiveIntervention& a : iv_.active) a.on = false;
-  for (const RouteIntervention& v : iv) {
-    if (v.router < 0 || static_cast<size_t>(v.router) >= routers_.size())
-      fail("intervention at router ", v.router, ": the model has routers 0 to ", routers_.size() - 1);
-    const Router& R = routers_[v.router];
-    ActiveIntervention& a = iv_.active[v.router];
-    if (a.on) fail("intervention: router ", R.name, " is given twice");
-    if (R.k < iv_.prefix_k)
-      fail("intervention at ", R.name, " (sublayer ", R.k, "): the prefix already ran to sublayer ", iv_.prefix_k);
-    const int64_t S = static_cast<int64_t>(R.src.size());
-    a.on = true;
-    a.src = nullptr;
-    a.weights = nullptr;
-    if (v.kind == RouteIntervention::Kind::kAblate) {
-      std::vector<RouteSource> kept;
-      for (size_t p = 0; p < v.keep.size(); ++p) {
-        if (v.keep[p] < 0 || v.keep[p] >= S || (p > 0 && v.keep[p] <= v.keep[p - 1]))
-          fail("intervention at ", R.name, ": kept sources must be ascending positions in 0..", S - 1);
-        kept.push_back(R.src[v.keep[p]]);
-      }
-      if (kept.empty()) {  // nothing left to route: R = 0
-        const std::vector<double> zeros(static_cast<size_t>(H * S), 0.0);
-        ops_.upload(a.w_slot, zeros.data(), zeros.size() * sizeof(double));
-        a.weights = a.w_slot;
-      } else {
-        ops_.upload(a.src_slot, kept.data(), kept.size() * sizeof(RouteSource));
-        a.src = a.src_slot;
-        a.S = static_cast<int64_t>(kept.size());
-      }
-    } else {
-      if (static_cast<int64_t>(v.weights.size()) != H * S)
-        fail("intervention at ", R.name, ": ", v.weights.size(), " weights for ", H, " x ", S, " (heads x sources)");
-      ops_.upload(a.w_slot, v.weights.data(), v.weights.size() * sizeof(double));
-      a.weights = a.w_slot;
-    }
-  }
-  restore_prefix_();
-  for (int64_t j = iv_.prefix_k; j < 2 * cfg_.L; ++j) run_sublayer_(j);
-  final_forward_();
-  for (ActiveIntervention& a : iv_.active) a.on = false;
-  return loss_of_forward_(targets);
 }
 
 double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bool backward, float grad_scale) {
@@ -955,21 +848,6 @@ void Model::forward_logits(const int32_t* inputs, float* logits) {
   head_logits_(0, 1, rows(), logits);
 }
 
-void Model::forward_cached(const int32_t* tokens, int64_t B, int64_t T, const int64_t* slot, const int64_t* pos,
-                           float* logits) {
-  if (opt_.cache_len == 0) fail("this model was built without a KV cache");
-  upload_tokens_(tokens, B, T);
-  for (int64_t b = 0; b < B; ++b) {
-    ATTNRES_CHECK(slot[b] >= 0 && slot[b] < cache_.seqs, "cache slot ", slot[b], " of ", cache_.seqs);
-    if (pos[b] < 0 || pos[b] + T > opt_.cache_len)
-      fail("positions ", pos[b], "..", pos[b] + T - 1, " are beyond the KV cache of ", opt_.cache_len);
-  }
-  ops_.upload(cache_.slot, slot, static_cast<size_t>(B) * sizeof(int64_t));
-  ops_.upload(cache_.pos, pos, static_cast<size_t>(B) * sizeof(int64_t));
-  cache_.on = true;
-  forward_();
-  head_logits_(T - 1, T, B, logits);
-  cache_.on = false;
-}
+void Model::last_logits(float* logits) { head_logits_(cur_T_ - 1, cur_T_, cur_B_, logits); }
 
 }  // namespace attnres

@@ -1,5 +1,7 @@
 // model.h — a Qwen3 decoder-only transformer with depth routing: parameters,
-// gradients, activations, the forward and backward passes, and a KV cache.
+// gradients, activations, the forward and backward passes.  What keeps state
+// across forwards is built on the forward's steps elsewhere: the KV cache
+// (infer/kv_cache.h) and the routing interventions (eval/intervened_forward.h).
 //
 // Shapes: a forward runs B sequences of T positions, N = B·T token rows, up
 // to the B, T and N the model was built for; every activation is row-major
@@ -33,8 +35,8 @@
 //    (route_backward with null logits), and the forward's share one buffer.
 //  - inference: one layer's activations, shared by all layers, no gradients;
 //    only the routing sources (which later routers read) are kept across
-//    depth.  Optionally a KV cache (keys after k_norm and RoPE, and values,
-//    per layer, for `cache_seqs` sequences of `cache_len` positions).
+//    depth.  Its RoPE tables cover the positions of the longest KV cache it
+//    will serve (ModelOptions::cache_len).
 //
 // Precision (ModelOptions::precision, core/precision.h): in bf16 every weight
 // matrix has a bfloat16 copy, and the products, the embedding lookup and the
@@ -119,28 +121,28 @@ struct Source {
   float* dv = nullptr;    // (N, d)   its gradient (training); accumulates over the routers reading it
 };
 
-// One router's routing replaced in a forward: the causal probes of
-// `attnres routing --interventions` (docs/routing.md, "Interventions").
-//   kAblate:  the sources not in `keep` leave the router's softmax; the
-//             remaining weights are renormalised per token (and per routing
-//             head), i.e. the router routes over `keep` alone.  With none
-//             left the routed sum is 0 (an additive router adds nothing);
-//   kWeights: α fixed to `weights` (H, S) for every token (mean routing,
-//             uniform routing): routing that does not depend on the token.
-// Only the routed sum changes: a gated replacement's base (its last source)
-// stays what it was.
-struct RouteIntervention {
-  enum class Kind { kAblate, kWeights };
-  int router = -1;               // index in Model::routers()
-  Kind kind = Kind::kAblate;
-  std::vector<int> keep;         // kAblate: positions in the router's source list, ascending
-  std::vector<double> weights;   // kWeights: (H, S)
-  static RouteIntervention ablate(int router, std::vector<int> keep) {
-    return {router, Kind::kAblate, std::move(keep), {}};
-  }
-  static RouteIntervention fixed(int router, std::vector<double> weights) {
-    return {router, Kind::kWeights, {}, std::move(weights)};
-  }
+// What replaces one router's learned routing in a forward (set_route_override;
+// the interventions of eval/intervened_forward.h make them), in backend memory:
+//   src, S:   route over these sources (a subset of the router's, in order)
+//             with the router's own logits, renormalised over them;
+//   weights:  (H, S) fixed weights for every token, S the router's own count.
+// Exactly one of src and weights is set.  Only the routed sum changes: a
+// gated replacement's base (its last source) stays what it was.
+struct RouteOverride {
+  const RouteSource* src = nullptr;
+  int64_t S = 0;
+  const double* weights = nullptr;
+};
+
+// Where a forward's attention keeps its keys and values: a KV cache's memory
+// (infer/kv_cache.h owns it) and where each of the forward's B sequences sits
+// in it.  All pointers in backend memory.
+struct KvCacheView {
+  float* const* k = nullptr;      // (L) each (seqs, len, KV·hd): keys after k_norm and RoPE
+  float* const* v = nullptr;      // (L) each (seqs, len, KV·hd)
+  int64_t len = 0;                // positions per sequence
+  const int64_t* slot = nullptr;  // (B) each sequence's row of the cache
+  const int64_t* pos = nullptr;   // (B) its first position in this forward
 };
 
 // One router, fixed at construction: its sources are buffers of the arena.
@@ -225,30 +227,35 @@ class Model {
   // the argmax of the logits (greedy decoding would have chosen it), else 0.
   std::vector<uint8_t> token_greedy() const;
 
-  // ---- routing interventions (docs/routing.md, "Interventions") ----
-  // A forward stopped before sublayer k (2L: before the final router), from
-  // which the rest can run any number of times with interventions: the
-  // sublayers before k are shared by every intervention at k or later.
-  // begin_prefix uploads inputs (B, T) and embeds them (k = 0); advance_prefix
-  // runs the plain forward on to sublayer k ≥ the current one; intervened_loss
-  // runs from the prefix to the loss with `iv` applied (each router at most
-  // once, none before the prefix) and returns loss_sum's result — with no
-  // interventions, loss_sum's bits.  token_losses() then holds its per-token
-  // losses.  The prefix is unchanged by it.  A model with routers only.
-  void begin_prefix(const int32_t* inputs, int64_t B, int64_t T);
-  void advance_prefix(int64_t k);
-  LossSum intervened_loss(const int32_t* targets, const std::vector<RouteIntervention>& iv);
-  int64_t prefix() const { return iv_.prefix_k; }
-
-  // ---- KV cache (inference models built with cache_len > 0) ----
-  // Forward over tokens (B, T) where sequence b continues cache sequence
-  // slot[b] at position pos[b] (host arrays of B; positions pos[b] … pos[b]+T−1
-  // are written to the cache, earlier ones must be there already), then
-  // writes to `logits` (host, (B, V)) the logits of each sequence's last position.
-  void forward_cached(const int32_t* tokens, int64_t B, int64_t T, const int64_t* slot, const int64_t* pos,
-                      float* logits);
-  int64_t cache_len() const { return opt_.cache_len; }
-  int64_t cache_seqs() const { return cache_.seqs; }
+  // ---- the forward in steps ----
+  // What the KV cache (infer/kv_cache.h) and the routing interventions
+  // (eval/intervened_forward.h) are made of: begin_forward uploads inputs
+  // (B, T) and embeds them; run_sublayers runs sublayers [from, to) — 2L of
+  // them, k = 2l attention and 2l+1 MLP; finish_forward runs the final router
+  // (or takes the stream) and the final norm; then loss_of_forward or
+  // last_logits read the head.  forward() and loss_sum() are these steps in
+  // order.  With a cache view, attention stores this forward's keys and
+  // values into it and reads the cache, each sequence at its positions
+  // (view.pos[b] … + T − 1); without one, positions 0 … T−1 of this forward.
+  // The view must outlive the forward.
+  void begin_forward(const int32_t* inputs, int64_t B, int64_t T, const KvCacheView* cache = nullptr);
+  void run_sublayers(int64_t from, int64_t to);
+  void finish_forward();
+  LossSum loss_of_forward(const int32_t* targets);  // the summed loss over targets (B, T) ≥ 0, and their count
+  void last_logits(float* logits);                  // (B, V) host: each sequence's last position
+  // Counts begin_forward calls: a caller that keeps state between the steps
+  // (a prefix) knows from it whether another forward has run since.
+  uint64_t forwards() const { return forwards_; }
+  // The buffers a forward carries from sublayer to sublayer besides the
+  // sources (which later sublayers do not overwrite): the stream, and
+  // delta_block's stream at the last block start.  Each (rows of the current
+  // forward, d), backend memory.  A copy of them taken before sublayer k and
+  // put back lets the forward run from k again.
+  std::vector<float*> carried_state() const;
+  // Replaces router r's routing in the forwards that follow (null: its own
+  // again) until the next begin_forward, which clears every override.  The
+  // override must outlive its use.
+  void set_route_override(int r, const RouteOverride* o);
 
   // Routing statistics (docs/routing.md; no routers in baseline), summed in
   // backend memory by every forward while collecting: collect_routing_stats(true)
@@ -334,39 +341,12 @@ class Model {
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 
-  // Interventions: the prefix's sublayer (−1: none), the state the rest of the
-  // forward overwrites (the stream, and delta_block's xb), kept at the prefix;
-  // per router, what replaces its routing in the current intervened_loss.
-  struct ActiveIntervention {
-    bool on = false;
-    const RouteSource* src = nullptr;  // kAblate: the kept sources (backend memory), S of them
-    int64_t S = 0;
-    const double* weights = nullptr;   // kWeights, or an ablation with nothing kept: (H, S) of the router's
-    RouteSource* src_slot = nullptr;   // this router's room for them (S entries; H·S doubles)
-    double* w_slot = nullptr;
-  };
-  struct Interventions {
-    int64_t prefix_k = -1;                   // the prefix's sublayer; −1: none
-    Buffer prefix_state;                     // (2, N, d): stream_, xb_
-    Buffer lists;                            // every router's kept sources, then every router's weights
-    std::vector<ActiveIntervention> active;  // (routers)
-  } iv_;
-  void save_prefix_();
-  void restore_prefix_();
-
-  // The shape of the last forward.
+  // The shape of the last forward, its cache (null: none), the routing
+  // overrides in force (per router; null: its own), and the forwards so far.
   int64_t cur_B_ = 0, cur_T_ = 0;
-  // The KV cache (models built with cache_len > 0) and where the sequences
-  // of the current forward sit in it.
-  struct KvCache {
-    int64_t seqs = 0;           // sequences it holds
-    Buffer memory;              // the keys and values, lazily backed
-    std::vector<float*> k, v;   // (L) of (seqs, cache_len, KV·hd), in memory
-    Buffer places;              // (2B) int64: slot, then pos
-    int64_t* slot = nullptr;    // (B) each sequence's cache slot, uploaded by forward_cached
-    int64_t* pos = nullptr;     // (B) its first position
-    bool on = false;            // this forward reads and writes the cache (else positions from 0)
-  } cache_;
+  const KvCacheView* cache_ = nullptr;
+  std::vector<const RouteOverride*> overrides_;  // (routers)
+  uint64_t forwards_ = 0;
   int64_t rows() const { return cur_B_ * cur_T_; }
 
   // A weight matrix as its products read it: the float32 master, or in bf16
@@ -378,12 +358,8 @@ class Model {
   // the products are bf16 (the rows rounded once, as they are made, into the
   // first half of the buffer), else float32.
   RowsOut rows_(float* buffer) const;
-  void upload_tokens_(const int32_t* inputs, int64_t B, int64_t T);
   int64_t upload_targets_(const int32_t* targets, int64_t N);
-  void forward_();
   void run_sublayer_(int64_t k);  // sublayer k's input, the sublayer, what its output makes
-  void final_forward_();          // the final router (or stream) and the final norm
-  LossSum loss_of_forward_(const int32_t* targets);  // the LM head's loss of the forward just run
   void attention_forward_(int64_t l, const float* x, float* out);
   void mlp_forward_(int64_t l, const float* x, float* out);
   // dout: gradient of the sublayer output; x: its input; dx = (accumulate ? += : =) gradient of x.

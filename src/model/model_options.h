@@ -1,5 +1,5 @@
 // model_options.h — what kind of model to build from a Config: the shapes of
-// its forwards, training or inference, a KV cache, the products' precision.
+// its forwards, training or inference, a KV cache's length, the products' precision.
 // The routing plan (model/plan.h) and the Model (model/model.h) are both
 // built from a Config and these.
 #pragma once
@@ -15,8 +15,8 @@ struct ModelOptions {
   int64_t seq_len = 1;    // T: the most positions per sequence in one forward
   int64_t rows = 0;       // the most tokens (B·T) of one forward; 0 = batch × seq_len
   bool training = true;   // keep what the backward needs; allocate gradients
-  int64_t cache_len = 0;  // inference: positions per sequence of a KV cache (0 = no cache)
-  int64_t cache_seqs = 0;  // sequences the cache holds (0 = batch)
+  int64_t cache_len = 0;  // inference: the most positions of a KV cache it serves (infer/kv_cache.h; 0 = none),
+                          // which its RoPE tables cover
   Precision precision = Precision::kF32;  // of the products (model/model.h, the top); Error where the backend cannot
   bool freeze_base = false;  // training: only the routing parameters get gradients (--freeze-base)
   // Training: keep one layer's activations (plus every layer's inputs where

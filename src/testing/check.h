@@ -38,6 +38,17 @@
 #include "ops/cpu/cpu_level.h"
 #include "testing/context.h"
 
+// stmt throws an Error whose message contains msg.
+#define EXPECT_THROW_MSG(stmt, msg)                                                      \
+  do {                                                                                   \
+    try {                                                                                \
+      stmt;                                                                              \
+      ADD_FAILURE() << "no error; expected: " << (msg);                                  \
+    } catch (const ::attnres::Error& e) {                                                \
+      EXPECT_NE(std::string(e.what()).find(msg), std::string::npos) << e.what();         \
+    }                                                                                    \
+  } while (0)
+
 namespace attnres::testing {
 
 // A fresh directory under /tmp, removed with everything in it at scope exit.
