@@ -28,6 +28,7 @@
 #include "ops/partial_backend.h"
 #include "ops/timed_backend.h"
 #include "train/data_loader.h"
+#include "train/loop_parts.h"
 
 namespace attnres {
 
@@ -139,16 +140,6 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
 }
 
 }  // namespace
-
-// Every rank's `width` values as all_gather returns them (rank by rank):
-// each value summed over the ranks in rank order, so that every rank gets
-// the same bits.
-static std::vector<double> sum_over_ranks(const std::vector<double>& all, int ranks, size_t width) {
-  std::vector<double> sum(width, 0.0);
-  for (int q = 0; q < ranks; ++q)
-    for (size_t i = 0; i < width; ++i) sum[i] += all[static_cast<size_t>(q) * width + i];
-  return sum;
-}
 
 StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_t*, int32_t*)>& next_batch,
                      const StepOptions& so) {
@@ -735,33 +726,26 @@ void Run::step_loop() {
   // Routing statistics of every routing_every-th step (all its micro-batches,
   // of every rank), one JSONL line each; the forward does no statistics work on other steps.
   const bool log_routing = opt_.routing_every > 0 && !model.routers().empty();
-  int skipped_in_a_row = 0;
-  // The step the learning-rate schedule ends at: --steps, unless the time
-  // budget cannot reach it — then the schedule is shortened (never
-  // lengthened) to the steps the budget still allows, so a cut run still ends
-  // its decay at lr-min.  Only a binding budget makes a run depend on timing
-  // (rank 0's clock decides, for every rank).
-  schedule_ = opt_.steps;
-  for (step_ = start_; step_ < schedule_; ++step_) {
-    const int64_t step = step_;
+  LrSchedule schedule = LrSchedule::of(opt_);
+  TimeBudget budget(opt_.time_budget, comm_);
+  NanPolicy nan;
+  const Cadence cadence{opt_.val_every, opt_.ckpt_every};
+  for (step_ = start_; step_ < schedule.end; ++step_) {
+    const int64_t step = step_, done = step + 1;
     const double t0 = now_seconds();
     comm_.take_seconds();
-    const double lr = lr_at(step, opt_.warmup, schedule_, opt_.lr, opt_.lr_min);
-    const double lr_routing = opt_.lr_routing < 0 ? lr
-                                                  : lr_at(step, opt_.warmup, schedule_, opt_.lr_routing,
-                                                          opt_.lr_min_routing < 0 ? opt_.lr_min : opt_.lr_min_routing);
-    const bool routing_step = log_routing && (step + 1) % opt_.routing_every == 0;
+    const bool routing_step = log_routing && done % opt_.routing_every == 0;
     if (routing_step) model.collect_routing_stats(true);
     StepOptions sopt;
     sopt.accum = opt_.accum;
-    sopt.t = step + 1;
-    sopt.lr = lr;
-    sopt.lr_routing = lr_routing;
+    sopt.t = done;
+    sopt.lr = schedule.base(step);
+    sopt.lr_routing = schedule.routing(step);
     sopt.clip = opt_.clip;
     sopt.skip_nonfinite = opt_.on_nan == "skip";
     sopt.received_signal = [&] { return signals_.received(); };
     if (hooks_.gradient_fault)
-      sopt.gradient_fault = [this, step](StepGradients& g) { hooks_.gradient_fault(rank_, step + 1, g); };
+      sopt.gradient_fault = [this, done](StepGradients& g) { hooks_.gradient_fault(rank_, done, g); };
     sopt.comm = &comm_;
     sopt.shards = shards_.get();
     // Where the data stood before the step: an abandoned step puts it back, so
@@ -779,74 +763,47 @@ void Run::step_loop() {
       if (!quiet_)
         std::printf("%s received during step %lld: the step is abandoned; saving the checkpoint of step %lld and "
                     "stopping\n",
-                    ::strsignal(stopped_by_), static_cast<long long>(step + 1), static_cast<long long>(step));
+                    ::strsignal(stopped_by_), static_cast<long long>(done), static_cast<long long>(step));
       std::fflush(stdout);
       break;
     }
     if (routing_step) {
-      RoutingStats routing = model.routing_stats();
+      const RoutingStats routing = sum_routing_over_ranks(model.routing_stats(), comm_, done);
       model.collect_routing_stats(false);
-      if (ranks_ > 1) {  // the global batch's statistics: every rank's sums, added in rank order
-        const std::vector<double> mine = routing.values();
-        const std::vector<double> all = comm_.all_gather(mine, cat("step ", step + 1, ": the routing statistics"));
-        routing.set_values(sum_over_ranks(all, ranks_, mine.size()));
-      }
-      log_line({{"step", step + 1}, {"routing", routing.to_json()}});
+      log_line({{"step", done}, {"routing", routing.to_json()}});
     }
-    const double loss = st.loss, norm = st.grad_norm;
     const double comm_s = comm_.take_seconds();
     const double dt = now_seconds() - t0;
     step_seconds_ += dt;
     if (OpTimes* times = op_times(*ctx_)) times->add(OpFamily::kCommunication, comm_s);  // --profile
-    const double tok_s = static_cast<double>(tokens_per_step_) / dt;
-    const double mfu = tok_s * flops_per_token_ / peak_flops_;
-    const int64_t done = step + 1;
     if (st.skipped) {
-      ++skipped_in_a_row;
+      const int in_a_row = nan.skipped();
       if (!quiet_)
         std::printf("step %5lld/%lld | loss %.4f | norm %.3f | not finite: update skipped (--on-nan skip, %d in a "
                     "row)\n",
-                    static_cast<long long>(done), static_cast<long long>(schedule_), loss, norm, skipped_in_a_row);
+                    static_cast<long long>(done), static_cast<long long>(schedule.end), st.loss, st.grad_norm,
+                    in_a_row);
       log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}});
-      if (skipped_in_a_row >= 10)
-        fail("step ", done, ": 10 steps in a row had a non-finite loss or gradient (--on-nan skip): training "
-             "diverged (try a lower --lr)", result_.last_checkpoint.empty() ? "" : "; the last checkpoint is ",
-             result_.last_checkpoint);
+      nan.end_if_diverged(done, result_.last_checkpoint);
     } else {
-      skipped_in_a_row = 0;
-      result_.final_loss = loss;
-      if (!quiet_)
-        std::printf("step %5lld/%lld | loss %.4f | lr %.2e | norm %.3f | %7.1f ms | %7.0f tok/s | MFU %4.1f%%%s\n",
-                    static_cast<long long>(done), static_cast<long long>(schedule_), loss, lr, norm, dt * 1e3,
-                    tok_s, 100.0 * mfu, ranks_ > 1 ? cat(" | comm ", static_cast<int>(comm_s * 1e3), " ms").c_str() : "");
-      nlohmann::json line = {{"step", done}, {"loss", loss}, {"lr", lr},         {"grad_norm", norm},
-                             {"ms", dt * 1e3}, {"tok_per_s", tok_s}, {"mfu", mfu}};
-      if (ranks_ > 1) line["comm_ms"] = comm_s * 1e3;
-      log_line(line);
+      nan.finite();
+      result_.final_loss = st.loss;
+      const double tok_s = static_cast<double>(tokens_per_step_) / dt;
+      const StepRecord rec{done, schedule.end, st.loss, sopt.lr, st.grad_norm, dt, tok_s,
+                           tok_s * flops_per_token_ / peak_flops_, ranks_ > 1 ? comm_s : -1.0};
+      if (!quiet_) std::printf("%s\n", rec.line().c_str());
+      log_line(rec.json());
     }
     std::fflush(stdout);
-    // Rank 0's clock decides the time budget, for every rank.
-    int64_t decision[2] = {schedule_, 0};  // the schedule's end; out of time
-    if (opt_.time_budget > 0) {
-      if (root_) {
-        if (done < schedule_) {
-          const double left = opt_.time_budget - (now_seconds() - run_start_) - last_val_seconds_;
-          const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (step_seconds_ / (done - start_)));
-          if (can < schedule_) decision[0] = std::max(done + 1, can);
-        }
-        decision[1] = now_seconds() - run_start_ > opt_.time_budget;
-      }
-      comm_.broadcast(decision, sizeof decision, cat("step ", done, ": the time-budget decision"));
-      if (decision[0] < schedule_) {
-        schedule_ = decision[0];
-        if (!quiet_)
-          std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
-                      static_cast<long long>(schedule_), static_cast<long long>(opt_.steps));
-        log_line({{"step", done}, {"schedule_steps", schedule_}});
-      }
+    const TimeBudget::Decision time =
+        budget.decide(done, start_, schedule.end, now_seconds() - run_start_, step_seconds_, last_val_seconds_);
+    if (time.end < schedule.end) {
+      schedule.end = time.end;
+      if (!quiet_)
+        std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
+                    static_cast<long long>(schedule.end), static_cast<long long>(opt_.steps));
+      log_line({{"step", done}, {"schedule_steps", schedule.end}});
     }
-    const bool last = done == schedule_;
-    const bool out_of_time = decision[1] != 0;
     if ((stopped_by_ = st.signal)) {  // finish here, on every rank: checkpoint (no validation), say where, exit 0
       if (!quiet_)
         std::printf("%s received%s after step %lld: saving a checkpoint and stopping\n", ::strsignal(stopped_by_),
@@ -854,15 +811,17 @@ void Run::step_loop() {
       ++step_;
       break;
     }
-    if (val_ && opt_.val_every > 0 && done % opt_.val_every == 0 && !last && !out_of_time) validate(done);
-    if (opt_.ckpt_every > 0 && done % opt_.ckpt_every == 0 && !last && !out_of_time) save(done);
-    if (out_of_time) {
+    const bool ending = done == schedule.end || time.out_of_time;
+    if (val_ && cadence.validate(done, ending)) validate(done);
+    if (cadence.checkpoint(done, ending)) save(done);
+    if (time.out_of_time) {
       if (!quiet_)
         std::printf("time budget of %.0f s reached after %lld steps\n", opt_.time_budget, static_cast<long long>(done));
       ++step_;
       break;
     }
   }
+  schedule_ = schedule.end;
 }
 
 std::string percent(double share) {

@@ -1,0 +1,106 @@
+// loop_parts_test.cpp — the training loop's deciding parts, each alone
+// (train/loop_parts.h); the loop itself is tested whole in trainer_test.cpp.
+#include "train/loop_parts.h"
+
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "testing/check.h"
+#include "train/optimizer.h"
+
+namespace attnres {
+namespace {
+
+TEST(LrSchedule, RoutingFollowsTheBaseUnlessGivenItsOwn) {
+  TrainOptions o;
+  o.lr = 1e-3;
+  o.lr_min = 1e-4;
+  o.warmup = 5;
+  o.steps = 50;
+  LrSchedule s = LrSchedule::of(o);
+  EXPECT_EQ(s.end, 50);
+  for (int64_t t : {0, 3, 5, 20, 49}) {
+    EXPECT_EQ(s.base(t), lr_at(t, 5, 50, 1e-3, 1e-4));
+    EXPECT_EQ(s.routing(t), s.base(t));
+  }
+  s.lr_routing = 1e-2;  // its own peak, the base's floor
+  EXPECT_EQ(s.routing(20), lr_at(20, 5, 50, 1e-2, 1e-4));
+  s.lr_min_routing = 2e-3;  // and its own floor
+  EXPECT_EQ(s.routing(20), lr_at(20, 5, 50, 1e-2, 2e-3));
+  s.end = 30;  // a shortened schedule ends its decay sooner
+  EXPECT_EQ(s.base(29), lr_at(29, 5, 30, 1e-3, 1e-4));
+  EXPECT_LT(s.base(29), lr_at(29, 5, 50, 1e-3, 1e-4));
+}
+
+TEST(TimeBudget, ShortensTheScheduleToWhatTheBudgetAllowsAndStopsWhenSpent) {
+  const std::unique_ptr<Comm> comm = Comm::single();
+  // No budget: the schedule as it is, never out of time.
+  TimeBudget none(0, *comm);
+  EXPECT_EQ(none.decide(10, 0, 100, 1e9, 1e9, 0).end, 100);
+  EXPECT_FALSE(none.decide(10, 0, 100, 1e9, 1e9, 0).out_of_time);
+  TimeBudget b(20, *comm);
+  // 10 steps of 1 s, 10 s left: 10 more steps, the schedule ends at 20.
+  TimeBudget::Decision d = b.decide(10, 0, 100, 10, 10, 0);
+  EXPECT_EQ(d.end, 20);
+  EXPECT_FALSE(d.out_of_time);
+  // The final validation's time is kept: 4 s of it leave 6 steps.
+  EXPECT_EQ(b.decide(10, 0, 100, 10, 10, 4).end, 16);
+  // Steps of a resumed run count from its start.
+  EXPECT_EQ(b.decide(30, 20, 100, 10, 10, 0).end, 40);
+  // Never lengthened, and never below the next step.
+  EXPECT_EQ(b.decide(10, 0, 15, 10, 10, 0).end, 15);
+  EXPECT_EQ(b.decide(10, 0, 100, 19.99, 10, 0).end, 11);
+  // Spent: out of time.
+  d = b.decide(10, 0, 100, 20.5, 20, 0);
+  EXPECT_TRUE(d.out_of_time);
+  EXPECT_EQ(d.end, 11);
+}
+
+TEST(NanPolicy, TenSkippedInARowEndTheRunNamingTheLastCheckpoint) {
+  NanPolicy p;
+  for (int i = 1; i < NanPolicy::kLimit; ++i) {
+    EXPECT_EQ(p.skipped(), i);
+    p.end_if_diverged(i, "");
+  }
+  p.finite();  // a finite step starts the count again
+  for (int i = 1; i < NanPolicy::kLimit; ++i) p.skipped();
+  p.end_if_diverged(30, "");
+  EXPECT_EQ(p.skipped(), NanPolicy::kLimit);
+  EXPECT_THROW_MSG(p.end_if_diverged(31, "run/step_20"),
+                   "step 31: 10 steps in a row had a non-finite loss or gradient (--on-nan skip): training diverged "
+                   "(try a lower --lr); the last checkpoint is run/step_20");
+}
+
+TEST(Cadence, EveryNStepsExceptTheLastOrWhenStopping) {
+  const Cadence c{3, 5};
+  EXPECT_FALSE(c.validate(2, false));
+  EXPECT_TRUE(c.validate(3, false));
+  EXPECT_FALSE(c.validate(3, true));  // finish() validates the last step once
+  EXPECT_TRUE(c.checkpoint(10, false));
+  EXPECT_FALSE(c.checkpoint(10, true));
+  EXPECT_FALSE(c.checkpoint(9, false));
+  const Cadence never{0, 0};
+  EXPECT_FALSE(never.validate(3, false));
+  EXPECT_FALSE(never.checkpoint(5, false));
+}
+
+TEST(StepRecord, TheLineAndTheJsonSayTheSame) {
+  StepRecord r{12, 100, 5.12345, 3e-4, 0.75, 0.25, 4096, 0.612, -1};
+  EXPECT_EQ(r.line(), "step    12/100 | loss 5.1235 | lr 3.00e-04 | norm 0.750 |   250.0 ms |    4096 tok/s | MFU 61.2%");
+  EXPECT_FALSE(r.json().contains("comm_ms"));
+  EXPECT_EQ(r.json()["step"], 12);
+  EXPECT_DOUBLE_EQ(r.json()["ms"].get<double>(), 250.0);
+  r.comm_seconds = 0.0125;  // several ranks
+  EXPECT_EQ(r.line().substr(r.line().size() - 13), " | comm 12 ms");
+  EXPECT_DOUBLE_EQ(r.json()["comm_ms"].get<double>(), 12.5);
+}
+
+TEST(SumOverRanks, AddsEachValueInRankOrder) {
+  // Three ranks of two values: rank-major, as Comm::all_gather returns them.
+  EXPECT_EQ(sum_over_ranks({1, 2, 10, 20, 100, 200}, 3, 2), (std::vector<double>{111, 222}));
+  // In rank order, so the bits are the same on every rank: (1e16 + 1) − 1e16 is 0, not 1.
+  EXPECT_EQ(sum_over_ranks({1e16, 1, -1e16}, 3, 1)[0], 0.0);
+}
+
+}  // namespace
+}  // namespace attnres
