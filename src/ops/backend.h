@@ -189,8 +189,6 @@ class Backend {
   // more tensors than it will hold).
   virtual Buffer alloc(size_t bytes, bool lazy = false) = 0;
   virtual void synchronize() = 0;
-  virtual void copy(float* dst, const float* src, int64_t n) { not_implemented(Op::k_copy); }
-  virtual void fill(float* dst, float value, int64_t n) { not_implemented(Op::k_fill); }
   // Host ↔ backend bytes (token ids in, losses and logits out).
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
@@ -202,56 +200,112 @@ class Backend {
   // HostView (below) pairs the two calls.
   virtual void* map(void* p, size_t bytes) = 0;
   virtual void unmap(void* p, size_t bytes) = 0;
+
+  // ---- workspaces: the scratch each family of ops asks the Context for ----
+  virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
+  virtual int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const = 0;
+  virtual int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const = 0;
+  virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const = 0;
+
+  // ---- the ops (ops/op_list.h) -----------------------------------------------------
+  // One public entry per op: it checks the op's arguments (ops/op_checks.cpp,
+  // once for every backend: shapes, precisions, what a combination needs),
+  // then runs this backend's implementation, op_impl (protected, below, with
+  // its math).  Where an argument has a usual value, an overload gives it.
+#define ATTNRES_OP_ENTRY(fam, ret, name, params, args) \
+  ret name params {                                    \
+    check_##name args;                                 \
+    return name##_impl args;                           \
+  }
+  ATTNRES_BACKEND_OPS(ATTNRES_OP_ENTRY)
+#undef ATTNRES_OP_ENTRY
+  void matmul_backward(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
+    matmul_backward(dinp, dW, dout, inp, W, N, I, O, /*accumulate_dinp=*/false);
+  }
+  void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp, const float* weight,
+                        const float* rstd, int64_t N, int64_t C) {
+    rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C, /*accumulate_dinp=*/false);
+  }
+  void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T, int64_t heads,
+                    int64_t hd) {
+    rope_forward(x, cos_t, sin_t, B, T, heads, hd, /*pos=*/nullptr);
+  }
+  double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C,
+                      int64_t V, float scale, float* losses_out = nullptr) {
+    return lm_head_loss(dx, dW, x, W, targets, N, C, V, scale, losses_out, /*greedy_out=*/nullptr);
+  }
+  void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
+                     const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
+                     int64_t d) {
+    route_forward(out, logits, src, S, H, w, gamma, base, gate, combine, N, d, /*stats=*/nullptr);
+  }
+  void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
+                      const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
+                      const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
+                      int64_t d, const RouteRebuild* rebuild = nullptr) {
+    route_backward(dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, H, w, gamma, base, gate, combine, N, d,
+                   rebuild, /*accumulate_src=*/true);
+  }
+  void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) {
+    adamw_update(p, g, m, v, n, u, /*p16=*/nullptr);
+  }
+
+ protected:
+  // ---- each op's implementation in this backend, and its math ------------------
+  // Every one has a default body, an Error naming the op and this backend
+  // (not_implemented), so a new backend compiles, and runs a model beside the
+  // CPU, from its first op.
+  virtual void copy_impl(float* dst, const float* src, int64_t n) { not_implemented(Op::k_copy); }
+  virtual void fill_impl(float* dst, float value, int64_t n) { not_implemented(Op::k_fill); }
   // dst[i] = bf16(src[i]), rounded to nearest even (NaN stays NaN): the copy of
   // a weight matrix that bf16 products read.
-  virtual void to_bf16(bf16* dst, const float* src, int64_t n) { not_implemented(Op::k_to_bf16); }
+  virtual void to_bf16_impl(bf16* dst, const float* src, int64_t n) { not_implemented(Op::k_to_bf16); }
 
   // ---- matmul: out[N,O] = inp[N,I] · W[O,I]ᵀ  (nn.Linear without bias) ----------
   // In the precision of W (see the top): with bf16 W, out = bf16(inp) · Wᵀ.
   // Rows given in bf16 (inp, dout) are read as they are, and only with bf16 W.
   // The workspace serves products of up to N rows of I inputs and O outputs in precision p.
-  virtual int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const = 0;
-  virtual void matmul_forward(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
+  virtual void matmul_forward_impl(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
     not_implemented(Op::k_matmul_forward);
   }
   // dinp[N,I] (= or += by accumulate) = dout · W;  dW[O,I] += doutᵀ · inp.
   // Either of dinp/dW may be null to skip it.  With bf16 W:
   //   dinp = bf16(dout) · W,   dW += bf16(dout)ᵀ · bf16(inp)   (float32 sums).
-  virtual void matmul_backward(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I,
-                               int64_t O, bool accumulate_dinp = false) { not_implemented(Op::k_matmul_backward); }
+  virtual void matmul_backward_impl(float* dinp, float* dW, Rows dout, Rows inp, Weight W, int64_t N, int64_t I,
+                               int64_t O, bool accumulate_dinp) { not_implemented(Op::k_matmul_backward); }
 
   // ---- RMSNorm over rows of C: out = inp · rstd · weight, rstd = (mean(inp²)+eps)^-½ ----
   // rstd may be null (not kept).  out in bf16: the float32 result rounded.
   // In the backward, dweight may be null (frozen).
-  virtual void rmsnorm_forward(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+  virtual void rmsnorm_forward_impl(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
                                int64_t C, float eps) { not_implemented(Op::k_rmsnorm_forward); }
   // With x̂ = inp·rstd:  dweight += Σ_rows dout∘x̂;
   // dinp = rstd·(g − x̂·mean(g∘x̂)),  g = dout∘weight.   (accumulate: dinp +=)
   // dinp may alias dout when accumulate_dinp is false.
-  virtual void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+  virtual void rmsnorm_backward_impl(float* dinp, float* dweight, const float* dout, const float* inp,
                                 const float* weight, const float* rstd, int64_t N, int64_t C,
-                                bool accumulate_dinp = false) { not_implemented(Op::k_rmsnorm_backward); }
+                                bool accumulate_dinp) { not_implemented(Op::k_rmsnorm_backward); }
 
   // ---- RoPE (HF rotate_half convention) on x[B,T,heads,hd], in place ----
   // Tables [P, hd/2] for positions 0 … P−1: angle(p, j) = p · theta^(-2j/hd).
-  virtual void rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
+  virtual void rope_tables_impl(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
     not_implemented(Op::k_rope_tables);
   }
   // out[j] = x[j]c − x[j+h]s,  out[j+h] = x[j+h]c + x[j]s   (h = hd/2), with the
   // angle of position pos[b] + t (pos: (B) backend memory, null = 0).
-  virtual void rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
-                            int64_t heads, int64_t hd, const int64_t* pos = nullptr) {
+  virtual void rope_forward_impl(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+                            int64_t heads, int64_t hd, const int64_t* pos) {
     not_implemented(Op::k_rope_forward);
   }
   // The transpose rotation (positions 0 … T−1): dx[j] = dy[j]c + dy[j+h]s,  dx[j+h] = dy[j+h]c − dy[j]s.
-  virtual void rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+  virtual void rope_backward_impl(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                              int64_t heads, int64_t hd) { not_implemented(Op::k_rope_backward); }
 
   // ---- KV cache ----
   // A block's rows into a cache of sequences of P positions: for b < B, t < T,
   //   cache[((slot[b]·P + pos[b] + t)·w) …] = x[((b·T + t)·w) …]   (w floats per row)
   // slot, pos: (B) backend memory.  Every position must lie inside the cache.
-  virtual void kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
+  virtual void kv_cache_store_impl(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
                               int64_t T, int64_t P, int64_t w) { not_implemented(Op::k_kv_cache_store); }
 
   // ---- causal grouped-query attention ----
@@ -261,8 +315,7 @@ class Backend {
   // max_keys: the most keys one sequence will have (pos + T).
   // In bf16 (p) the products QKᵀ, PV and the four of the backward read bf16
   // operands and sum in float32 (docs/DESIGN.md §6); the softmax stays float32.
-  virtual int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const = 0;
-  virtual void attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
+  virtual void attention_forward_impl(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B,
                                  int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
     not_implemented(Op::k_attention_forward);
   }
@@ -272,7 +325,7 @@ class Backend {
   // In bf16 every operand of those products is rounded: dP = r(dY) r(V)ᵀ,
   // dQ = s·r(dS) r(K), dK = s·r(dS)ᵀ r(Q), dV = r(P)ᵀ r(dY).
   // dq, dk, dv are assigned.
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+  virtual void attention_backward_impl(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                   const float* k, const float* v, const float* y, const float* lse, int64_t B,
                                   int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
     not_implemented(Op::k_attention_backward);
@@ -280,28 +333,28 @@ class Backend {
 
   // ---- SwiGLU: h = silu(g)∘u over n elements ----
   // (h, dg, du in bf16: the float32 results rounded.)
-  virtual void swiglu_forward(RowsOut h, const float* g, const float* u, int64_t n) {
+  virtual void swiglu_forward_impl(RowsOut h, const float* g, const float* u, int64_t n) {
     not_implemented(Op::k_swiglu_forward);
   }
   // dg = dh∘u∘σ(g)(1 + g(1−σ(g))),  du = dh∘silu(g).
-  virtual void swiglu_backward(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u,
+  virtual void swiglu_backward_impl(RowsOut dg, RowsOut du, const float* dh, const float* g, const float* u,
                                int64_t n) { not_implemented(Op::k_swiglu_backward); }
 
   // ---- embedding: out[N,C] = table[tokens[n]] ----
-  virtual void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
+  virtual void embedding_forward_impl(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) {
     not_implemented(Op::k_embedding_forward);
   }
-  virtual void embedding_backward(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
+  virtual void embedding_backward_impl(float* dtable, const float* dout, const int32_t* tokens, int64_t N,
                                   int64_t C) { not_implemented(Op::k_embedding_backward); }
 
   // ---- elementwise ----
   // y += x;  out = a + b;  out = a − b;  x *= c   (out may alias a or b)
-  virtual void add_inplace(float* y, const float* x, int64_t n) { not_implemented(Op::k_add_inplace); }
-  virtual void add(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_add); }
-  virtual void sub(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_sub); }
-  virtual void scale(float* x, float c, int64_t n) { not_implemented(Op::k_scale); }
+  virtual void add_inplace_impl(float* y, const float* x, int64_t n) { not_implemented(Op::k_add_inplace); }
+  virtual void add_impl(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_add); }
+  virtual void sub_impl(float* out, const float* a, const float* b, int64_t n) { not_implemented(Op::k_sub); }
+  virtual void scale_impl(float* x, float c, int64_t n) { not_implemented(Op::k_scale); }
   // Σ x² in double; the same bits for the same thread count.
-  virtual double sum_squares(const float* x, int64_t n) { not_implemented(Op::k_sum_squares); }
+  virtual double sum_squares_impl(const float* x, int64_t n) { not_implemented(Op::k_sum_squares); }
 
   // ---- LM head + softmax cross-entropy, fused, in row chunks ----
   // logits = x[N,C] · W[V,C]ᵀ, loss_i = logsumexp(logits_i) − logits_i[target_i].
@@ -315,10 +368,9 @@ class Backend {
   // (the first index of the largest logit, as torch.argmax), else 0.
   // The [N, V] logits never exist at once: chunks of rows are computed,
   // reduced and pushed through the backward in turn.
-  virtual int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const = 0;
-  virtual double lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
-                              int64_t C, int64_t V, float scale, float* losses_out = nullptr,
-                              uint8_t* greedy_out = nullptr) { not_implemented(Op::k_lm_head_loss); }
+  virtual double lm_head_loss_impl(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+                              int64_t C, int64_t V, float scale, float* losses_out,
+                              uint8_t* greedy_out) { not_implemented(Op::k_lm_head_loss); }
 
   // ---- depth routing (docs/routing.md) ----
   // A router has a pseudo-query w (d) and an RMSNorm weight γ (d); for a token
@@ -345,10 +397,9 @@ class Backend {
   // the thread count.
   //
   // r[n] = (mean_c v[n,c]² + eps)^(-1/2), n < N.   (rstd (N), v (N, d))
-  virtual void source_rstd(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
+  virtual void source_rstd_impl(float* rstd, const float* v, int64_t N, int64_t d, float eps) {
     not_implemented(Op::k_source_rstd);
   }
-  virtual int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const = 0;
   // src: the S sources, a list in backend memory (route_types.h).  H routing
   // heads (H divides d; H = 1 is single-head routing): head h owns the
   // columns [h·d/H, (h+1)·d/H) of the query, the keys and the values, with
@@ -358,12 +409,12 @@ class Backend {
   // kReplace without gate.  stats, when non-null, is route_stats_size(S, H)
   // doubles of backend memory to which this call's statistics are added
   // (route_types.h); null costs nothing.  out must not alias base or a source.
-  virtual void route_forward(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
+  virtual void route_forward_impl(float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
                              const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                             int64_t d, double* stats = nullptr) { not_implemented(Op::k_route_forward); }
+                             int64_t d, double* stats) { not_implemented(Op::k_route_forward); }
   // The combination alone from stored logits: exactly route_forward's out
   // (same arithmetic, same bits).  out may alias base.
-  virtual void route_mix(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+  virtual void route_mix_impl(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                          const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
     not_implemented(Op::k_route_mix);
   }
@@ -373,7 +424,7 @@ class Backend {
   // term as the softmax's are there), so weights equal to a router's α give
   // its bits.  The routing interventions' mean and uniform routing, and
   // all-zero weights for a router left with no source (R = 0).  out may alias base.
-  virtual void route_mix_weights(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
+  virtual void route_mix_weights_impl(float* out, const double* weights, const RouteSource* src, int64_t S, int64_t H,
                                  const float* base, const float* gate, Combine combine, int64_t N, int64_t d) {
     not_implemented(Op::k_route_mix_weights);
   }
@@ -381,7 +432,7 @@ class Backend {
   // (kAdd) with x = ((v_j + v_j+1) + …) + v_S−1 the sum of the non-broadcast
   // sources in order — the delta stream, bit-identical to the forward's
   // running `x += out` — and the same bits as route_mix with that base.
-  virtual void route_mix_stream(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
+  virtual void route_mix_stream_impl(float* out, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                                 const float* gate, int64_t N, int64_t d) { not_implemented(Op::k_route_mix_stream); }
   // Given dout (N, d), the gradient of out (dsrc: a list of S pointers in backend memory):
   //   dsrc[i] (N, d) or (d) if broadcast  += ∂/∂v_i   (with accumulate_src = false the
@@ -400,23 +451,30 @@ class Backend {
   //   dv_i[slice h] += α_hi c dout_h + dz_hi r_i q_h,  and over the full d (r_i reads all of v_i)
   //   dv_i −= (Σ_h dz_hi z_hi) r_i² v_i / d;  dq[slice h] = Σ_tokens Σ_i dz_hi r_i v_hi,
   //   dw += dq∘γ,  dγ += dq∘w;  dbase += a·dout;  dg += dout·(R − base) or dout·R.
-  virtual void route_backward(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
+  virtual void route_backward_impl(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
                               const float* dout, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                               const float* w, const float* gamma, const float* base, const float* gate,
-                              Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild = nullptr,
-                              bool accumulate_src = true) { not_implemented(Op::k_route_backward); }
+                              Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
+                              bool accumulate_src) { not_implemented(Op::k_route_backward); }
 
   // ---- optimizer ----
   // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when
   // not null, receives bf16(p) of the updated values in the same pass (the
   // bf16 copy a bf16 model's products read).
-  virtual void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
-                            bf16* p16 = nullptr) { not_implemented(Op::k_adamw_update); }
+  virtual void adamw_update_impl(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u,
+                            bf16* p16) { not_implemented(Op::k_adamw_update); }
 
- protected:
   // The default body of every op: an Error naming the op and this backend.
   [[noreturn]] void not_implemented(Op op) const;
   Context& ctx_;
+
+ private:
+  // Each op's argument checks (ops/op_checks.cpp): an Error naming the op and
+  // what is wrong.  Declared for every op of the list, so an op without its
+  // check does not link.
+#define ATTNRES_OP_CHECK(fam, ret, name, params, args) void check_##name params const;
+  ATTNRES_BACKEND_OPS(ATTNRES_OP_CHECK)
+#undef ATTNRES_OP_CHECK
 };
 
 // A scope in which n values of T at p (backend memory) are host memory:

@@ -1,11 +1,13 @@
 // op_list.h — the ops of ops/backend.h that read or write backend memory, as
 // one list: X(family, return type, name, (parameters), (arguments)) per op,
 // the family (OpFamily in backend.h) being what `--profile` counts it under.  The CPU
-// backend declares its overrides from it; the guarded, timed and partial
-// backends wrap each one from it; Op::k_<name> numbers them (backend.h), so a
-// new op is written here once (backend.h documents it and gives its default
-// body; the compiler's `override` keeps them in step; docs/DESIGN.md §4
-// "Adding an op" walks the rest).  Not listed: the memory
+// backend declares its implementations (<name>_impl) from it; the guarded,
+// timed and partial backends wrap each one from it; Backend's public entry
+// per op (check, then <name>_impl) and Op::k_<name> come from it (backend.h),
+// so a new op is written here once (backend.h documents it and gives its
+// default body; ops/op_checks.cpp its argument checks; the compiler's
+// `override` and the linker keep them in step; docs/DESIGN.md §4 "Adding an
+// op" walks the rest).  Not listed: the memory
 // functions (alloc, synchronize, upload, download, map, unmap), which each
 // backend writes by hand, and the *_workspace sizes, which touch no memory.
 #pragma once

@@ -91,7 +91,7 @@ std::string PartialBackend::seam_summary() const {
 // else, after the primary's work so far is done, the CPU's on the same memory.
 #define ATTNRES_UNPAREN(...) __VA_ARGS__
 #define ATTNRES_PARTIAL(fam, ret, name, params, args)                             \
-  ret PartialBackend::name params {                                               \
+  ret PartialBackend::name##_impl params {                                               \
     if (primary_->supports(Op::k_##name, precision_of(ATTNRES_UNPAREN args)))     \
       return primary_->name args;                                                 \
     primary_->synchronize();                                                      \

@@ -53,7 +53,7 @@ class PartialBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override { primary_->download(host_dst, src, bytes); }
   bool host_addressable() const override { return true; }
   void host_access(bool open) override { primary_->host_access(open); }
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 

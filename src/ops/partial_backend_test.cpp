@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "core/rng.h"
@@ -45,13 +46,13 @@ class ToyBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
 
   // Its two ops, written plainly (the CPU's bits: one rounding per element).
-  void embedding_forward(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) override {
+  void embedding_forward_impl(float* out, const int32_t* tokens, Weight table, int64_t N, int64_t C) override {
     ++calls;
     ATTNRES_CHECK(table.f32, "the toy backend's embedding reads float32 tables");
     for (int64_t i = 0; i < N; ++i)
       for (int64_t c = 0; c < C; ++c) out[i * C + c] = table.f32[static_cast<int64_t>(tokens[i]) * C + c];
   }
-  void add_inplace(float* y, const float* x, int64_t n) override {
+  void add_inplace_impl(float* y, const float* x, int64_t n) override {
     ++calls;
     for (int64_t i = 0; i < n; ++i) y[i] += x[i];
   }
@@ -97,6 +98,44 @@ TEST(PartialBackend, AnOpABackendLacksIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("op rmsnorm_forward: not implemented by the toy backend"), std::string::npos)
         << e.what();
   }
+}
+
+// The op's entry checks its arguments before any backend's implementation
+// runs (op_checks.cpp): the toy backend, which writes no check, refuses a
+// bad call with the check's message — for an op it lacks, before saying it
+// lacks it; for its own op, before running it.
+TEST(PartialBackend, TheEntryChecksArgumentsForEveryBackend) {
+  auto ctx = toy_context(false);
+  Backend& ops = ctx->ops();
+  Buffer a = ops.alloc(256), b = ops.alloc(256);
+  const auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const Weight w3x4(b.as<float>(), 3, 4);
+  EXPECT_NE(message([&] { ops.matmul_forward(a.as<float>(), b.as<float>(), w3x4, 2, 4, 5); })
+                .find("matmul_forward: a 3 x 4 weight for 5 x 4"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ops.matmul_forward(a.as<float>(), b.as<float>(), w3x4, 2, 4, 3); })
+                .find("op matmul_forward: not implemented by the toy backend"),
+            std::string::npos);
+  EXPECT_NE(message([&] { ops.add_inplace(a.as<float>(), b.as<float>(), -1); }).find("add_inplace: a negative size -1"),
+            std::string::npos);
+  EXPECT_EQ(toy_of(*ctx)->calls, 0);
+  EXPECT_NE(message([&] {
+              ops.route_mix(a.as<float>(), b.as<float>(), reinterpret_cast<const RouteSource*>(b.data()), 1, 3,
+                            nullptr, nullptr, Combine::kAdd, 1, 16);
+            }).find("route_mix: routing heads 3 for d = 16"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              ops.route_mix(a.as<float>(), b.as<float>(), reinterpret_cast<const RouteSource*>(b.data()), 1, 2,
+                            nullptr, nullptr, Combine::kAdd, 1, 16);
+            }).find("route_mix: this combination needs a base"),
+            std::string::npos);
 }
 
 // A model on the toy backend beside the CPU: the losses and every gradient

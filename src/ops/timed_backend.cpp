@@ -39,7 +39,7 @@ TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner) : Backe
 // Each op: the inner backend's, timed up to its synchronize() (a device
 // backend's ops return before they finish; the CPU's synchronize is free).
 #define ATTNRES_TIMED(fam, ret, name, params, args)               \
-  ret TimedBackend::name params {                            \
+  ret TimedBackend::name##_impl params {                            \
     constexpr OpFamily family = op_family(Op::k_##name);     \
     struct Stop {                                            \
       TimedBackend* self;                                    \

@@ -81,7 +81,7 @@ class TimedBackend final : public Backend {
   void unmap(void* p, size_t bytes) override { inner_->unmap(p, bytes); }
   void upload(void* dst, const void* host_src, size_t bytes) override { inner_->upload(dst, host_src, bytes); }
   void download(void* host_dst, const void* src, size_t bytes) override { inner_->download(host_dst, src, bytes); }
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 

@@ -39,7 +39,7 @@ namespace {
 constexpr int64_t kTile = 64;  // query rows per tile
 }  // namespace
 
-void CpuKernels::kv_cache_store(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
+void CpuKernels::kv_cache_store_impl(float* cache, const float* x, const int64_t* slot, const int64_t* pos, int64_t B,
                                 int64_t T, int64_t P, int64_t w) {
   for (int64_t b = 0; b < B; ++b) {
     ATTNRES_CHECK(slot[b] >= 0 && pos[b] >= 0 && pos[b] + T <= P, "cache row ", slot[b], " at ", pos[b], "+", T,
@@ -483,7 +483,7 @@ int64_t CpuKernels::attention_workspace(int64_t max_keys, int64_t hd, Precision 
   return threads() * per_thread;
 }
 
-void CpuKernels::attention_forward(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T,
+void CpuKernels::attention_forward_impl(float* y, float* lse, const float* q, const KeyValues& kv, int64_t B, int64_t T,
                                    int64_t H, int64_t KV, int64_t hd, Precision p) {
   float* scratch = ctx_.workspace(attention_workspace(most_keys(kv, B, T), hd, p));
   if (p == Precision::kBF16)
@@ -494,7 +494,7 @@ void CpuKernels::attention_forward(float* y, float* lse, const float* q, const K
     forward_f32(y, lse, q, kv, B, T, H, KV, hd, scratch, threads());
 }
 
-void CpuKernels::attention_backward(float* dq, float* dk, float* dv, const float* dy, const float* q,
+void CpuKernels::attention_backward_impl(float* dq, float* dk, float* dv, const float* dy, const float* q,
                                     const float* k, const float* v, const float* y, const float* lse, int64_t B,
                                     int64_t T, int64_t H, int64_t KV, int64_t hd, Precision p) {
   float* scratch = ctx_.workspace(attention_workspace(T, hd, p));

@@ -17,7 +17,6 @@ void CpuBackend::download(void* host_dst, const void* src, size_t bytes) {
 }
 
 void CpuBackend::check_sources(const RouteSource* src, int64_t S, float* const* dsrc) const {
-  ATTNRES_CHECK(S >= 1, "a router needs at least one source");
   for (int64_t i = 0; i < S; ++i) {
     ATTNRES_CHECK(i == 0 || !src[i].broadcast, "only source 0 may be broadcast");
     ATTNRES_CHECK(owns(src[i].v) && owns(src[i].rstd) && (!dsrc || !dsrc[i] || owns(dsrc[i])),

@@ -88,7 +88,7 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
 
   // The products (op_list.h), matmul.cpp.
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_PRODUCT_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 
@@ -108,7 +108,8 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level), tiles_(choose_tile_path(level)) {}
   bool owns(const void* p) const { return !owns_ || owns_(p); }
   // The routing ops' check of a source list (and of its gradient list, when
-  // given): S ≥ 1, only source 0 broadcast, every pointer in them owned.
+  // given), which reads the lists: only source 0 broadcast, every pointer in
+  // them owned.  (S ≥ 1 and the rest of the arguments: op_checks.cpp.)
   void check_sources(const RouteSource* src, int64_t S, float* const* dsrc = nullptr) const;
 
   int threads() const { return ctx_.threads(); }
@@ -157,7 +158,7 @@ class CpuKernels final : public CpuBackend {
   int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override;
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_KERNEL_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 };

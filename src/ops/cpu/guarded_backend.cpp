@@ -166,7 +166,7 @@ void GuardedCpuBackend::download(void* host_dst, const void* src, size_t bytes) 
 }
 
 #define ATTNRES_GUARDED(fam, ret, name, params, args) \
-  ret GuardedCpuBackend::name params {           \
+  ret GuardedCpuBackend::name##_impl params {           \
     check_args(#name, ATTNRES_UNPAREN args);     \
     Unlocked open;                               \
     return cpu_->name args;                      \

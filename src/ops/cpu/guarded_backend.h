@@ -58,7 +58,7 @@ class GuardedCpuBackend final : public Backend {
   void unmap(void* p, size_t bytes) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name params override;
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE
 

@@ -32,9 +32,8 @@ int64_t CpuKernels::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
   return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + 2 * bf16_floats(rows * V) : 0);
 }
 
-double CpuKernels::lm_head_loss(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
                                 int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
-  ATTNRES_CHECK(W.fits(V, C), "lm_head_loss: a ", W.rows, " x ", W.cols, " head for ", V, " x ", C);
   const int64_t kChunk = chunk_rows(V);
   float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.precision()));
   bf16* x16 = reinterpret_cast<bf16*>(scratch + kChunk * V);                        // (rows, C)

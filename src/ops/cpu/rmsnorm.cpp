@@ -49,7 +49,7 @@ inline void rmsnorm_rows(Y* out, float* rstd, const float* inp, const float* wei
   }
 }
 
-void CpuKernels::rmsnorm_forward(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
+void CpuKernels::rmsnorm_forward_impl(RowsOut out, float* rstd, const float* inp, const float* weight, int64_t N,
                                  int64_t C, float eps) {
   if (out.b16) rmsnorm_rows(out.b16, rstd, inp, weight, N, C, eps, threads());
   else rmsnorm_rows(out.f32, rstd, inp, weight, N, C, eps, threads());
@@ -59,7 +59,7 @@ void CpuKernels::rmsnorm_forward(RowsOut out, float* rstd, const float* inp, con
 //   ∂r/∂x = −r³·x/C  ⇒  dx = r·g − r³·x·(g·x)/C = r·(g − x̂·(g·x̂)/C)
 //   dw = Σ_rows dy∘x̂
 // dweight is reduced first, so dinp may alias dout (in-place backward).
-void CpuKernels::rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+void CpuKernels::rmsnorm_backward_impl(float* dinp, float* dweight, const float* dout, const float* inp,
                                   const float* weight, const float* rstd, int64_t N, int64_t C,
                                   bool accumulate_dinp) {
   if (dweight) {

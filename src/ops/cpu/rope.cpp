@@ -7,7 +7,7 @@
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
-void CpuKernels::rope_tables(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
+void CpuKernels::rope_tables_impl(float* cos_t, float* sin_t, int64_t P, int64_t hd, double theta) {
   const int64_t half = hd / 2;
 #pragma omp parallel for schedule(static) num_threads(threads())
   for (int64_t p = 0; p < P; ++p)
@@ -44,12 +44,12 @@ void rotate(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t
 
 }  // namespace
 
-void CpuKernels::rope_forward(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+void CpuKernels::rope_forward_impl(float* x, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                               int64_t heads, int64_t hd, const int64_t* pos) {
   rotate(x, cos_t, sin_t, B, T, heads, hd, pos, 1.0f, threads());
 }
 
-void CpuKernels::rope_backward(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
+void CpuKernels::rope_backward_impl(float* dx, const float* cos_t, const float* sin_t, int64_t B, int64_t T,
                                int64_t heads, int64_t hd) {
   rotate(dx, cos_t, sin_t, B, T, heads, hd, nullptr, -1.0f, threads());
 }
