@@ -70,13 +70,6 @@ Effect effect_of(const Job& j, int64_t windows, int64_t tokens) {
   return e;
 }
 
-nlohmann::json effect_json(const Effect& e) {
-  nlohmann::json j;
-  j["dloss"] = e.dloss;
-  j["se"] = std::isfinite(e.se) ? nlohmann::json(e.se) : nlohmann::json(nullptr);
-  return j;
-}
-
 }  // namespace
 
 InterventionResult measure_interventions(Model& model, const TokenFile& data, const InterventionOptions& o,
@@ -218,39 +211,30 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
   return res;
 }
 
-nlohmann::json InterventionResult::to_json() const {
-  nlohmann::json j;
-  j["mode"] = mode;
-  j["routing_heads"] = heads;
-  j["tokens"] = tokens;
-  j["windows"] = windows;
-  j["loss"] = loss;
-  j["interventions"] = interventions;
-  j["seconds"] = seconds;
-  nlohmann::json rs = nlohmann::json::array();
-  for (const RouterEffects& r : routers) {
-    nlohmann::json o;
-    o["router"] = r.name;
-    o["sublayer"] = r.sublayer;
-    o["sources"] = r.sources;
-    o["mass"] = r.mass;
-    nlohmann::json ab = nlohmann::json::array();
-    for (const Effect& e : r.ablate) ab.push_back(effect_json(e));
-    o["ablate"] = ab;
-    o["mean_routing"] = effect_json(r.mean);
-    o["uniform_routing"] = effect_json(r.uniform);
-    rs.push_back(o);
-  }
-  j["routers"] = rs;
-  nlohmann::json ws = nlohmann::json::array();
-  for (const SourceEffect& s : whole_sources) {
-    nlohmann::json o = effect_json(s.ablate);
-    o["source"] = s.name;
-    o["routers"] = s.routers;
-    ws.push_back(o);
-  }
-  j["whole_sources"] = ws;
-  return j;
+// The records as `routing --interventions --json` writes them: one
+// conversion per type (nlohmann's to_json, found by argument-dependent
+// lookup), each key once.
+void to_json(nlohmann::json& j, const Effect& e) {
+  j = {{"dloss", e.dloss}, {"se", std::isfinite(e.se) ? nlohmann::json(e.se) : nlohmann::json(nullptr)}};
 }
+
+void to_json(nlohmann::json& j, const RouterEffects& r) {
+  j = {{"router", r.name},   {"sublayer", r.sublayer},       {"sources", r.sources},        {"mass", r.mass},
+       {"ablate", r.ablate}, {"mean_routing", r.mean}, {"uniform_routing", r.uniform}};
+}
+
+void to_json(nlohmann::json& j, const SourceEffect& s) {
+  j = s.ablate;
+  j["source"] = s.name;
+  j["routers"] = s.routers;
+}
+
+void to_json(nlohmann::json& j, const InterventionResult& r) {
+  j = {{"mode", r.mode},       {"routing_heads", r.heads},         {"tokens", r.tokens},
+       {"windows", r.windows}, {"loss", r.loss},                   {"interventions", r.interventions},
+       {"seconds", r.seconds}, {"routers", r.routers},             {"whole_sources", r.whole_sources}};
+}
+
+nlohmann::json InterventionResult::to_json() const { return *this; }
 
 }  // namespace attnres

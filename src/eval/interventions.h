@@ -72,6 +72,12 @@ struct InterventionResult {
   nlohmann::json to_json() const;
 };
 
+// Their JSON (nlohmann's conversions, `routing --interventions --json`).
+void to_json(nlohmann::json& j, const Effect& e);
+void to_json(nlohmann::json& j, const RouterEffects& r);
+void to_json(nlohmann::json& j, const SourceEffect& s);
+void to_json(nlohmann::json& j, const InterventionResult& r);
+
 // Throws an Error (one line) for a model without routers, a budget below one
 // window, a file shorter than one window, or an unknown router.  progress:
 // where a progress line goes (null: nowhere).

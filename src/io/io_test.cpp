@@ -417,6 +417,40 @@ TEST(Config, RejectsMissingMalformedAndInconsistent) {
   EXPECT_EQ(back.to_json(), ok.to_json());
 }
 
+// Every key read is written back with its value (one key list serves both,
+// config.cpp: Config::fields): a config with no field at its default.
+TEST(Config, EveryKeyReadIsWrittenBack) {
+  const nlohmann::json j = {{"hidden_size", 48},
+                            {"num_hidden_layers", 3},
+                            {"num_attention_heads", 4},
+                            {"num_key_value_heads", 2},
+                            {"head_dim", 10},
+                            {"intermediate_size", 96},
+                            {"vocab_size", 77},
+                            {"rms_norm_eps", 1e-5},
+                            {"rope_theta", 5e5},
+                            {"tie_word_embeddings", false},
+                            {"max_position_embeddings", 1024},
+                            {"attnres_mode", "delta_block"},
+                            {"attnres_num_heads", 2},
+                            {"attnres_num_blocks", 3},
+                            {"attnres_use_null_source", true},
+                            {"attnres_block_delta", "true"},
+                            {"attnres_gate_type", "learnable_alpha"},
+                            {"attnres_query_init", "normal"}};
+  const nlohmann::json out = Config::from_json(j, "c.json").to_json();
+  for (auto it = j.begin(); it != j.end(); ++it) EXPECT_EQ(out.at(it.key()), it.value()) << it.key();
+  // The enumerated fields' names come from one table each, in the errors too.
+  for (const auto& [key, message] : std::vector<std::pair<std::string, std::string>>{
+           {"attnres_block_delta", "attnres_block_delta must be \"true\" or \"reference\", got \"x\""},
+           {"attnres_gate_type", "attnres_gate_type must be \"bias\" or \"learnable_alpha\", got \"x\""},
+           {"attnres_query_init", "attnres_query_init must be \"zero\" or \"normal\", got \"x\""}}) {
+    nlohmann::json bad = j;
+    bad[key] = "x";
+    expect_error([&] { Config::from_json(bad, "c.json"); }, {"c.json", message});
+  }
+}
+
 // transformers 5 writes rope_theta inside rope_parameters and no top-level
 // key (tests/peers/transformers_interop.py found it read as the default 1e6).
 TEST(Config, Transformers5RopeParameters) {

@@ -2,6 +2,7 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <optional>
 #include <type_traits>
 
 #include "core/error.h"
@@ -13,26 +14,54 @@ namespace attnres {
 
 namespace {
 
-int64_t need_int(const nlohmann::json& j, const char* key, const std::string& where) {
-  if (!j.contains(key)) fail(where, ": missing required field \"", key, "\"");
-  const auto& v = j[key];
-  if (!is_int64(v)) fail(where, ": field \"", key, "\" must be an integer, got ", brief(v));
-  return v.get<int64_t>();
-}
-
+// A field of config.json read into T: absent or null takes `fallback` (none:
+// the field is required).  The type is checked before the library converts
+// (it converts a float to an integer with undefined behaviour when it does
+// not fit).
 template <class T>
-T opt(const nlohmann::json& j, const char* key, T fallback, const std::string& where) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
+T read_field(const nlohmann::json& j, const char* key, const std::optional<T>& fallback, const std::string& where) {
+  if (!j.contains(key) || j[key].is_null()) {
+    if (!fallback) fail(where, ": missing required field \"", key, "\"");
+    return *fallback;
+  }
   const nlohmann::json& v = j[key];
-  // The type is checked first: the library converts a float to an integer
-  // with undefined behaviour when it does not fit.
   bool ok;
   if constexpr (std::is_same_v<T, bool>) ok = v.is_boolean();
   else if constexpr (std::is_integral_v<T>) ok = is_int64(v);
   else if constexpr (std::is_floating_point_v<T>) ok = v.is_number();
   else ok = v.is_string();
+  if (!ok && !fallback && std::is_integral_v<T>) fail(where, ": field \"", key, "\" must be an integer, got ", brief(v));
   if (!ok) fail(where, ": field \"", key, "\" has the wrong type: ", brief(v));
   return v.get<T>();
+}
+
+// The names a config's enumerated fields take, once each: read and written
+// from these tables.
+template <class T>
+struct Named {
+  T value;
+  const char* name;
+};
+constexpr Named<BlockDelta> kBlockDeltaNames[] = {{BlockDelta::kTrue, "true"}, {BlockDelta::kReference, "reference"}};
+constexpr Named<Gate> kGateNames[] = {{Gate::kBias, "bias"}, {Gate::kLearnableAlpha, "learnable_alpha"}};
+constexpr Named<bool> kQueryInitNames[] = {{false, "zero"}, {true, "normal"}};  // query_init_normal
+
+template <class T, size_t N>
+const char* name_of(const Named<T> (&names)[N], T v) {
+  for (const Named<T>& n : names)
+    if (n.value == v) return n.name;
+  ATTNRES_CHECK(false, "a value without a name");
+  return "";
+}
+
+template <class T, size_t N>
+T value_of(const Named<T> (&names)[N], const std::string& s, const char* key, const std::string& where) {
+  std::string known;
+  for (size_t i = 0; i < N; ++i) {
+    if (s == names[i].name) return names[i].value;
+    known += cat(i == 0 ? "" : i + 1 == N ? " or " : ", ", "\"", names[i].name, "\"");
+  }
+  fail(where, ": ", key, " must be ", known, ", got \"", s, "\"");
 }
 
 }  // namespace
@@ -120,27 +149,34 @@ static void refuse_unsupported(const nlohmann::json& j, const std::string& where
   }
 }
 
+// The keys of config.json, once: fields() visits each with the member it
+// fills and its default (std::nullopt: required), in an order in which a
+// default may use the fields before it; from_json reads them and to_json
+// writes them from this one list.  The mode's name, the enumerated fields
+// (their names above) and RoPE's transformers 5 spelling are beside it.
+template <class C, class Visit>
+void Config::fields(C& c, const Defaults& dflt, Visit&& visit) {
+  using I = std::optional<int64_t>;
+  visit("hidden_size", c.d, I{});
+  visit("num_hidden_layers", c.L, I{});
+  visit("num_attention_heads", c.H, I{});
+  visit("num_key_value_heads", c.KV, I{c.H});                      // as transformers: the heads without GQA
+  visit("head_dim", c.hd, I{c.H > 0 ? c.d / c.H : 0});             // as transformers: hidden_size / heads
+  visit("intermediate_size", c.F, I{});
+  visit("vocab_size", c.V, I{});
+  visit("rms_norm_eps", c.rms_norm_eps, std::optional<double>{1e-6});
+  visit("rope_theta", c.rope_theta, std::optional<double>{1e6});
+  visit("tie_word_embeddings", c.tied, std::optional<bool>{true});
+  visit("max_position_embeddings", c.max_position_embeddings, I{4096});
+  visit("attnres_num_heads", c.routing_heads, I{dflt.routing_heads});  // the mode name's heads (_mh: 8)
+  visit("attnres_num_blocks", c.num_blocks, I{8});
+  visit("attnres_use_null_source", c.null_source, std::optional<bool>{false});
+}
+
 Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   if (!j.is_object()) fail(where, ": config must be a JSON object");
   refuse_unsupported(j, where);
   Config c;
-  c.d = need_int(j, "hidden_size", where);
-  c.L = need_int(j, "num_hidden_layers", where);
-  c.H = need_int(j, "num_attention_heads", where);
-  c.KV = j.contains("num_key_value_heads") ? need_int(j, "num_key_value_heads", where) : c.H;
-  c.hd = j.contains("head_dim") && !j["head_dim"].is_null() ? need_int(j, "head_dim", where)
-                                                            : (c.H > 0 ? c.d / c.H : 0);
-  c.F = need_int(j, "intermediate_size", where);
-  c.V = need_int(j, "vocab_size", where);
-  c.rms_norm_eps = opt<double>(j, "rms_norm_eps", 1e-6, where);
-  c.rope_theta = opt<double>(j, "rope_theta", 1e6, where);
-  // transformers 5 writes rope_parameters.rope_theta and no top-level key;
-  // where both are present its value wins, as in transformers.
-  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-    c.rope_theta = opt<double>(j["rope_parameters"], "rope_theta", c.rope_theta, where + " rope_parameters");
-  c.tied = opt<bool>(j, "tie_word_embeddings", true, where);
-  c.max_position_embeddings = opt<int64_t>(j, "max_position_embeddings", 4096, where);
-
   // Which code wrote the config decides the defaults of the attnres keys
   // (docs/DESIGN.md §2): the reference code writes model_type "qwen3_attnres"
   // and never an attnres_block_delta key (it always computes the block delta
@@ -149,7 +185,7 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   const bool reference_type = j.contains("model_type") && j["model_type"] == "qwen3_attnres";
   bool has_attnres_key = false;
   for (auto it = j.begin(); it != j.end(); ++it) has_attnres_key |= it.key().rfind("attnres_", 0) == 0;
-  std::string mode = opt<std::string>(j, "attnres_mode", reference_type ? "block" : "baseline", where);
+  const std::string mode = read_field<std::string>(j, "attnres_mode", reference_type ? "block" : "baseline", where);
   try {
     const ModeName& name = parse_mode_name(mode);
     c.mode = name.mode;
@@ -157,35 +193,32 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   } catch (const Error& e) {
     fail(where, ": ", e.what());
   }
-  // The name's heads (the reference's _mh names: 8) unless the key says otherwise.
-  c.routing_heads = opt<int64_t>(j, "attnres_num_heads", c.name_row().heads, where);
-  c.num_blocks = opt<int64_t>(j, "attnres_num_blocks", 8, where);
-  std::string bd = opt<std::string>(j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true",
-                                    where);
-  if (bd == "true") c.block_delta = BlockDelta::kTrue;
-  else if (bd == "reference") c.block_delta = BlockDelta::kReference;
-  else fail(where, ": attnres_block_delta must be \"true\" or \"reference\", got \"", bd, "\"");
-  c.null_source = opt<bool>(j, "attnres_use_null_source", false, where);
-  std::string gate = opt<std::string>(j, "attnres_gate_type", "bias", where);
-  if (gate == "bias") c.gate = Gate::kBias;
-  else if (gate == "learnable_alpha") c.gate = Gate::kLearnableAlpha;
-  else fail(where, ": attnres_gate_type must be \"bias\" or \"learnable_alpha\", got \"", gate, "\"");
+  fields(c, Defaults{c.name_row().heads}, [&](const char* key, auto& member, const auto& fallback) {
+    member = read_field(j, key, fallback, where);
+  });
+  // transformers 5 writes rope_parameters.rope_theta and no top-level key;
+  // where both are present its value wins, as in transformers.
+  if (j.contains("rope_parameters") && j["rope_parameters"].is_object())
+    c.rope_theta = read_field<double>(j["rope_parameters"], "rope_theta", c.rope_theta, where + " rope_parameters");
+  const std::string bd = read_field<std::string>(
+      j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true", where);
+  c.block_delta = value_of(kBlockDeltaNames, bd, "attnres_block_delta", where);
+  c.gate = value_of(kGateNames, read_field<std::string>(j, "attnres_gate_type", "bias", where), "attnres_gate_type",
+                    where);
+  c.query_init_normal = value_of(kQueryInitNames, read_field<std::string>(j, "attnres_query_init", "zero", where),
+                                 "attnres_query_init", where);
   if (c.name_row().fixes_delta_keys) {
     // delta_mh: the reference always adds the null source and computes its
     // block deltas as x − last block source, whatever the other keys say
     // (its config class writes attnres_use_null_source false by default);
     // only this project writes attnres_block_delta, so "true" is a contradiction.
-    if (bd == "true")
+    if (c.block_delta == BlockDelta::kTrue && j.contains("attnres_block_delta"))
       fail(where, ": attnres_mode delta_mh computes its block deltas as the reference code does (\"reference\"); ",
            "attnres_block_delta \"true\" contradicts it (the paper's block deltas with heads: attnres_mode ",
            "delta_block with attnres_num_heads)");
     c.block_delta = BlockDelta::kReference;
     c.null_source = true;
   }
-  std::string qi = opt<std::string>(j, "attnres_query_init", "zero", where);
-  if (qi == "zero") c.query_init_normal = false;
-  else if (qi == "normal") c.query_init_normal = true;
-  else fail(where, ": attnres_query_init must be \"zero\" or \"normal\", got \"", qi, "\"");
   c.validate(where);
   return c;
 }
@@ -237,27 +270,14 @@ nlohmann::json Config::to_json(const std::string& torch_dtype) const {
   const bool routed = mode_spec(mode).routed();
   j["architectures"] = {routed ? "Qwen3AttnResForCausalLM" : "Qwen3ForCausalLM"};
   j["model_type"] = routed ? "qwen3_attnres" : "qwen3";
-  j["hidden_size"] = d;
-  j["num_hidden_layers"] = L;
-  j["num_attention_heads"] = H;
-  j["num_key_value_heads"] = KV;
-  j["head_dim"] = hd;
-  j["intermediate_size"] = F;
-  j["vocab_size"] = V;
-  j["rms_norm_eps"] = rms_norm_eps;
-  j["rope_theta"] = rope_theta;
-  j["tie_word_embeddings"] = tied;
-  j["max_position_embeddings"] = max_position_embeddings;
+  fields(*this, Defaults{}, [&](const char* key, const auto& member, const auto&) { j[key] = member; });
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
   j["torch_dtype"] = torch_dtype;
   j["attnres_mode"] = mode_label();
-  j["attnres_num_heads"] = routing_heads;
-  j["attnres_num_blocks"] = num_blocks;
-  j["attnres_block_delta"] = block_delta == BlockDelta::kTrue ? "true" : "reference";
-  j["attnres_use_null_source"] = null_source;
-  j["attnres_gate_type"] = gate == Gate::kBias ? "bias" : "learnable_alpha";
-  j["attnres_query_init"] = query_init_normal ? "normal" : "zero";
+  j["attnres_block_delta"] = name_of(kBlockDeltaNames, block_delta);
+  j["attnres_gate_type"] = name_of(kGateNames, gate);
+  j["attnres_query_init"] = name_of(kQueryInitNames, query_init_normal);
   return j;
 }
 

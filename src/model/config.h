@@ -87,6 +87,15 @@ struct Config {
   // code writes them.  torch_dtype names the dtype of the weights written beside it.
   nlohmann::json to_json(const std::string& torch_dtype = "float32") const;
   void validate(const std::string& where) const;
+
+ private:
+  // The keys of config.json and the members they fill, once, for from_json
+  // and to_json (config.cpp); the defaults that depend on what was read.
+  struct Defaults {
+    int64_t routing_heads = 1;  // the mode name's heads
+  };
+  template <class C, class Visit>
+  static void fields(C& c, const Defaults& dflt, Visit&& visit);
 };
 
 }  // namespace attnres
