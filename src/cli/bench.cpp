@@ -23,7 +23,7 @@
 
 #include "cli/commands.h"
 #include "cli/options.h"
-#include "cli/spawn.h"
+#include "core/spawn.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "ops/context.h"

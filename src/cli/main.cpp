@@ -6,7 +6,7 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "cli/spawn.h"
+#include "core/spawn.h"
 #include "core/error.h"
 #include "core/file_util.h"
 #include "ops/cpu/blas_kernels.h"
@@ -42,7 +42,7 @@ void usage(FILE* out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && !std::strcmp(argv[1], attnres::kChildOf)) attnres::become_child(argc, argv);  // cli/spawn.h
+  if (argc >= 2 && !std::strcmp(argv[1], attnres::kChildOf)) attnres::become_child(argc, argv);  // core/spawn.h
   attnres::use_best_blas_kernels(argv);
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {

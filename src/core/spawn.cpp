@@ -1,5 +1,5 @@
 // spawn.cpp — see spawn.h.
-#include "cli/spawn.h"
+#include "core/spawn.h"
 
 #include <fcntl.h>
 #include <signal.h>
