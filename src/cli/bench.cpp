@@ -1,20 +1,16 @@
 // bench.cpp — `attnres bench`: tok/s, MFU and peak RSS of full training steps
-// (forward, backward, clipping, AdamW) on random tokens.
+// (forward, backward, clipping, AdamW) on random tokens; with --generate,
+// prefill and decoding; with --gemm, the step's products per library.  What
+// is measured is bench/harness.h; this file runs it and prints it.
 //
 // Each mode runs in a process of its own (posix_spawn of this binary), so its peak RSS is its
 // own and not the largest of the modes before it.  MFU is measured against the
 // product rate of the precision the step ran in — the float32 library's (oneDNN, or SGEMM) or oneDNN's
 // bf16 matmul (bf16), both timed here on 2048³ — unless --peak-gflops is given.
-#include <cblas.h>
-#include <omp.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <optional>
 #include <string>
 #include <vector>
@@ -22,105 +18,22 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "bench/harness.h"
 #include "cli/options.h"
 #include "core/spawn.h"
-#include "core/buffer.h"
 #include "core/error.h"
 #include "ops/context.h"
-#include "core/rng.h"
-#include "core/timer.h"
 #include "data/corpus.h"
-#include "infer/generate.h"
-#include "model/model.h"
 #include "model/modes.h"
 #include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/dnnl_matmul.h"
 #include "ops/timed_backend.h"
 #include "model/presets.h"
-#include "train/optimizer.h"
-#include "train/trainer.h"
 
 namespace attnres {
 
 namespace {
-
-nlohmann::json bench_mode(Context& ctx, Config c, int64_t B, int64_t T, Precision precision, int64_t steps,
-                          int64_t warmup, double peak_flops) {
-  ModelOptions mo{B, T};
-  mo.precision = precision;
-  Model model(ctx, c, mo);
-  Rng rng(1);
-  model.init(rng);
-  AdamW adamw(ctx.ops(), model.layout(), AdamWConfig{});
-  const int64_t N = B * T;
-  // Random tokens, drawn outside the timed region.
-  std::vector<int32_t> tokens(static_cast<size_t>(2 * N));
-  auto next = [&](int32_t* in, int32_t* tg) {
-    std::copy(tokens.begin(), tokens.begin() + N, in);
-    std::copy(tokens.begin() + N, tokens.end(), tg);
-  };
-  double seconds = 0, loss = 0;
-  OpTimes* times = op_times(ctx);  // --profile
-  for (int64_t s = 0; s < warmup + steps; ++s) {
-    for (auto& t : tokens) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(c.V)));
-    if (times && s == warmup) times->reset();
-    const double t0 = now_seconds();
-    loss = train_step(model, adamw, next, 1, 1e-4, s + 1, 1.0).loss;
-    if (s >= warmup) seconds += now_seconds() - t0;
-  }
-  const double tok_s = static_cast<double>(N * steps) / seconds;
-  nlohmann::json profile;
-  if (times) {
-    // ms per step in each family of ops, and outside them (host code between the ops).
-    const double per = 1e3 / static_cast<double>(steps);
-    for (int i = 0; i < kOpFamilies; ++i)
-      profile[op_family_name(static_cast<OpFamily>(i))] = times->seconds[static_cast<size_t>(i)] * per;
-    profile["outside_ops"] = (seconds - times->total()) * per;
-  }
-  nlohmann::json routing_traffic;
-  if (times && !model.routers().empty()) {
-    // The routing ops' bytes per token, the least they can move: every
-    // router's forward reads its S' token-row sources (the broadcast null
-    // source aside) and writes its output; its backward reads the sources and
-    // dout, and reads and writes each source's gradient (3 S' + 1 rows).
-    // Against the routing time this is the bandwidth the routers run at.
-    double rows = 0;
-    for (const Router& r : model.routers()) {
-      int64_t S = 0;
-      for (const RouteSource& s : r.src) S += s.broadcast ? 0 : 1;
-      rows += static_cast<double>((S + 1) + (3 * S + 1));
-    }
-    const double bytes = rows * static_cast<double>(c.d) * 4.0;
-    routing_traffic["bytes_per_token"] = bytes;
-    routing_traffic["gb_per_s"] =
-        bytes * static_cast<double>(N * steps) / times->seconds[static_cast<size_t>(OpFamily::kRouting)] / 1e9;
-  }
-  nlohmann::json ops_profile;  // the same per op: which op of a family
-  if (times)
-    for (int i = 0; i < kOps; ++i)
-      if (times->op_calls[static_cast<size_t>(i)] > 0)
-        ops_profile[op_name(static_cast<Op>(i))] = times->op_seconds[static_cast<size_t>(i)] * 1e3 / static_cast<double>(steps);
-  return {{"mode", c.mode_label()},
-          {"routing_heads", c.routing_heads},
-          {"precision", precision_name(precision)},
-          {"tok_per_s", tok_s},
-          {"ms_per_step", 1e3 * seconds / static_cast<double>(steps)},
-          {"mfu", tok_s * model.flops_per_token(T) / peak_flops},
-          {"peak_rss_bytes", peak_rss_bytes()},
-          {"params", model.num_params()},
-          {"B", B},
-          {"T", T},
-          {"steps", steps},
-          {"threads", ctx.threads()},
-          {"kernels", ctx.ops().kernels()},
-          {"attention_tiles", ctx.ops().attention_tiles()},
-          {"fp32_gemm", fp32_gemm_name(choose_fp32_gemm())},
-          {"loss", loss},
-          {"profile_ms_per_step", profile},
-          {"routing_traffic", routing_traffic},
-          {"ops_ms_per_step", ops_profile}};
-}
 
 // bench's options (cmd_bench binds them to its flags).
 struct BenchFlags {
@@ -181,126 +94,6 @@ nlohmann::json bench_in_child(const std::string& mode, Precision p, const BenchF
 
 // ---- bench --generate ----------------------------------------------------------
 
-// STREAM's copy kernel, a[i] = b[i] over two 256 MiB arrays with every thread:
-// the best of five passes, counted as STREAM counts it (bytes read + written).
-double measure_copy_gb_per_s(Context& ctx) {
-  const int64_t n = int64_t{1} << 26;
-  Buffer a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
-  const int threads = ctx.threads();
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (int64_t i = 0; i < n; ++i) b.data()[i] = static_cast<float>(i & 1023), a.data()[i] = 0.0f;
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = now_seconds();
-    float* dst = a.data();
-    const float* src = b.data();
-#pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
-    best = std::max(best, 2.0 * 4.0 * static_cast<double>(n) / (now_seconds() - t0) / 1e9);
-  }
-  return best;
-}
-
-// Bytes of weights read to decode one token: every matrix once (the embedding
-// only as the tied LM head; an untied embedding gives one row), and the vectors.
-double weight_bytes_per_token(const Model& m) {
-  const Config& c = m.config();
-  const double elt = m.precision() == Precision::kBF16 ? 2.0 : 4.0;
-  double bytes = 0;
-  for (const auto& s : m.layout().specs()) {
-    if (s.name == "model.embed_tokens.weight" && !c.tied) continue;
-    bytes += static_cast<double>(s.numel) * (s.matrix ? elt : 4.0);
-  }
-  return bytes;
-}
-
-std::vector<int32_t> random_ids(Rng& rng, int64_t n, int64_t V) {
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (auto& t : ids) t = static_cast<int32_t>(rng.below(static_cast<uint64_t>(V)));
-  return ids;
-}
-
-// One config and precision: prefill, decode at batch 1 and at batch B, and the
-// training forward per token for comparison (after the peak RSS is read).
-nlohmann::json bench_generate_worker(Context& ctx, Config c, const BenchFlags& f) {
-  const int64_t P = f.prompt_len, Pd = f.decode_prompt_len, new_tokens = f.new_tokens,
-                Bd = f.decode_batch;
-  if (P < 1 || Pd < 1 || new_tokens < 1 || Bd < 1)
-    fail("--prompt-len, --decode-prompt-len, --new-tokens and --decode-batch must be positive");
-  c.query_init_normal = true;  // random routing, not uniform
-  ModelOptions mo;
-  mo.training = false;
-  mo.batch = Bd;
-  mo.seq_len = P;
-  mo.rows = std::max(Bd, P);
-  mo.cache_len = std::max(P, Pd + new_tokens + 1);
-  mo.precision = parse_precision(f.precision);
-  if (mo.cache_len > c.max_position_embeddings) fail("the benchmark's lengths exceed max_position_embeddings");
-  Model m(ctx, c, mo);
-  Rng rng(1);
-  m.init(rng);
-  KvCache cache(m, Bd);
-  std::vector<float> logits(static_cast<size_t>(Bd * c.V));
-  const int64_t slot0 = 0, pos0 = 0;
-
-  // Prefill: one untimed short prompt, then one of P tokens.
-  auto warm = random_ids(rng, std::min<int64_t>(P, 16), c.V);
-  cache.forward(warm.data(), 1, static_cast<int64_t>(warm.size()), &slot0, &pos0, logits.data());
-  auto prompt = random_ids(rng, P, c.V);
-  double t0 = now_seconds();
-  cache.forward(prompt.data(), 1, P, &slot0, &pos0, logits.data());
-  const double prefill_s = now_seconds() - t0;
-
-  // Decode: greedy, no end-of-sequence, new_tokens steps after the prompt's own token.
-  GenerateOptions g;
-  g.max_new_tokens = new_tokens + 1;
-  auto decode = [&](int64_t B) {
-    std::vector<std::vector<int32_t>> prompts;
-    for (int64_t b = 0; b < B; ++b) prompts.push_back(random_ids(rng, Pd, c.V));
-    GenerateOptions w = g;  // an untimed warm-up of two steps at this batch
-    w.max_new_tokens = 3;
-    generate(cache, prompts, w);
-    GenerateTimes t;
-    generate(cache, prompts, g, &t);
-    return static_cast<double>(t.decode_tokens) / t.decode_s;
-  };
-  const double b1 = decode(1), bB = decode(Bd);
-  const int64_t rss = peak_rss_bytes();
-  nlohmann::json r = {{"config", f.config},
-                      {"mode", c.mode_label()},
-                      {"routing_heads", c.routing_heads},
-                      {"precision", precision_name(m.precision())},
-                      {"threads", ctx.threads()},
-                      {"kernels", ctx.ops().kernels()},
-                      {"attention_tiles", ctx.ops().attention_tiles()},
-                      {"params", m.num_params()},
-                      {"weight_bytes", m.weight_bytes()},
-                      {"bytes_per_token", weight_bytes_per_token(m)},
-                      {"prompt_len", P},
-                      {"prefill_tok_per_s", static_cast<double>(P) / prefill_s},
-                      {"decode_prompt_len", Pd},
-                      {"new_tokens", new_tokens},
-                      {"decode_batch", Bd},
-                      {"decode_tok_per_s_b1", b1},
-                      {cat("decode_tok_per_s_b", Bd), bB},
-                      {"peak_rss_bytes", rss}};
-  if (!f.no_train_forward) {
-    // The training forward over the same P tokens (a training model keeps
-    // every layer's activations), for "prefill at least as fast per token".
-    ModelOptions to{1, P};
-    to.precision = m.precision();
-    Model tm(ctx, c, to);
-    tm.init(rng);
-    std::vector<int32_t> tg(prompt.begin() + 1, prompt.end());
-    tg.push_back(0);
-    tm.forward_backward(prompt.data(), tg.data(), false);  // warm-up
-    t0 = now_seconds();
-    tm.forward_backward(prompt.data(), tg.data(), false);
-    r["train_forward_tok_per_s"] = static_cast<double>(P) / (now_seconds() - t0);
-  }
-  return r;
-}
-
 // The precisions of --precision (a list); those this machine cannot run are
 // refused when asked for, and left out with a note when they were a default.
 std::vector<Precision> bench_precisions(const BenchFlags& f, const std::string& fallback, const Backend& ops, bool json) {
@@ -322,7 +115,13 @@ std::vector<Precision> bench_precisions(const BenchFlags& f, const std::string& 
 int bench_generate(const BenchFlags& f, Context& ctx) {
   if (f.worker) {
     const Config c = bench_config(f, f.mode);
-    std::printf("%s\n", bench_generate_worker(ctx, c, f).dump().c_str());
+    GenerationBench g{f.prompt_len, f.decode_prompt_len, f.new_tokens, f.decode_batch,
+                      parse_precision(f.precision, f.precision_flag.c_str()), !f.no_train_forward};
+    if (f.prompt_len < 1 || f.decode_prompt_len < 1 || f.new_tokens < 1 || f.decode_batch < 1)
+      fail("--prompt-len, --decode-prompt-len, --new-tokens and --decode-batch must be positive");
+    nlohmann::json r = bench_generation(ctx, c, g);
+    r["config"] = f.config;
+    std::printf("%s\n", r.dump().c_str());
     return 0;
   }
   const bool json = f.json;
@@ -396,41 +195,6 @@ void print_profile(const nlohmann::json& profile, const nlohmann::json& routing_
 }
 
 // ---- bench --gemm ----------------------------------------------------------------
-//
-// The float32 products of one training step, shape by shape, through
-// OpenBLAS's SGEMM and through oneDNN's matmul, as gemm() runs them (the same
-// fixed tiles on the same threads): the measurement that chooses the fp32
-// library (docs/performance.md).  Per layer, for each linear W[O,I] on N = B·T
-// rows: the forward out = x·Wᵀ (N, O, I), the input gradient dx = dy·W
-// (N, I, O) and the weight gradient dW += dyᵀ·x (O, I, N); the LM head's the
-// same per chunk of rows.  Attention's tile products (OpenBLAS called per
-// tile inside its kernel) are not among them.
-
-struct GemmShape {
-  std::string what;
-  bool ta, tb;
-  int64_t M, N, K;
-  bool accumulate;
-  int64_t per_step;  // calls in one step
-};
-
-std::vector<GemmShape> step_gemm_shapes(const Config& c, int64_t N) {
-  std::vector<GemmShape> out;
-  auto linear = [&](const std::string& name, int64_t O, int64_t I, int64_t count, int64_t rows) {
-    out.push_back({name + " forward", false, true, rows, O, I, false, count});
-    out.push_back({name + " dx", false, false, rows, I, O, false, count});
-    out.push_back({name + " dW", true, false, O, I, rows, true, count});
-  };
-  linear("q", c.H * c.hd, c.d, c.L, N);
-  linear("k,v", c.KV * c.hd, c.d, 2 * c.L, N);
-  linear("o", c.d, c.H * c.hd, c.L, N);
-  linear("gate,up", c.F, c.d, 2 * c.L, N);
-  linear("down", c.d, c.F, c.L, N);
-  // The LM head's chunks (ops/cpu/lm_head.cpp: 256 rows, fewer for a large vocabulary).
-  const int64_t rows = std::clamp<int64_t>((int64_t{16} << 20) / c.V, 16, 256);
-  linear("lm_head", c.V, c.d, (N + rows - 1) / rows, std::min(rows, N));
-  return out;
-}
 
 int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
   auto* cpu = dynamic_cast<CpuBackend*>(&ctx.ops());
@@ -455,10 +219,8 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
                   "oneDNN GF/s", "oneDNN/OB");
     for (const GemmShape& s : step_gemm_shapes(c, N)) {
       const double flop = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
-      double sec[2];
-      for (int lib = 0; lib < 2; ++lib)
-        sec[lib] = cpu->time_gemm(lib ? Fp32Gemm::kOneDnn : Fp32Gemm::kOpenBlas, s.ta, s.tb, s.M, s.N, s.K,
-                                  s.accumulate, reps);
+      const GemmTiming t = time_gemm_shape(*cpu, s, reps);
+      const double sec[2] = {t.openblas_s, t.onednn_s};
       for (int lib = 0; lib < 2; ++lib) total[lib] += sec[lib] * static_cast<double>(s.per_step);
       if (f.json) {
         std::printf("%s\n", nlohmann::json{{"config", config}, {"product", s.what}, {"M", s.M}, {"N", s.N},
@@ -644,7 +406,7 @@ int cmd_bench(int argc, char** argv) {
     const Config c = bench_config(f, f.mode);
     const Precision p = parse_precision(f.precision, f.precision_flag.c_str());
     if (const std::string why = ctx.ops().unsupported(p); !why.empty()) fail("--precision ", precision_name(p), ": ", why);
-    std::printf("%s\n", bench_mode(ctx, c, f.batch, f.seq_len, p,
+    std::printf("%s\n", bench_training(ctx, c, f.batch, f.seq_len, p,
                                    f.steps, f.warmup_steps, f.peak_gflops * 1e9)
                             .dump()
                             .c_str());
