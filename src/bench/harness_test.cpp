@@ -10,27 +10,16 @@
 #include "core/rng.h"
 #include "model/params.h"
 #include "testing/context.h"
+#include "testing/configs.h"
 
 namespace attnres {
 namespace {
 
-Config small(const std::string& mode, bool tied = true) {
-  return Config::from_json({{"hidden_size", 32},
-                            {"num_hidden_layers", 2},
-                            {"num_attention_heads", 2},
-                            {"num_key_value_heads", 1},
-                            {"head_dim", 16},
-                            {"intermediate_size", 48},
-                            {"vocab_size", 97},
-                            {"tie_word_embeddings", tied},
-                            {"attnres_mode", mode}},
-                           "test");
-}
 
 // The products of a step are 6 FLOPs per matrix parameter per token (forward,
 // input gradient, weight gradient), the LM head counted as a V × d matrix.
 TEST(BenchHarness, TheStepsProductsAreSixFlopsPerMatrixParameterPerToken) {
-  const Config c = small("baseline");
+  const Config c = testing::small_config("baseline", {{"num_hidden_layers", 2}, {"vocab_size", 97}});
   const int64_t N = 256;  // a whole number of the LM head's row chunks
   double flops = 0;
   for (const GemmShape& s : step_gemm_shapes(c, N))
@@ -43,9 +32,9 @@ TEST(BenchHarness, DecodingReadsEveryWeightOnceAndOnlyTheHeadOfAnUntiedEmbedding
   Context& ctx = testing::test_context();
   ModelOptions o{1, 4};
   o.training = false;
-  const Model tied(ctx, small("block"), o);
+  const Model tied(ctx, testing::small_config("block", {{"num_hidden_layers", 2}, {"vocab_size", 97}}), o);
   EXPECT_EQ(weight_bytes_per_token(tied), 4.0 * static_cast<double>(tied.num_params()));
-  const Config u = small("block", /*tied=*/false);
+  const Config u = testing::small_config("block", {{"num_hidden_layers", 2}, {"vocab_size", 97}, {"tie_word_embeddings", false}});
   const Model untied(ctx, u, o);
   EXPECT_EQ(weight_bytes_per_token(untied), 4.0 * static_cast<double>(untied.num_params() - u.V * u.d));
 }
@@ -56,7 +45,7 @@ TEST(BenchHarness, DecodingReadsEveryWeightOnceAndOnlyTheHeadOfAnUntiedEmbedding
 TEST(BenchHarness, TrainingStepsGiveTheirFiguresAndWithTimedOpsTheirProfile) {
   const std::unique_ptr<Context> timed = open_context({1, "cpu", Precision::kF32, /*time_ops=*/true});
   Context& ctx = *timed;
-  const Config c = small("delta");
+  const Config c = testing::small_config("delta", {{"num_hidden_layers", 2}, {"vocab_size", 97}});
   const nlohmann::json r = bench_training(ctx, c, 2, 16, Precision::kF32, 2, 1, 1e9);
   EXPECT_EQ(r["mode"], "delta");
   EXPECT_EQ(r["steps"], 2);
@@ -76,7 +65,7 @@ TEST(BenchHarness, GenerationGivesPrefillAndDecodeRates) {
   g.decode_prompt_len = 4;
   g.new_tokens = 3;
   g.decode_batch = 2;
-  const nlohmann::json r = bench_generation(ctx, small("block"), g);
+  const nlohmann::json r = bench_generation(ctx, testing::small_config("block", {{"num_hidden_layers", 2}, {"vocab_size", 97}}), g);
   for (const char* key : {"prefill_tok_per_s", "decode_tok_per_s_b1", "decode_tok_per_s_b2", "train_forward_tok_per_s"})
     EXPECT_GT(r[key].get<double>(), 0.0) << key;
   EXPECT_GT(r["bytes_per_token"].get<double>(), 0.0);

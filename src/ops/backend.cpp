@@ -39,6 +39,49 @@ void Backend::not_implemented(Op op) const {
        "the ops it does not support to the CPU: ops/partial_backend.h)");
 }
 
+// ---- the fusions' compositions (backend.h) ---------------------------------------
+
+float* Backend::composition_scratch(int64_t floats) {
+  const size_t bytes = static_cast<size_t>(floats) * sizeof(float);
+  if (composition_.bytes() < bytes) composition_ = alloc(bytes);
+  return composition_.as<float>();
+}
+
+int64_t Backend::lm_head_chunk_rows(int64_t V) { return std::clamp<int64_t>((int64_t{16} << 20) / V, 16, 256); }
+
+int64_t Backend::lm_head_composition_workspace(int64_t C, int64_t V, Precision p) const {
+  return matmul_workspace(lm_head_chunk_rows(V), C, V, p);
+}
+
+// Per chunk of rows: z = x·Wᵀ; Σ loss and dlogits in place (cross_entropy);
+// dx = dlogits·W (assigned), dW += dlogitsᵀ·x.  With bf16 W the products
+// round x and dlogits to bf16, as the fused head does.
+double Backend::lm_head_loss_impl(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
+                                  int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
+  const int64_t chunk = lm_head_chunk_rows(V);
+  float* z = composition_scratch(std::min(chunk, N) * V);  // (rows, V)
+  double total = 0;
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t rows = std::min(chunk, N - r0);
+    matmul_forward(z, x + r0 * C, W, rows, C, V);
+    total += cross_entropy(dx ? z : nullptr, z, targets + r0, rows, V, scale, losses_out ? losses_out + r0 : nullptr,
+                           greedy_out ? greedy_out + r0 : nullptr);
+    if (dx) matmul_backward(dx + r0 * C, dW, z, x + r0 * C, W, rows, C, V);
+  }
+  return total;
+}
+
+void Backend::rebuild_by_composition(const RouteRebuild& rb, int64_t N, int64_t d) {
+  const float* logits = rb.logits;
+  if (!logits) {  // the logits again, from the router's query: route_forward's (its out is overwritten below)
+    float* z = composition_scratch(N * rb.H * rb.S);
+    route_forward(rb.out, z, rb.src, rb.S, rb.H, rb.w, rb.gamma, nullptr, nullptr, Combine::kReplace, N, d);
+    logits = z;
+  }
+  if (rb.stream) route_mix_stream(rb.out, logits, rb.src, rb.S, rb.H, rb.gate, N, d);
+  else route_mix(rb.out, logits, rb.src, rb.S, rb.H, rb.base, rb.gate, rb.combine, N, d);
+}
+
 std::string device_help() {
   std::string devices;
   for (const std::string& n : backend_names()) devices += (devices.empty() ? "" : ", ") + n;

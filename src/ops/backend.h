@@ -368,9 +368,23 @@ class Backend {
   // (the first index of the largest logit, as torch.argmax), else 0.
   // The [N, V] logits never exist at once: chunks of rows are computed,
   // reduced and pushed through the backward in turn.
+  // The default body is the composition of simpler ops of the list, chunk by
+  // chunk of rows: logits = matmul_forward(x, W), cross_entropy (dlogits in
+  // place), matmul_backward(dx, dW, dlogits, x, W) — the same function (with
+  // bf16 W the products round x and dlogits), other sums' order; a backend
+  // without the fused head runs from these.
   virtual double lm_head_loss_impl(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
-                              int64_t C, int64_t V, float scale, float* losses_out,
-                              uint8_t* greedy_out) { not_implemented(Op::k_lm_head_loss); }
+                                   int64_t C, int64_t V, float scale, float* losses_out, uint8_t* greedy_out);
+  // Softmax cross-entropy of logits rows (N, V): returns Σ_i loss_i with
+  // loss_i = logsumexp(logits_i) − logits_i[target_i]; with dlogits not null
+  // also dlogits_i = scale·(softmax_i − onehot(target_i)) (dlogits may alias
+  // logits).  Targets < 0, losses_out and greedy_out as lm_head_loss (a row
+  // without a target: loss 0 and dlogits 0).  Row losses are summed in row
+  // order, so the total does not depend on the thread count.
+  virtual double cross_entropy_impl(float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                                    float scale, float* losses_out, uint8_t* greedy_out) {
+    not_implemented(Op::k_cross_entropy);
+  }
 
   // ---- depth routing (docs/routing.md) ----
   // A router has a pseudo-query w (d) and an RMSNorm weight γ (d); for a token
@@ -466,6 +480,23 @@ class Backend {
 
   // The default body of every op: an Error naming the op and this backend.
   [[noreturn]] void not_implemented(Op op) const;
+  // The CPU-shaped fusions as compositions of simpler ops of the list, for a
+  // backend that does not fuse them:
+  //  - route_backward's rebuild (RouteRebuild): a route_backward_impl that
+  //    does not rebuild in its own pass calls this after its backward, which
+  //    makes rebuild.out as the forward made it (route_forward for logits not
+  //    kept, then route_mix, or route_mix_stream for the delta stream): the
+  //    forward's bits, as the fused rebuild's;
+  //  - lm_head_loss: the default lm_head_loss_impl (above); a backend that
+  //    runs it sizes lm_head_workspace with lm_head_composition_workspace.
+  void rebuild_by_composition(const RouteRebuild& rebuild, int64_t N, int64_t d);
+  int64_t lm_head_composition_workspace(int64_t C, int64_t V, Precision p) const;
+  // Rows of logits per chunk of the composed LM head: 256, fewer for a large
+  // vocabulary (16 M floats at most).
+  static int64_t lm_head_chunk_rows(int64_t V);
+  // Backend memory of the compositions (logits), grown on first need and kept.
+  float* composition_scratch(int64_t floats);
+  Buffer composition_;
   Context& ctx_;
 
  private:

@@ -291,6 +291,20 @@ std::vector<OpCase> cases() {
                    return Outputs{{static_cast<float>(sum)}, dx.host(), dw.host(), losses.host(), g};
                  }});
   }
+  k.push_back({Op::k_cross_entropy, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 9, V = 301;  // V: more than one block of 256
+                 auto z = dev(ops, randn(N * V, 48));
+                 std::vector<int32_t> t(N);
+                 for (int64_t i = 0; i < N; ++i) t[i] = i == 2 ? -1 : static_cast<int32_t>((i * 37) % V);
+                 auto targets = dev(ops, t);
+                 DeviceVec<float> dz(ops, N * V), losses(ops, N);
+                 DeviceVec<uint8_t> greedy(ops, N);
+                 const double sum = ops.cross_entropy(dz.data(), z.data(), targets.data(), N, V, 0.5f, losses.data(),
+                                                      greedy.data());
+                 std::vector<float> g;
+                 for (uint8_t b : greedy.host()) g.push_back(b);
+                 return Outputs{{static_cast<float>(sum)}, dz.host(), losses.host(), g};
+               }});
   // ---- routing ----
   k.push_back({Op::k_source_rstd, "", kFp32, [](Backend& ops) {
                  auto v = dev(ops, randn(7 * 37, 47));

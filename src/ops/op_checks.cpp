@@ -137,6 +137,12 @@ void Backend::check_lm_head_loss(float*, float*, const float*, Weight W, const i
   weight("lm_head_loss", W, V, C);
 }
 
+void Backend::check_cross_entropy(float*, const float* logits, const int32_t* targets, int64_t N, int64_t V, float,
+                                  float*, uint8_t*) const {
+  sizes("cross_entropy", {N, V});
+  ATTNRES_CHECK(V >= 1 && (N == 0 || (logits && targets)), "cross_entropy: logits rows of ", V, " and their targets");
+}
+
 void Backend::check_source_rstd(float*, const float*, int64_t N, int64_t d, float eps) const {
   sizes("source_rstd", {N, d});
   ATTNRES_CHECK(eps >= 0, "source_rstd: eps ", eps);

@@ -74,6 +74,10 @@
     (float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N, int64_t C, int64_t V,         \
      float scale, float* losses_out, uint8_t* greedy_out),                                                            \
     (dx, dW, x, W, targets, N, C, V, scale, losses_out, greedy_out))                                                  \
+  X(LmHead, double, cross_entropy,                                                                                    \
+    (float* dlogits, const float* logits, const int32_t* targets, int64_t N, int64_t V, float scale,                  \
+     float* losses_out, uint8_t* greedy_out),                                                                         \
+    (dlogits, logits, targets, N, V, scale, losses_out, greedy_out))                                                  \
   X(Routing, void, source_rstd, (float* rstd, const float* v, int64_t N, int64_t d, float eps), (rstd, v, N, d, eps)) \
   X(Routing, void, route_forward,                                                                                     \
     (float* out, float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w, const float* gamma,     \

@@ -962,6 +962,42 @@ TEST_P(LmHead, GreedyFlagsMarkTheFirstArgmax) {
   EXPECT_EQ(g.host(), want);
 }
 
+// Softmax cross-entropy of given logits (the LM head's composition): losses
+// against a double reference, dlogits against finite differences of
+// scale · Σ loss, in place (dlogits aliasing logits) as the composition runs it.
+TEST_P(LmHead, CrossEntropyMatchesReferenceAndItsGradient) {
+  const int64_t N = 6, V = 300;  // V: more than one block of 256
+  auto z = randn(N * V, 29, 2.0);
+  std::vector<int32_t> tg(N);
+  for (int64_t i = 0; i < N; ++i) tg[i] = static_cast<int32_t>((i * 53) % V);
+  tg[3] = -1;
+  const float scale = 0.41f;
+  auto z_d = dev(ops, z);
+  auto tg_d = dev(ops, tg);
+  DeviceVec<float> dz(ops, N * V), losses_d(ops, N);
+  const double sum = ops.cross_entropy(dz.data(), z_d.data(), tg_d.data(), N, V, scale, losses_d.data(), nullptr);
+  const auto losses = losses_d.host();
+  double ref = 0;
+  for (int64_t i = 0; i < N; ++i) {
+    if (tg[i] < 0) continue;
+    double mx = -1e300, s = 0;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(z[i * V + v]));
+    for (int64_t v = 0; v < V; ++v) s += std::exp(z[i * V + v] - mx);
+    const double li = mx + std::log(s) - z[i * V + tg[i]];
+    EXPECT_NEAR(losses[i], li, 1e-5);
+    ref += li;
+  }
+  EXPECT_NEAR(sum, ref, 1e-6 * std::fabs(ref));
+  EXPECT_EQ(losses[3], 0.f);
+  const auto dz_h = dz.host();
+  for (int64_t v = 0; v < V; ++v) EXPECT_EQ(dz_h[3 * V + v], 0.f);  // no target: no gradient
+  auto loss = [&] { return scale * ops.cross_entropy(nullptr, z_d.data(), tg_d.data(), N, V, 0, nullptr, nullptr); };
+  EXPECT_TRUE(all_close(to_double(dz_h), fd_gradient(z_d, loss), kFdAtol, kFdRtol));
+  // In place: the same dlogits.
+  ops.cross_entropy(z_d.data(), z_d.data(), tg_d.data(), N, V, scale, nullptr, nullptr);
+  EXPECT_EQ(z_d.host(), dz_h);
+}
+
 ATTNRES_ON_BACKENDS(LmHead);
 
 // fast_exp is a helper of the CPU kernels (ops/cpu/), not a backend op.

@@ -42,8 +42,13 @@ class HostAccess {
 }  // namespace
 
 PartialBackend::PartialBackend(Context& ctx, std::unique_ptr<Backend> primary, std::unique_ptr<Backend> cpu)
-    : Backend(ctx), primary_(std::move(primary)), cpu_(std::move(cpu)) {
-  ATTNRES_CHECK(primary_ && cpu_, "PartialBackend: a primary and a CPU backend");
+    : WrappingBackend(ctx,
+                      [&]() -> Backend& {
+                        ATTNRES_CHECK(primary && cpu, "PartialBackend: a primary and a CPU backend");
+                        return *primary;
+                      }()),
+      primary_(std::move(primary)),
+      cpu_(std::move(cpu)) {
   if (!primary_->host_addressable())
     fail("the ", primary_->name(), " backend's memory is its own: a partial backend needs memory the host can "
          "address (the seam does not move operands yet)");

@@ -23,21 +23,19 @@
 #include <memory>
 
 #include "ops/backend.h"
+#include "ops/wrapping_backend.h"
 
 namespace attnres {
 
-class PartialBackend final : public Backend {
+class PartialBackend final : public WrappingBackend {
  public:
-  // primary: its ops where it supports them; cpu: every other op.
+  // primary: its ops where it supports them; cpu: every other op.  Its names,
+  // peaks and memory are the primary's (WrappingBackend).
   PartialBackend(Context& ctx, std::unique_ptr<Backend> primary, std::unique_ptr<Backend> cpu);
-  const char* name() const override { return primary_->name(); }
-  const char* kernels() const override { return primary_->kernels(); }
-  const char* attention_tiles() const override { return primary_->attention_tiles(); }
   // A precision is runnable where the ops the primary leaves to the CPU can run it there.
   std::string unsupported(Precision p) const override;
-  double peak_gflops(Precision p) const override { return primary_->peak_gflops(p); }
-  const char* peak_name(Precision p) const override { return primary_->peak_name(p); }
   bool supports(Op, Precision) const override { return true; }  // every op runs, one side or the other
+  bool host_addressable() const override { return true; }
 
   // Scratch: enough for whichever side runs the op.
   int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override;
@@ -45,24 +43,17 @@ class PartialBackend final : public Backend {
   int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override;
   int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override;
 
-  Buffer alloc(size_t bytes, bool lazy) override { return primary_->alloc(bytes, lazy); }
-  void synchronize() override { primary_->synchronize(); }
-  void* map(void* p, size_t bytes) override { return primary_->map(p, bytes); }
-  void unmap(void* p, size_t bytes) override { primary_->unmap(p, bytes); }
-  void upload(void* dst, const void* host_src, size_t bytes) override { primary_->upload(dst, host_src, bytes); }
-  void download(void* host_dst, const void* src, size_t bytes) override { primary_->download(host_dst, src, bytes); }
-  bool host_addressable() const override { return true; }
-  void host_access(bool open) override { primary_->host_access(open); }
-#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
-  ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
-#undef ATTNRES_DECLARE
-
   Backend& primary() const { return *primary_; }
   // Calls of each op that crossed the seam (ran on the CPU) since construction.
   const std::array<int64_t, kOps>& seam() const { return seam_; }
   int64_t seam_total() const;
   // "N calls of M ops ran on the CPU beside <name>: op a, op b, …" (most first), for --profile.
   std::string seam_summary() const;
+
+ protected:
+#define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
+  ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
+#undef ATTNRES_DECLARE
 
  private:
   std::unique_ptr<Backend> primary_, cpu_;

@@ -17,6 +17,7 @@
 #include "ops/cpu/cpu_backend.h"
 #include "ops/cpu/cpu_level.h"
 #include "testing/check.h"
+#include "testing/configs.h"
 
 namespace attnres {
 namespace {
@@ -72,18 +73,6 @@ std::unique_ptr<Context> toy_context(bool partial) {
   });
 }
 
-Config small(const std::string& mode) {
-  return Config::from_json({{"hidden_size", 32},
-                            {"num_hidden_layers", 4},
-                            {"num_attention_heads", 2},
-                            {"num_key_value_heads", 1},
-                            {"head_dim", 16},
-                            {"intermediate_size", 48},
-                            {"vocab_size", 61},
-                            {"attnres_mode", mode},
-                            {"attnres_num_blocks", 2}},
-                           "test");
-}
 
 TEST(PartialBackend, AnOpABackendLacksIsAClearError) {
   auto ctx = toy_context(false);
@@ -144,7 +133,7 @@ TEST(PartialBackend, TheEntryChecksArgumentsForEveryBackend) {
 TEST(PartialBackend, AModelOnAToyBackendGivesTheCpusBits) {
   const int64_t B = 2, T = 8;
   for (const char* mode : {"baseline", "block", "full", "delta", "delta_block", "block_add", "delta_mh"}) {
-    const Config c = small(mode);
+    const Config c = testing::small_config(mode);
     Context cpu(1, "cpu");
     auto toy = toy_context(true);
     Model ref(cpu, c, B, T), got(*toy, c, B, T);

@@ -34,7 +34,8 @@ double OpTimes::total() const {
   return s;
 }
 
-TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner) : Backend(ctx), inner_(std::move(inner)) {}
+TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner)
+    : WrappingBackend(ctx, *inner), inner_(std::move(inner)) {}
 
 // Each op: the inner backend's, timed up to its synchronize() (a device
 // backend's ops return before they finish; the CPU's synchronize is free).

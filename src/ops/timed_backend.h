@@ -25,6 +25,7 @@
 #include <memory>
 
 #include "ops/backend.h"
+#include "ops/wrapping_backend.h"
 #include "ops/op_list.h"
 
 namespace attnres {
@@ -51,36 +52,13 @@ struct OpTimes {
   void reset() { *this = OpTimes{}; }
 };
 
-class TimedBackend final : public Backend {
+class TimedBackend final : public WrappingBackend {
  public:
   TimedBackend(Context& ctx, std::unique_ptr<Backend> inner);
-  const char* name() const override { return inner_->name(); }
-  const char* kernels() const override { return inner_->kernels(); }
-  const char* attention_tiles() const override { return inner_->attention_tiles(); }
-  std::string unsupported(Precision p) const override { return inner_->unsupported(p); }
-  double peak_gflops(Precision p) const override { return inner_->peak_gflops(p); }
-  const char* peak_name(Precision p) const override { return inner_->peak_name(p); }
   Backend& inner() const { return *inner_; }
   OpTimes& times() { return times_; }
 
-  int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
-    return inner_->matmul_workspace(N, I, O, p);
-  }
-  int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override {
-    return inner_->attention_workspace(max_keys, hd, p);
-  }
-  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override {
-    return inner_->lm_head_workspace(C, V, p);
-  }
-  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override {
-    return inner_->route_workspace(N, d, S, H);
-  }
-  Buffer alloc(size_t bytes, bool lazy) override { return inner_->alloc(bytes, lazy); }
-  void synchronize() override { inner_->synchronize(); }
-  void* map(void* p, size_t bytes) override { return inner_->map(p, bytes); }
-  void unmap(void* p, size_t bytes) override { inner_->unmap(p, bytes); }
-  void upload(void* dst, const void* host_src, size_t bytes) override { inner_->upload(dst, host_src, bytes); }
-  void download(void* host_dst, const void* src, size_t bytes) override { inner_->download(host_dst, src, bytes); }
+ protected:
 #define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE

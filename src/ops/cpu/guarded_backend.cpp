@@ -144,7 +144,7 @@ void* GuardedCpuBackend::map(void* p, size_t) {
 void GuardedCpuBackend::unmap(void*, size_t) { close_all(); }
 
 GuardedCpuBackend::GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu, std::vector<Op> unsupported)
-    : Backend(ctx), cpu_(std::move(cpu)) {
+    : WrappingBackend(ctx, *cpu), cpu_(std::move(cpu)) {
   cpu_->check_memory_with(&inside);  // the routing ops' source lists: inside our allocations
   for (Op op : unsupported) unsupported_[static_cast<size_t>(op)] = true;
 }

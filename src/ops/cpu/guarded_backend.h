@@ -21,36 +21,22 @@
 #include <vector>
 
 #include "ops/cpu/cpu_backend.h"
+#include "ops/wrapping_backend.h"
 
 namespace attnres {
 
-class GuardedCpuBackend final : public Backend {
+class GuardedCpuBackend final : public WrappingBackend {
  public:
   // cpu: the kernels it runs (make_cpu_backend), at any level.  unsupported:
   // ops it declares it does not run (supports() says no), so that a
   // PartialBackend gives them to the CPU — the seam exercised on every
-  // machine (`--device cpu-guarded:unsupported=OP,...`).
+  // machine (`--device cpu-guarded:unsupported=OP,...`).  Its names, peaks
+  // and workspaces are the CPU's (WrappingBackend); its memory is its own.
   GuardedCpuBackend(Context& ctx, std::unique_ptr<CpuBackend> cpu, std::vector<Op> unsupported = {});
   bool supports(Op op, Precision) const override { return !unsupported_[static_cast<size_t>(op)]; }
+  bool host_addressable() const override { return true; }
   void host_access(bool open) override;  // opens the memory until host_access(false)
   const char* name() const override { return "cpu-guarded"; }
-  const char* kernels() const override { return cpu_->kernels(); }
-  const char* attention_tiles() const override { return cpu_->attention_tiles(); }
-  std::string unsupported(Precision p) const override { return cpu_->unsupported(p); }
-  double peak_gflops(Precision p) const override { return cpu_->peak_gflops(p); }
-  const char* peak_name(Precision p) const override { return cpu_->peak_name(p); }
-  int64_t matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const override {
-    return cpu_->matmul_workspace(N, I, O, p);
-  }
-  int64_t attention_workspace(int64_t max_keys, int64_t hd, Precision p) const override {
-    return cpu_->attention_workspace(max_keys, hd, p);
-  }
-  int64_t lm_head_workspace(int64_t C, int64_t V, Precision p) const override {
-    return cpu_->lm_head_workspace(C, V, p);
-  }
-  int64_t route_workspace(int64_t N, int64_t d, int64_t S, int64_t H) const override {
-    return cpu_->route_workspace(N, d, S, H);
-  }
 
   Buffer alloc(size_t bytes, bool lazy) override;
   void synchronize() override {}
@@ -58,6 +44,8 @@ class GuardedCpuBackend final : public Backend {
   void unmap(void* p, size_t bytes) override;
   void upload(void* dst, const void* host_src, size_t bytes) override;
   void download(void* host_dst, const void* src, size_t bytes) override;
+
+ protected:
 #define ATTNRES_DECLARE(fam, ret, name, params, args) ret name##_impl params override;
   ATTNRES_BACKEND_OPS(ATTNRES_DECLARE)
 #undef ATTNRES_DECLARE

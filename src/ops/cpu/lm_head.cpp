@@ -23,6 +23,42 @@ int64_t chunk_rows(int64_t V) {
   const int64_t rows = (int64_t{16} << 20) / V;
   return rows > 256 ? 256 : (rows < 16 ? 16 : rows);
 }
+
+// A row's largest logit and log-sum-exp: Σ exp in float per SIMD lane,
+// lanes and blocks of 256 summed in double.
+struct RowMax {
+  float max;
+  double lse;
+};
+RowMax row_lse(const float* z, int64_t V) {
+  float mx = z[0];
+#pragma omp simd reduction(max : mx)
+  for (int64_t j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
+  double sum = 0.0;
+  for (int64_t j0 = 0; j0 < V; j0 += 256) {
+    const int64_t j1 = j0 + 256 < V ? j0 + 256 : V;
+    float part = 0.0f;
+#pragma omp simd reduction(+ : part)
+    for (int64_t j = j0; j < j1; ++j) part += fast_exp(z[j] - mx);
+    sum += part;
+  }
+  return {mx, mx + std::log(sum)};
+}
+
+// Whether the target is the first index of the largest logit (torch.argmax's).
+bool is_first_argmax(const float* z, int32_t target, float mx) {
+  bool first = target >= 0 && z[target] == mx;
+  for (int64_t j = 0; first && j < target; ++j) first = z[j] != mx;
+  return first;
+}
+
+// dlogits = scale · (softmax − onehot) (dz may alias z).
+void dlogits_row(float* dz, const float* z, int64_t V, int32_t target, double lse, float scale) {
+  const float lse_f = static_cast<float>(lse);
+#pragma omp simd
+  for (int64_t j = 0; j < V; ++j) dz[j] = scale * fast_exp(z[j] - lse_f);
+  dz[target] -= scale;
+}
 }  // namespace
 
 // Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C)
@@ -57,25 +93,10 @@ double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weigh
     for (int64_t r = 0; r < rows; ++r) {
       float* z = logits + r * V;
       const int32_t target = targets[r0 + r];
-      float mx = z[0];
-#pragma omp simd reduction(max : mx)
-      for (int64_t j = 1; j < V; ++j) mx = z[j] > mx ? z[j] : mx;
-      // Σ exp in float per SIMD lane, lanes and blocks summed in double.
-      double sum = 0.0;
-      for (int64_t j0 = 0; j0 < V; j0 += 256) {
-        const int64_t j1 = j0 + 256 < V ? j0 + 256 : V;
-        float part = 0.0f;
-#pragma omp simd reduction(+ : part)
-        for (int64_t j = j0; j < j1; ++j) part += fast_exp(z[j] - mx);
-        sum += part;
-      }
-      const double lse = mx + std::log(sum);
+      const RowMax m = row_lse(z, V);
+      const double lse = m.lse;
       row_loss[static_cast<size_t>(r)] = 0.0;
-      if (greedy_out) {  // the target is the first index of the largest logit
-        bool first = target >= 0 && z[target] == mx;
-        for (int64_t j = 0; first && j < target; ++j) first = z[j] != mx;
-        greedy_out[r0 + r] = first;
-      }
+      if (greedy_out) greedy_out[r0 + r] = is_first_argmax(z, target, m.max);
       if (target < 0) {
         if (losses_out) losses_out[r0 + r] = 0.0f;
         if (dx && W.b16) std::fill(dl16 + r * V, dl16 + (r + 1) * V, bf16{0});
@@ -97,11 +118,7 @@ double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weigh
           dl[j] = float_to_bf16(j == target ? p - scale : p);
         }
       } else if (dx) {
-        // dlogits = scale · (softmax − onehot)
-        const float lse_f = static_cast<float>(lse);
-#pragma omp simd
-        for (int64_t j = 0; j < V; ++j) z[j] = scale * fast_exp(z[j] - lse_f);
-        z[target] -= scale;
+        dlogits_row(z, z, V, target, lse, scale);
       }
     }
     for (int64_t r = 0; r < rows; ++r) total += row_loss[static_cast<size_t>(r)];
@@ -120,6 +137,33 @@ double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weigh
       if (dW) gemm(true, false, V, C, rows, 1.0f, logits, V, x + r0 * C, C, 1.0f, dW, C);
     }
   }
+  return total;
+}
+
+// The same rows' arithmetic as the fused head's (row_lse, dlogits_row), on
+// logits given.
+double CpuKernels::cross_entropy_impl(float* dlogits, const float* logits, const int32_t* targets, int64_t N,
+                                      int64_t V, float scale, float* losses_out, uint8_t* greedy_out) {
+  std::vector<double> row_loss(static_cast<size_t>(N));
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * V >= (int64_t{1} << 16))
+  for (int64_t r = 0; r < N; ++r) {
+    const float* z = logits + r * V;
+    const int32_t target = targets[r];
+    const RowMax m = row_lse(z, V);
+    if (greedy_out) greedy_out[r] = is_first_argmax(z, target, m.max);
+    if (target < 0) {
+      row_loss[static_cast<size_t>(r)] = 0.0;
+      if (losses_out) losses_out[r] = 0.0f;
+      if (dlogits) std::fill(dlogits + r * V, dlogits + (r + 1) * V, 0.0f);
+      continue;
+    }
+    const double loss = m.lse - z[target];
+    row_loss[static_cast<size_t>(r)] = loss;
+    if (losses_out) losses_out[r] = static_cast<float>(loss);
+    if (dlogits) dlogits_row(dlogits + r * V, z, V, target, m.lse, scale);
+  }
+  double total = 0.0;
+  for (double l : row_loss) total += l;
   return total;
 }
 
