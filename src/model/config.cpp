@@ -83,6 +83,8 @@ std::string compared_modes() {
 }
 
 const ModeName& parse_mode_name(const std::string& s) {
+  for (const UnrunName& u : kUnrunModes)
+    if (s == u.name) fail("attnres_mode \"", s, "\" (a mode of the reference code): ", u.what);
   std::string names;
   for (const ModeName& e : mode_names()) {
     if (s == e.name) return e;
@@ -203,8 +205,10 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
   const std::string bd = read_field<std::string>(
       j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true", where);
   c.block_delta = value_of(kBlockDeltaNames, bd, "attnres_block_delta", where);
-  c.gate = value_of(kGateNames, read_field<std::string>(j, "attnres_gate_type", "bias", where), "attnres_gate_type",
-                    where);
+  const std::string gate = read_field<std::string>(j, "attnres_gate_type", "bias", where);
+  for (const UnrunName& u : kUnrunGates)
+    if (gate == u.name) fail(where, ": attnres_gate_type \"", gate, "\" (a gate of the reference code): ", u.what);
+  c.gate = value_of(kGateNames, gate, "attnres_gate_type", where);
   c.query_init_normal = value_of(kQueryInitNames, read_field<std::string>(j, "attnres_query_init", "zero", where),
                                  "attnres_query_init", where);
   if (c.name_row().fixes_delta_keys) {

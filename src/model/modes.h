@@ -169,6 +169,55 @@ inline constexpr ModeName kModeNames[] = {
 };
 inline std::span<const ModeName> mode_names() { return kModeNames; }
 
+// The other names of the reference code's attnres_mode and attnres_gate_type
+// (its train_scratch.py offers them; docs/routing.md, "The reference code's
+// other modes and gates", says what its modeling code computes for each),
+// which attnres does not run: each refused by name, with what it is, rather
+// than as an unknown name.
+struct UnrunName {
+  const char* name;
+  const char* what;  // the rest of the error line
+};
+inline constexpr UnrunName kUnrunModes[] = {
+    {"full_v", "V-stream routing (a third router per attention sublayer whose input feeds only the value "
+               "projection) is not implemented in attnres yet"},
+    {"delta_v", "V-stream routing (a third router per attention sublayer whose input feeds only the value "
+                "projection) is not implemented in attnres yet"},
+    {"block_v", "the reference's modeling code builds its value router but its attention never reads it: the model "
+                "is block with unused v_res_* tensors (use attnres_mode block)"},
+    {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "
+                      "stream, a plain Qwen3 with unused routing tensors (use attnres_mode baseline)"},
+    {"full_additive", "routing over the cumulative states, added to the stream, is not implemented in attnres yet"},
+    {"delta_replace", "routing over the sublayer outputs and the current stream, replacing it, is not implemented "
+                      "in attnres yet"},
+    {"pre_gated", "routing over sigmoid-gated sublayer outputs (a d x d gate per router) is not implemented in "
+                  "attnres yet"},
+    {"first_layer", "routing between the stream and one early sublayer output is not implemented in attnres yet"},
+    {"delta_centered_reset", "the reference's modeling code has no branch for it and runs full exactly, final router "
+                             "included (use attnres_mode full)"},
+    {"delta_sublayer", "the reference's training script lists it, but its modeling code has no branch for it: the "
+                       "layers run full's recurrence with no final router, so the head reads only the last MLP "
+                       "output"},
+    {"delta_centered", "the reference's training script lists it, but its modeling code has no branch for it: the "
+                       "layers run full's recurrence with no final router, so the head reads only the last MLP "
+                       "output"},
+    {"delta_centered_block", "the reference's training script lists it, but its modeling code has no branch for it: "
+                             "the layers run full's recurrence with no final router, so the head reads only the "
+                             "last MLP output"},
+    {"delta_avg_block", "the reference's training script lists it, but no modeling file of it implements it: the "
+                        "layers run full's recurrence with no final router, so the head reads only the last MLP "
+                        "output"},
+    {"delta_replace_block", "the reference's training script lists it, but its modeling code has no branch for it: "
+                            "the layers run full's recurrence with no final router, so the head reads only the "
+                            "last MLP output"},
+};
+inline constexpr UnrunName kUnrunGates[] = {
+    {"sigmoid_scalar", "the gate (1 - g) x + g R with g = sigmoid of a learned scalar is not implemented in attnres "
+                       "yet"},
+    {"sigmoid_vector", "the gate (1 - g) x + g R with g = sigmoid(W x + b) per token and dimension is not "
+                       "implemented in attnres yet"},
+};
+
 // The first rows are the modes' own names, with their own facts.
 constexpr bool own_names_in_place() {
   for (size_t i = 0; i < kNumModes; ++i) {

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "model/model.h"
 #include "core/error.h"
 #include "model/params.h"
@@ -235,6 +237,52 @@ TEST(Modes, TheDocsTablesListEveryModeOfTheTable) {
     }
     EXPECT_GE(listed, 1) << doc << " has no table of the modes";
   }
+}
+
+// The reference code's other names are refused by name, saying what each is
+// (never "unknown"), by the config and by every --mode flag (parse_mode_name);
+// and docs/routing.md's table of them lists every one, and no other.
+TEST(Modes, TheReferencesOtherNamesAreRefusedSayingWhatTheyAre) {
+  std::set<std::string> unrun;
+  for (const UnrunName& u : kUnrunModes) {
+    unrun.insert(u.name);
+    const nlohmann::json j = {{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"intermediate_size", 24}, {"vocab_size", 40},
+                              {"model_type", "qwen3_attnres"}, {"attnres_mode", u.name}};
+    try {
+      Config::from_json(j, "c.json");
+      ADD_FAILURE() << u.name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                cat("c.json: attnres_mode \"", u.name, "\" (a mode of the reference code): ", u.what));
+    }
+    EXPECT_THROW(parse_mode_name(u.name), Error);
+    for (const ModeName& n : mode_names()) EXPECT_STRNE(n.name, u.name) << "a name both run and refused";
+  }
+  for (const UnrunName& u : kUnrunGates) {
+    unrun.insert(u.name);
+    const nlohmann::json j = {{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"intermediate_size", 24}, {"vocab_size", 40},
+                              {"attnres_mode", "delta"}, {"attnres_gate_type", u.name}};
+    try {
+      Config::from_json(j, "c.json");
+      ADD_FAILURE() << u.name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                cat("c.json: attnres_gate_type \"", u.name, "\" (a gate of the reference code): ", u.what));
+    }
+  }
+  // docs/routing.md: the table whose rows start with these names holds all of them.
+  std::ifstream in(std::string(ATTNRES_SOURCE_DIR) + "/docs/routing.md");
+  ASSERT_TRUE(in);
+  std::set<std::string> listed;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("| `", 0) != 0) continue;
+    const std::string first = line.substr(3, line.find('`', 3) - 3);
+    if (unrun.count(first)) listed.insert(first);
+  }
+  EXPECT_EQ(listed, unrun) << "docs/routing.md, \"The reference code's other modes and gates\"";
 }
 
 }  // namespace
