@@ -494,6 +494,13 @@ class Backend {
   // Rows of logits per chunk of the composed LM head: 256, fewer for a large
   // vocabulary (16 M floats at most).
   static int64_t lm_head_chunk_rows(int64_t V);
+  // Another backend's implementation of an op, its arguments checked already:
+  // what a backend wrapping another calls (WrappingBackend; the timed,
+  // guarded and partial backends), so that the checks run once per call.
+#define ATTNRES_OP_INNER(fam, ret, name, params, args) \
+  static ret name##_of(Backend& backend, ATTNRES_UNPAREN params) { return backend.name##_impl args; }
+  ATTNRES_BACKEND_OPS(ATTNRES_OP_INNER)
+#undef ATTNRES_OP_INNER
   // Backend memory of the compositions (logits), grown on first need and kept.
   float* composition_scratch(int64_t floats);
   Buffer composition_;

@@ -14,6 +14,10 @@
 
 #define ATTNRES_BACKEND_OPS(X) ATTNRES_PRODUCT_OPS(X) ATTNRES_KERNEL_OPS(X)
 
+// A row's (parameters) or (arguments) without their parentheses, to put
+// something before them or pass them on.
+#define ATTNRES_UNPAREN(...) __VA_ARGS__
+
 // The products (matmul.cpp): BLAS and oneDNN calls, compiled once.
 #define ATTNRES_PRODUCT_OPS(X)                                                                                        \
   X(Products, void, to_bf16, (bf16* dst, const float* src, int64_t n), (dst, src, n))                                 \

@@ -94,19 +94,17 @@ std::string PartialBackend::seam_summary() const {
 
 // Each op: the primary's where it supports the op in the op's precision;
 // else, after the primary's work so far is done, the CPU's on the same memory.
-#define ATTNRES_UNPAREN(...) __VA_ARGS__
 #define ATTNRES_PARTIAL(fam, ret, name, params, args)                             \
   ret PartialBackend::name##_impl params {                                               \
     if (primary_->supports(Op::k_##name, precision_of(ATTNRES_UNPAREN args)))     \
-      return primary_->name args;                                                 \
+      return name##_of(*primary_, ATTNRES_UNPAREN args);                          \
     primary_->synchronize();                                                      \
     ++seam_[static_cast<size_t>(Op::k_##name)];                                   \
     HostAccess open(*primary_);                                                   \
-    return cpu_->name args;                                                       \
+    return name##_of(*cpu_, ATTNRES_UNPAREN args);                                \
   }
 ATTNRES_BACKEND_OPS(ATTNRES_PARTIAL)
 #undef ATTNRES_PARTIAL
-#undef ATTNRES_UNPAREN
 
 const PartialBackend* partial_backend(const Context& ctx) {
   Backend* b = &ctx.ops();

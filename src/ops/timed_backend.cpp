@@ -50,7 +50,7 @@ TimedBackend::TimedBackend(Context& ctx, std::unique_ptr<Backend> inner)
         self->times_.add(Op::k_##name, family, now_seconds() - t0); \
       }                                                      \
     } stop{this, now_seconds()};                             \
-    return inner_->name args;                                \
+    return name##_of(*inner_, ATTNRES_UNPAREN args);         \
   }
 ATTNRES_BACKEND_OPS(ATTNRES_TIMED)
 #undef ATTNRES_TIMED

@@ -169,11 +169,9 @@ void GuardedCpuBackend::download(void* host_dst, const void* src, size_t bytes) 
   ret GuardedCpuBackend::name##_impl params {           \
     check_args(#name, ATTNRES_UNPAREN args);     \
     Unlocked open;                               \
-    return cpu_->name args;                      \
+    return name##_of(*cpu_, ATTNRES_UNPAREN args); \
   }
-#define ATTNRES_UNPAREN(...) __VA_ARGS__
 ATTNRES_BACKEND_OPS(ATTNRES_GUARDED)
-#undef ATTNRES_UNPAREN
 #undef ATTNRES_GUARDED
 
 }  // namespace attnres
