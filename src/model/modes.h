@@ -178,11 +178,15 @@ struct UnrunName {
   const char* name;
   const char* what;  // the rest of the error line
 };
+inline constexpr const char* kVStream =
+    "V-stream routing (a third router per attention sublayer whose input feeds only the value projection) is not "
+    "implemented in attnres yet";
+inline constexpr const char* kNoBranch =
+    "the reference's training script lists it, but its modeling code has no branch for it: the layers run full's "
+    "recurrence with no final router, so the head reads only the last MLP output";
 inline constexpr UnrunName kUnrunModes[] = {
-    {"full_v", "V-stream routing (a third router per attention sublayer whose input feeds only the value "
-               "projection) is not implemented in attnres yet"},
-    {"delta_v", "V-stream routing (a third router per attention sublayer whose input feeds only the value "
-                "projection) is not implemented in attnres yet"},
+    {"full_v", kVStream},
+    {"delta_v", kVStream},
     {"block_v", "the reference's modeling code builds its value router but its attention never reads it: the model "
                 "is block with unused v_res_* tensors (use attnres_mode block)"},
     {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "
@@ -195,21 +199,13 @@ inline constexpr UnrunName kUnrunModes[] = {
     {"first_layer", "routing between the stream and one early sublayer output is not implemented in attnres yet"},
     {"delta_centered_reset", "the reference's modeling code has no branch for it and runs full exactly, final router "
                              "included (use attnres_mode full)"},
-    {"delta_sublayer", "the reference's training script lists it, but its modeling code has no branch for it: the "
-                       "layers run full's recurrence with no final router, so the head reads only the last MLP "
-                       "output"},
-    {"delta_centered", "the reference's training script lists it, but its modeling code has no branch for it: the "
-                       "layers run full's recurrence with no final router, so the head reads only the last MLP "
-                       "output"},
-    {"delta_centered_block", "the reference's training script lists it, but its modeling code has no branch for it: "
-                             "the layers run full's recurrence with no final router, so the head reads only the "
-                             "last MLP output"},
+    {"delta_sublayer", kNoBranch},
+    {"delta_centered", kNoBranch},
+    {"delta_centered_block", kNoBranch},
     {"delta_avg_block", "the reference's training script lists it, but no modeling file of it implements it: the "
                         "layers run full's recurrence with no final router, so the head reads only the last MLP "
                         "output"},
-    {"delta_replace_block", "the reference's training script lists it, but its modeling code has no branch for it: "
-                            "the layers run full's recurrence with no final router, so the head reads only the "
-                            "last MLP output"},
+    {"delta_replace_block", kNoBranch},
 };
 inline constexpr UnrunName kUnrunGates[] = {
     {"sigmoid_scalar", "the gate (1 - g) x + g R with g = sigmoid of a learned scalar is not implemented in attnres "

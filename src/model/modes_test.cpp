@@ -243,34 +243,31 @@ TEST(Modes, TheDocsTablesListEveryModeOfTheTable) {
 // (never "unknown"), by the config and by every --mode flag (parse_mode_name);
 // and docs/routing.md's table of them lists every one, and no other.
 TEST(Modes, TheReferencesOtherNamesAreRefusedSayingWhatTheyAre) {
+  // A small config with `key` set to `name`: refused with exactly `message`.
+  auto expect_refused = [](const char* key, const char* name, const std::string& message) {
+    nlohmann::json j = {{"hidden_size", 16},         {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                        {"num_key_value_heads", 1},  {"intermediate_size", 24}, {"vocab_size", 40},
+                        {"model_type", "qwen3_attnres"}, {"attnres_mode", "delta"}};
+    j[key] = name;
+    try {
+      Config::from_json(j, "c.json");
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  };
   std::set<std::string> unrun;
   for (const UnrunName& u : kUnrunModes) {
     unrun.insert(u.name);
-    const nlohmann::json j = {{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
-                              {"num_key_value_heads", 1}, {"intermediate_size", 24}, {"vocab_size", 40},
-                              {"model_type", "qwen3_attnres"}, {"attnres_mode", u.name}};
-    try {
-      Config::from_json(j, "c.json");
-      ADD_FAILURE() << u.name << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()),
-                cat("c.json: attnres_mode \"", u.name, "\" (a mode of the reference code): ", u.what));
-    }
+    expect_refused("attnres_mode", u.name,
+                   cat("c.json: attnres_mode \"", u.name, "\" (a mode of the reference code): ", u.what));
     EXPECT_THROW(parse_mode_name(u.name), Error);
     for (const ModeName& n : mode_names()) EXPECT_STRNE(n.name, u.name) << "a name both run and refused";
   }
   for (const UnrunName& u : kUnrunGates) {
     unrun.insert(u.name);
-    const nlohmann::json j = {{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
-                              {"num_key_value_heads", 1}, {"intermediate_size", 24}, {"vocab_size", 40},
-                              {"attnres_mode", "delta"}, {"attnres_gate_type", u.name}};
-    try {
-      Config::from_json(j, "c.json");
-      ADD_FAILURE() << u.name << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()),
-                cat("c.json: attnres_gate_type \"", u.name, "\" (a gate of the reference code): ", u.what));
-    }
+    expect_refused("attnres_gate_type", u.name,
+                   cat("c.json: attnres_gate_type \"", u.name, "\" (a gate of the reference code): ", u.what));
   }
   // docs/routing.md: the table whose rows start with these names holds all of them.
   std::ifstream in(std::string(ATTNRES_SOURCE_DIR) + "/docs/routing.md");
