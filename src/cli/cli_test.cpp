@@ -74,6 +74,36 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
                      {"--freeze-base"});
 }
 
+// The reference code's sigmoid_scalar gate and entropy term from the command
+// line: the conversion says what the gate does at init, the checkpoint holds
+// θ at −2 under the reference's name, the step line and log.jsonl carry the
+// routing entropy, and every bad value is one clear line.
+TEST_F(Cli, SigmoidGateAndEntropyTermFromTheCommandLine) {
+  const std::string common = "train --init " + dir_ + "/model --data " + dir_ +
+                             "/ok.bin --steps 2 --batch 1 --seq-len 16 --threads 1 --mode delta_block --num-blocks 1 ";
+  Result r = run(common + "--gate sigmoid_scalar --entropy-lambda 0.05 --lr-routing 0 --lr-min-routing 0 --out " +
+                 dir_ + "/sig");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("conversion baseline -> delta_block: sigmoid_scalar gate at sigmoid(-2) = 0.12"),
+            std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" | route entropy "), std::string::npos) << r.out;
+  const std::string log = read_file(dir_ + "/sig/log.jsonl");
+  EXPECT_NE(log.find("\"route_entropy\":"), std::string::npos) << log;
+  const nlohmann::json cfg = nlohmann::json::parse(read_file(dir_ + "/sig/step_00000002/config.json"));
+  EXPECT_EQ(cfg["attnres_gate_type"], "sigmoid_scalar");
+  const SafeTensorsReader w(dir_ + "/sig/step_00000002/model.safetensors");
+  EXPECT_TRUE(w.info("model.layers.0.attn_res_gate_logit").shape.empty());  // 0-dim, as the reference saves it
+  EXPECT_EQ(w.read_float("model.layers.0.mlp_res_gate_logit")[0], -2.0f);  // --lr-routing 0: still at init
+  const std::string base = "train --data " + dir_ + "/ok.bin --steps 1 --batch 1 --seq-len 16 --out " + dir_ + "/x ";
+  expect_clear_error(run(base + "--mode delta --entropy-lambda -1"),
+                     {"--entropy-lambda must be 0 (off) or a finite positive number, got -1"});
+  expect_clear_error(run(base + "--mode delta --entropy-lambda nan"), {"--entropy-lambda"});
+  expect_clear_error(run(base + "--mode baseline --entropy-lambda 0.1"),
+                     {"--entropy-lambda weighs the routing entropy, and a baseline model has no routing"});
+  expect_clear_error(run(base + "--mode delta --gate sigmoid_vector"),
+                     {"attnres_gate_type \"sigmoid_vector\" (a gate of the reference code)"});
+}
+
 // Routing heads from the command line: the reference's conversion recipe
 // (delta_block with 8 heads, learnable_alpha at 0) and delta_mh are exact at
 // step 0; the heads reach the checkpoint, routing --json shows each head's

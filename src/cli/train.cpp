@@ -101,8 +101,8 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
            {"block-delta", "", "override attnres_block_delta: true (the paper's) or reference (the released code's)"});
   opts.add(m.null_source, {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"});
   opts.add(m.gate, {"gate", "",
-                    "override attnres_gate_type: bias or learnable_alpha (0 at init: an exact conversion "
-                    "in the delta modes)"});
+                    "override attnres_gate_type: bias, learnable_alpha (0 at init: an exact conversion "
+                    "in the delta modes) or sigmoid_scalar (sigmoid of a learned scalar, -2 at init)"});
   opts.add(m.query_init, {"query-init", "", "override attnres_query_init: zero or normal"});
 }
 

@@ -43,7 +43,8 @@ struct Named {
   const char* name;
 };
 constexpr Named<BlockDelta> kBlockDeltaNames[] = {{BlockDelta::kTrue, "true"}, {BlockDelta::kReference, "reference"}};
-constexpr Named<Gate> kGateNames[] = {{Gate::kBias, "bias"}, {Gate::kLearnableAlpha, "learnable_alpha"}};
+constexpr Named<Gate> kGateNames[] = {
+    {Gate::kBias, "bias"}, {Gate::kLearnableAlpha, "learnable_alpha"}, {Gate::kSigmoidScalar, "sigmoid_scalar"}};
 constexpr Named<bool> kQueryInitNames[] = {{false, "zero"}, {true, "normal"}};  // query_init_normal
 
 template <class T, size_t N>

@@ -52,6 +52,7 @@ const std::string& kGolden = testing::kGoldenDir;
 struct Outputs {
   std::vector<float> logits;
   float loss = 0;
+  float route_entropy = 0;  // the entropy term's E, where the case trains with it (train.json entropy_lambda)
   std::vector<float> grads;  // the gradient arena
   std::vector<float> train_losses, train_lrs, train_norms;
   float final_loss = 0;
@@ -166,6 +167,10 @@ void expect_matches(const std::string& what, const ParamLayout& layout, const Ou
                     tol.logits, 0));
   const float want_loss = gold.read_float("loss")[0];
   EXPECT_TRUE(close("loss", &out.loss, &want_loss, 1, tol.loss, 0));
+  if (gold.has("route_entropy")) {  // E sums softmaxes like the loss: the loss's bound
+    const float want_e = gold.read_float("route_entropy")[0];
+    EXPECT_TRUE(close("route_entropy", &out.route_entropy, &want_e, 1, tol.loss, 0));
+  }
   // Every parameter gradient.  Scalar gates sum B·T·d terms with cancellation:
   // compared with an absolute term only.
   for (const auto& s : layout.specs()) {
@@ -216,6 +221,7 @@ TEST_P(Golden, MatchesOracle) {
 
   ModelOptions mo{B, T};
   mo.precision = precision;
+  mo.entropy_lambda = train.value("entropy_lambda", 0.0);  // the entropy term, in the cases that train with it
   Model model(ctx, c, mo);
   load_weights(model, dir + "/model.safetensors");
   std::vector<int32_t> in(B * T), tg(B * T);
@@ -226,6 +232,7 @@ TEST_P(Golden, MatchesOracle) {
   model.forward_logits(in.data(), out.logits.data());
   model.zero_grad();
   out.loss = static_cast<float>(model.forward_backward(in.data(), tg.data(), true));
+  if (mo.entropy_lambda > 0) out.route_entropy = static_cast<float>(model.route_entropy());
   out.grads = testing::host(ctx.ops(), model.grads(), static_cast<size_t>(model.layout().total()));
 
   // Ten AdamW steps from the initial weights.
@@ -300,6 +307,7 @@ TEST(GoldenBf16, CloserToTheOraclesBf16ThanBf16IsToFloat64) {
       }
     ModelOptions mo{B, T};
     mo.precision = Precision::kBF16;
+    mo.entropy_lambda = nlohmann::json::parse(read_file(dir + "/train.json")).value("entropy_lambda", 0.0);
     Model model(ctx, c, mo);
     load_weights(model, dir + "/model.safetensors");
     std::vector<float> logits(static_cast<size_t>(B * T * c.V));

@@ -31,6 +31,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "model/modes.h"
@@ -43,6 +44,9 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   const bool train = o.training;
   if (train && o.cache_len > 0) fail("a KV cache is for inference models only");
   ops_.check_supported(o.precision);
+  if (o.entropy_lambda != 0.0 && !(std::isfinite(o.entropy_lambda) && o.entropy_lambda > 0.0 && train && plan_.routed()))
+    fail("the routing entropy term needs a training model with depth routing (attnres_mode not baseline) and a "
+         "finite lambda > 0, got ", o.entropy_lambda);
   if (o.recompute && (!train || c.F < c.d))
     fail("activation recomputation is for training models with intermediate_size >= hidden_size");
 
@@ -181,6 +185,23 @@ void Model::resolve_routers_() {
       }
     }
   }
+  // The gates: learnable_alpha's α is a parameter; sigmoid_scalar's σ(θ) and
+  // its gradient live in route_gates_ (made at each forward's start).
+  if (cfg_.gate == Gate::kSigmoidScalar && !routers_.empty()) {
+    const size_t n = routers_.size();
+    route_gates_ = ops_.alloc(2 * n * sizeof(float));
+    for (size_t r = 0; r < n; ++r)
+      if (routers_[r].w->gate_logit) {
+        routers_[r].gate = route_gates_.as<float>() + r;
+        routers_[r].dgate = opt_.training ? route_gates_.as<float>() + n + r : nullptr;
+      }
+  } else {
+    for (Router& R : routers_) {
+      R.gate = R.w->alpha;
+      R.dgate = R.g ? R.g->alpha : nullptr;
+    }
+  }
+  if (opt_.entropy_lambda > 0.0) entropy_sum_ = ops_.alloc(sizeof(double));
   // The lists into backend memory, where the routing ops read them: every
   // router's sources, then every router's gradient pointers; and the sums of
   // the routing statistics.
@@ -481,24 +502,27 @@ void Model::route_(int r, float* out, const float* base) {
     const RouteOverride& a = *o;
     if (a.weights)
       ops_.route_mix_weights(out, a.weights, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base,
-                             R.w->alpha, combine_, rows(), cfg_.d);
+                             R.gate, combine_, rows(), cfg_.d);
     else
-      ops_.route_forward(out, R.logits, a.src, a.S, cfg_.routing_heads, R.w->proj, R.w->norm, base, R.w->alpha,
+      ops_.route_forward(out, R.logits, a.src, a.S, cfg_.routing_heads, R.w->proj, R.w->norm, base, R.gate,
                          combine_, rows(), cfg_.d);
     return;
   }
   ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, base,
-                     R.w->alpha, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
+                     R.gate, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
+  if (entropy_sum_.bytes() && R.k < plan_.K)  // the entropy term reads the sublayer routers (not the final one)
+    ops_.route_entropy(entropy_sum_.as<double>(), R.logits, static_cast<int64_t>(R.src.size()), cfg_.routing_heads,
+                       rows());
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
   if (!R.logits_kept) {  // the forward again (its logits into the shared buffer): route_mix's bits
     ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj,
-                       R.w->norm, base, R.w->alpha, combine_, rows(), cfg_.d);
+                       R.w->norm, base, R.gate, combine_, rows(), cfg_.d);
     return;
   }
-  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base, R.w->alpha, combine_,
+  ops_.route_mix(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, base, R.gate, combine_,
                  rows(), cfg_.d);
 }
 
@@ -510,30 +534,36 @@ void Model::route_mix_(int r, float* out, const float* base) {
 // sources.
 void Model::route_backward_(int r, bool first) {
   const Router& R = routers_[r];
-  float* dbase = combine_ == Combine::kAdd ? dx_ : (R.w->alpha ? R.dsrc.back() : nullptr);
+  float* dbase = combine_ == Combine::kAdd ? dx_ : (R.gate ? R.dsrc.back() : nullptr);
   RouteRebuild rb;
   const int64_t j = R.k - 1;  // the sublayer whose input comes next
   const int rj = j >= 0 ? plan_.sublayers[j].router : -1;
   if (plan_.rebuilds_inputs() && rj >= 0) {
     const Router& P = routers_[rj];
     rb = {u_, P.logits_kept ? P.logits : nullptr, P.src_list, static_cast<int64_t>(P.src.size()), cfg_.routing_heads,
-          gate_base_(rj), P.w->alpha, combine_, false, P.w->proj, P.w->norm};
+          gate_base_(rj), P.gate, combine_, false, P.w->proj, P.w->norm};
     if (plan_.rebuilt_input_adds_stream()) {  // delta: u = x + g·R, x the stream (e alone before the first output)
       if (j == 0) rb.base = sources_[0].v;
       else rb.stream = true;
     }
   }
-  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.g->alpha, dU_, R.logits_kept ? R.logits : nullptr,
+  const bool sigmoid_gate = R.w->gate_logit != nullptr;
+  if (sigmoid_gate) ops_.fill(R.dgate, 0.0f, 1);  // d(σ(θ)), which route_backward adds to
+  // The entropy term's weight per token, head and router (sublayer routers only).
+  const float entropy_scale = R.k < plan_.K ? entropy_scale_ : 0.0f;
+  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.dgate, dU_, R.logits_kept ? R.logits : nullptr,
                       R.src_list,
-                      static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.w->alpha,
+                      static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.gate,
                       combine_,
-                      rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first);
+                      rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first, entropy_scale);
+  // sigmoid_scalar: dθ += d(σ(θ))·σ(θ)(1 − σ(θ))
+  if (sigmoid_gate) ops_.sigmoid_backward(R.g->gate_logit, R.dgate, R.gate, 1);
   rebuilt_ = rb.out ? j : -1;
 }
 
 const float* Model::gate_base_(int r) const {
   const Router& R = routers_[r];
-  return combine_ == Combine::kReplace && R.w->alpha ? R.src.back().v : nullptr;
+  return combine_ == Combine::kReplace && R.gate ? R.src.back().v : nullptr;
 }
 
 // e, and the rstd of the sources that exist before layer 0 (e, null sources).
@@ -652,7 +682,7 @@ const float* Model::sublayer_input_recompute_(int64_t k) {
   // the mix, in the forward stream's order.
   ATTNRES_CHECK(r >= 0 && routers_[r].logits_kept, "sublayer ", k, ": a rebuilt input x + g·R needs its router's logits");
   const Router& R = routers_[r];
-  ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->alpha,
+  ops_.route_mix_stream(u_, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.gate,
                         rows(), cfg_.d);
   return u_;
 }
@@ -714,6 +744,12 @@ void Model::begin_forward(const int32_t* inputs, int64_t B, int64_t T, const KvC
   ++forwards_;
   cur_B_ = B;
   cur_T_ = T;
+  for (const Router& R : routers_)  // sigmoid_scalar: g = σ(θ), once per forward
+    if (R.w->gate_logit) ops_.sigmoid_forward(const_cast<float*>(R.gate), R.w->gate_logit, 1);
+  if (entropy_sum_.bytes()) {
+    const double zero = 0.0;
+    ops_.upload(entropy_sum_.data(), &zero, sizeof zero);
+  }
   embed_();
 }
 
@@ -787,8 +823,20 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bo
   const float scale = grad_scale / static_cast<float>(count);
   const double sum = ops_.lm_head_loss(backward ? dln_ : nullptr, g_.lm_head, xf_, W_(w_.lm_head), targets_, N,
                                        cfg_.d, cfg_.V, scale, token_loss_.data());
+  // The entropy term: −λ·E with E the mean over the 2L sublayers, the N
+  // tokens and the routing heads, so each (router, token, head) weighs
+  // λ / (2L·N·H), times the accumulation scale.
+  entropy_scale_ = static_cast<float>(grad_scale * opt_.entropy_lambda /
+                                      (static_cast<double>(plan_.K) * static_cast<double>(N) * cfg_.routing_heads));
   if (backward) this->backward();
   return sum / static_cast<double>(count);
+}
+
+double Model::route_entropy() const {
+  ATTNRES_CHECK(entropy_sum_.bytes(), "route_entropy: the model was built without the entropy term");
+  double sum = 0.0;
+  ops_.download(&sum, entropy_sum_.data(), sizeof sum);
+  return sum / (static_cast<double>(plan_.K) * static_cast<double>(rows()));
 }
 
 void Model::backward() {

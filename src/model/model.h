@@ -150,8 +150,14 @@ struct Router {
   std::string name;                       // "layers.3.attn", "layers.3.mlp", "final"
   int64_t k = 0;                          // the sublayer whose input it makes; 2L for the final router
   std::vector<std::string> source_names;  // (S) "null", "embed", "layers.0.attn", "block.1", "partial", ...
-  const RouterWeights* w = nullptr;       // parameters (proj, norm, null_source, alpha)
+  const RouterWeights* w = nullptr;       // parameters (proj, norm, null_source, alpha or gate_logit)
   RouterWeights* g = nullptr;             // their gradients (training)
+  // The gate g the routing ops read (backend memory; null: no gate): the
+  // learnable_alpha α itself, or sigmoid_scalar's σ(θ), made from θ at each
+  // forward's start; and where its gradient goes: α's gradient, or σ(θ)'s
+  // (then sent on to θ through the sigmoid's backward).
+  const float* gate = nullptr;            // ()
+  float* dgate = nullptr;                 // () training
   std::vector<int> index;                 // (S) index in Model::sources_, −1 for the null source
   std::vector<RouteSource> src;           // (S) in order; the null source, if any, first
   std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate; training)
@@ -209,6 +215,10 @@ class Model {
   // (B, T) (targets < 0 are ignored).  With backward = true it also adds
   // grad_scale · ∂loss/∂θ into the gradient arena.
   double forward_backward(const int32_t* inputs, const int32_t* targets, bool backward, float grad_scale = 1.0f);
+
+  // The routing entropy E of the last forward (ModelOptions::entropy_lambda > 0):
+  // the mean over the 2L sublayers, tokens and routing heads of −Σ α ln(α + 1e−8).
+  double route_entropy() const;
 
   // ---- any B ≤ B(), T ≤ T(), no backward (host arrays) ----
   // Forward over inputs (B, T) at positions 0 … T−1; no logits (routing statistics).
@@ -337,7 +347,10 @@ class Model {
   float* shared_logits_ = nullptr;  // (N, H, S_max) the logits of every router that does not keep its own
   Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
+  Buffer route_gates_;            // sigmoid_scalar: (routers) g = σ(θ), then (routers) their gradients
+  Buffer entropy_sum_;            // entropy term: one double, Σ over the forward's routers and tokens (route_entropy)
   bool collect_stats_ = false;
+  float entropy_scale_ = 0.0f;    // the entropy term's weight in route_backward (forward_backward sets it)
   int64_t rebuilt_ = -1;          // the sublayer whose input u_ already holds (rebuilt by a router backward)
   std::vector<float*> zeroed_dv_;   // source gradients it does not cover: zeroed at each backward's start
 

@@ -23,6 +23,13 @@ struct ModelOptions {
   // the mode stores them) and rerun each sublayer's forward in the backward
   // (--recompute): a third more compute, a fraction of the memory.
   bool recompute = false;
+  // Training: the routing entropy term of the reference code (docs/routing.md
+  // "The entropy term"): the backward takes the gradient of
+  //   loss − λ·E,  E = the mean over the 2L sublayer routers (a sublayer with
+  //   no router counts 0), tokens and routing heads of −Σ_i α_i ln(α_i + 1e−8),
+  // while the loss a forward returns stays the cross-entropy (E: route_entropy()).
+  // 0 = none; needs a routed mode.
+  double entropy_lambda = 0.0;
 };
 
 }  // namespace attnres

@@ -208,8 +208,6 @@ inline constexpr UnrunName kUnrunModes[] = {
     {"delta_replace_block", kNoBranch},
 };
 inline constexpr UnrunName kUnrunGates[] = {
-    {"sigmoid_scalar", "the gate (1 - g) x + g R with g = sigmoid of a learned scalar is not implemented in attnres "
-                       "yet"},
     {"sigmoid_vector", "the gate (1 - g) x + g R with g = sigmoid(W x + b) per token and dimension is not "
                        "implemented in attnres yet"},
 };

@@ -30,6 +30,8 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
     if (with_extras && mode.null_source && c.null_source) t(prefix + kind + "_null_source", {d}, false, Init::kZeros, r.null_source);
     if (with_extras && c.gate == Gate::kLearnableAlpha)
       t(prefix + kind + "_res_alpha", {}, false, Init::kZeros, r.alpha);
+    if (with_extras && c.gate == Gate::kSigmoidScalar)
+      t(prefix + kind + "_res_gate_logit", {}, false, Init::kGateLogit, r.gate_logit);
   };
 
   t("model.embed_tokens.weight", {c.V, d}, true, Init::kNormal, w.embed);
@@ -84,6 +86,7 @@ void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng) {
       case Init::kOnes: p[i] = 1.0f; break;
       case Init::kZeros: p[i] = 0.0f; break;
       case Init::kQuery: p[i] = c.query_init_normal ? static_cast<float>(0.02 * rng.normal()) : 0.0f; break;
+      case Init::kGateLogit: p[i] = -2.0f; break;
     }
   }
 }
@@ -100,7 +103,7 @@ void init_params(const ParamLayout& layout, const Config& c, float* params, Rng&
 }
 
 bool is_routing_param(const std::string& name) {
-  for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha"})
+  for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha", "_res_gate_logit"})
     if (name.find(key) != std::string::npos) return true;
   return false;
 }

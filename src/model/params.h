@@ -19,7 +19,7 @@
 
 namespace attnres {
 
-enum class Init { kNormal, kOnes, kZeros, kQuery };
+enum class Init { kNormal, kOnes, kZeros, kQuery, kGateLogit };  // kGateLogit: −2 (σ(−2) ≈ 0.12, the reference's)
 
 struct TensorSpec {
   std::string name;            // HF / reference safetensors name
@@ -46,7 +46,8 @@ struct RouterWeights {
   float* proj = nullptr;         // (d)  pseudo-query w  ([1, d] on disk)
   float* norm = nullptr;         // (d)  RMSNorm weight γ
   float* null_source = nullptr;  // (d)  learned null source (delta modes)
-  float* alpha = nullptr;        // ()   learnable gate, a 0-dim scalar on disk
+  float* alpha = nullptr;        // ()   learnable_alpha's gate g, a 0-dim scalar on disk
+  float* gate_logit = nullptr;   // ()   sigmoid_scalar's θ, g = σ(θ), a 0-dim scalar on disk
 };
 
 struct LayerWeights {

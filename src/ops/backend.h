@@ -244,7 +244,7 @@ class Backend {
                       const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
                       int64_t d, const RouteRebuild* rebuild = nullptr) {
     route_backward(dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, H, w, gamma, base, gate, combine, N, d,
-                   rebuild, /*accumulate_src=*/true);
+                   rebuild, /*accumulate_src=*/true, /*entropy_scale=*/0.0f);
   }
   void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u) {
     adamw_update(p, g, m, v, n, u, /*p16=*/nullptr);
@@ -465,11 +465,32 @@ class Backend {
   //   dv_i[slice h] += α_hi c dout_h + dz_hi r_i q_h,  and over the full d (r_i reads all of v_i)
   //   dv_i −= (Σ_h dz_hi z_hi) r_i² v_i / d;  dq[slice h] = Σ_tokens Σ_i dz_hi r_i v_hi,
   //   dw += dq∘γ,  dγ += dq∘w;  dbase += a·dout;  dg += dout·(R − base) or dout·R.
+  // entropy_scale κ (0: none) adds the routing entropy term of the training
+  // objective (route_entropy below): its gradient joins dα before dz,
+  //   dα_hi += κ·(ln(α_hi + ε) + α_hi / (α_hi + ε)),   ε = 1e−8,
+  // which is d/dα of −κ·Σ_i −α_i ln(α_i + ε): the objective subtracts λ times
+  // the entropy, and κ carries λ and its mean's 1/(tokens·routers·heads).
   virtual void route_backward_impl(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate,
                               const float* dout, const float* logits, const RouteSource* src, int64_t S, int64_t H,
                               const float* w, const float* gamma, const float* base, const float* gate,
                               Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
-                              bool accumulate_src) { not_implemented(Op::k_route_backward); }
+                              bool accumulate_src, float entropy_scale) { not_implemented(Op::k_route_backward); }
+  // The routing entropy of the training objective (the reference code's
+  // entropy term, docs/routing.md "The entropy term"), from a router's logits
+  // (N, H, S), α = softmax per head as the other routing ops compute it:
+  //   *sum (one double, backend memory) += Σ_n (1/H) Σ_h −Σ_i α_nhi ln(α_nhi + ε),  ε = 1e−8.
+  // The ε is the reference's; the statistics' entropy (route_types.h) has none.
+  // The sum over tokens goes through the fixed chunk partials: the result does
+  // not depend on the thread count.
+  virtual void route_entropy_impl(double* sum, const float* logits, int64_t S, int64_t H, int64_t N) {
+    not_implemented(Op::k_route_entropy);
+  }
+  // y[i] = σ(x[i]) = 1 / (1 + e^(−x[i])), and its backward dx[i] += dy[i]·y[i]·(1 − y[i]):
+  // the sigmoid gates' g = σ(θ) (docs/routing.md "Gates").
+  virtual void sigmoid_forward_impl(float* y, const float* x, int64_t n) { not_implemented(Op::k_sigmoid_forward); }
+  virtual void sigmoid_backward_impl(float* dx, const float* dy, const float* y, int64_t n) {
+    not_implemented(Op::k_sigmoid_backward);
+  }
 
   // ---- optimizer ----
   // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when

@@ -355,7 +355,8 @@ std::vector<OpCase> cases() {
                    auto dgate = dev(ops, std::vector<float>{0.25f});
                    ops.route_backward(dsrc_list.data(), dbase.data(), dw.data(), dgamma.data(), dgate.data(),
                                       dout.data(), R.logits.data(), R.src.data(), Router::S, Router::H, R.w.data(),
-                                      R.gamma.data(), R.base.data(), R.gate.data(), c, N, d);
+                                      R.gamma.data(), R.base.data(), R.gate.data(), c, N, d, nullptr,
+                                      /*accumulate_src=*/true, /*entropy_scale=*/0.3f);
                    Outputs out{dbase.host(), dw.host(), dgamma.host(), dgate.host()};
                    for (auto& x : dsrc) out.push_back(x.host());
                    return out;
@@ -367,6 +368,26 @@ std::vector<OpCase> cases() {
                  ops.route_mix_stream(R.out.data(), R.logits.data(), R.src.data(), Router::S, Router::H, R.gate.data(),
                                       Router::N, Router::d);
                  return Outputs{R.out.host()};
+               }});
+  k.push_back({Op::k_route_entropy, "", kFp32, [](Backend& ops) {
+                 Router R(ops);
+                 R.forward(ops, Combine::kAdd);
+                 auto sum = dev(ops, std::vector<double>{0.5});
+                 ops.route_entropy(sum.data(), R.logits.data(), Router::S, Router::H, Router::N);
+                 return Outputs{{static_cast<float>(sum.host()[0])}};
+               }});
+  k.push_back({Op::k_sigmoid_forward, "", kFp32, [](Backend& ops) {
+                 auto x = dev(ops, randn(301, 60, 4.0));
+                 DeviceVec<float> y(ops, 301);
+                 ops.sigmoid_forward(y.data(), x.data(), 301);
+                 return Outputs{y.host()};
+               }});
+  k.push_back({Op::k_sigmoid_backward, "", kFp32, [](Backend& ops) {
+                 auto x = dev(ops, randn(301, 61, 4.0)), dy = dev(ops, randn(301, 62)), dx = dev(ops, randn(301, 63));
+                 DeviceVec<float> y(ops, 301);
+                 ops.sigmoid_forward(y.data(), x.data(), 301);
+                 ops.sigmoid_backward(dx.data(), dy.data(), y.data(), 301);
+                 return Outputs{dx.host()};
                }});
   // ---- optimizer ----
   for (bool copy16 : {false, true}) {  // the float32 state, then the bf16 copy (kBf16: a rounding of it)

@@ -58,9 +58,9 @@ class Unfused final : public Forwarding {
   void route_backward_impl(float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,
                            const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w,
                            const float* gamma, const float* base, const float* gate, Combine combine, int64_t N,
-                           int64_t d, const RouteRebuild* rebuild, bool accumulate_src) override {
+                           int64_t d, const RouteRebuild* rebuild, bool accumulate_src, float entropy) override {
     cpu_->route_backward(dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, H, w, gamma, base, gate, combine, N, d,
-                         nullptr, accumulate_src);
+                         nullptr, accumulate_src, entropy);
     if (rebuild) rebuild_by_composition(*rebuild, N, d);
   }
 

@@ -8,6 +8,8 @@
 // read it.  A failed check is an InternalError: a caller broke the op's
 // contract.  Every op of the list has its function here (backend.h declares
 // them from the list), or the build does not link.
+#include <cmath>
+
 #include "ops/backend.h"
 
 namespace attnres {
@@ -185,9 +187,11 @@ void Backend::check_route_mix_stream(float*, const float* logits, const RouteSou
 void Backend::check_route_backward(float* const* dsrc, float*, float*, float*, float*, const float* dout, const float*,
                                    const RouteSource* src, int64_t S, int64_t H, const float* w, const float* gamma,
                                    const float* base, const float* gate, Combine combine, int64_t N, int64_t d,
-                                   const RouteRebuild* rebuild, bool) const {
+                                   const RouteRebuild* rebuild, bool, float entropy_scale) const {
   sizes("route_backward", {N, d});
   ATTNRES_CHECK(src && dsrc && dout && S >= 1, "route_backward: sources, their gradients and dout are needed");
+  ATTNRES_CHECK(std::isfinite(entropy_scale) && entropy_scale >= 0,
+                "route_backward: entropy scale ", entropy_scale, " (a finite value >= 0)");
   ATTNRES_CHECK(w && gamma, "route_backward: the router's query and norm weight are needed");
   heads("route_backward", H, d);
   ATTNRES_CHECK(!(gate && combine == Combine::kReplace) || base,
@@ -202,6 +206,22 @@ void Backend::check_route_backward(float* const* dsrc, float*, float*, float*, f
                 "route_backward: rebuild: bad base");
   ATTNRES_CHECK(rebuild->logits || (rebuild->w && rebuild->gamma),
                 "route_backward: rebuild: no logits and no query to compute them from");
+}
+
+void Backend::check_route_entropy(double* sum, const float* logits, int64_t S, int64_t H, int64_t N) const {
+  sizes("route_entropy", {S, N});
+  ATTNRES_CHECK(sum && S >= 1 && (N == 0 || logits), "route_entropy: a sum and the logits of at least one source");
+  ATTNRES_CHECK(H >= 1 && H <= kMaxRoutingHeads, "route_entropy: routing heads ", H, " (1 to ", kMaxRoutingHeads, ")");
+}
+
+void Backend::check_sigmoid_forward(float* y, const float* x, int64_t n) const {
+  sizes("sigmoid_forward", {n});
+  ATTNRES_CHECK(n == 0 || (y && x), "sigmoid_forward: input and output are needed");
+}
+
+void Backend::check_sigmoid_backward(float* dx, const float* dy, const float* y, int64_t n) const {
+  sizes("sigmoid_backward", {n});
+  ATTNRES_CHECK(n == 0 || (dx && dy && y), "sigmoid_backward: dx, dy and the forward's output are needed");
 }
 
 void Backend::check_adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate&,

@@ -103,9 +103,13 @@
     (float* const* dsrc, float* dbase, float* dw, float* dgamma, float* dgate, const float* dout,                     \
      const float* logits, const RouteSource* src, int64_t S, int64_t H, const float* w, const float* gamma,           \
      const float* base, const float* gate, Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,        \
-     bool accumulate_src),                                                                                            \
+     bool accumulate_src, float entropy_scale),                                                                       \
     (dsrc, dbase, dw, dgamma, dgate, dout, logits, src, S, H, w, gamma, base, gate, combine, N, d, rebuild,           \
-     accumulate_src))                                                                                                 \
+     accumulate_src, entropy_scale))                                                                                  \
+  X(Routing, void, route_entropy, (double* sum, const float* logits, int64_t S, int64_t H, int64_t N),               \
+    (sum, logits, S, H, N))                                                                                           \
+  X(Routing, void, sigmoid_forward, (float* y, const float* x, int64_t n), (y, x, n))                                 \
+  X(Routing, void, sigmoid_backward, (float* dx, const float* dy, const float* y, int64_t n), (dx, dy, y, n))         \
   X(Optimizer, void, adamw_update,                                                                                    \
     (float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16),                       \
     (p, g, m, v, n, u, p16))

@@ -839,6 +839,36 @@ TEST_P(SwiGlu, Bf16OutputsAreTheFloatOutputsRounded) {
 
 ATTNRES_ON_BACKENDS(SwiGlu);
 
+// ---- sigmoid (the sigmoid gates) ----------------------------------------------------
+
+class Sigmoid : public testing::OnBackend {};
+
+// y = σ(x) against the double formula over saturating values too; the
+// backward adds dy·σ'(x) to what dx held, against finite differences.
+TEST_P(Sigmoid, ForwardAndBackward) {
+  const int64_t n = 53;
+  auto x = randn(n, 27, 4.0), G = randn(n, 28), start = randn(n, 29);
+  x[0] = -40.0f, x[1] = 40.0f;  // saturated: 4e−18 and 1
+  auto x_d = dev(ops, x), G_d = dev(ops, G), dx = dev(ops, start);
+  DeviceVec<float> y(ops, n);
+  ops.sigmoid_forward(y.data(), x_d.data(), n);
+  const auto y_h = y.host();
+  for (int64_t i = 0; i < n; ++i) {
+    const double want = 1 / (1 + std::exp(-static_cast<double>(x[i])));
+    EXPECT_NEAR(y_h[i], want, 1e-7 * want) << i;
+  }
+  ops.sigmoid_backward(dx.data(), G_d.data(), y.data(), n);
+  auto loss = [&] {
+    ops.sigmoid_forward(y.data(), x_d.data(), n);
+    return dot(y, G);
+  };
+  auto got = to_double(dx.host());
+  for (int64_t i = 0; i < n; ++i) got[i] -= start[i];
+  EXPECT_TRUE(all_close(got, fd_gradient(x_d, loss), kFdAtol, kFdRtol));
+}
+
+ATTNRES_ON_BACKENDS(Sigmoid);
+
 // ---- embedding ---------------------------------------------------------------------
 
 class Embedding : public testing::OnBackend {};

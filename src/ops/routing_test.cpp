@@ -39,6 +39,7 @@ struct Case {
   bool gate;
   bool alias_base;  // dbase is dsrc[S−1] and base is source S−1 (gated full/block)
   int64_t H = 1;    // routing heads (H divides d)
+  double entropy = 0;  // κ of the entropy term: the loss adds κ·Σ_hi α_hi ln(α_hi + ε) per token
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -107,11 +108,14 @@ void ref_token(const Data& D, int64_t n, double* out, double* alpha, double* log
   }
 }
 
+constexpr double kEntropyEps = 1e-8;  // the reference code's ε in −Σ α ln(α + ε)
 double ref_loss_token(const Data& D, int64_t n) {
   std::vector<double> out(D.k.d), alpha(D.k.H * D.k.S);
   ref_token(D, n, out.data(), alpha.data());
   double l = 0;
   for (int64_t c = 0; c < D.k.d; ++c) l += D.dout[n * D.k.d + c] * out[c];
+  // The entropy term: −κ times the token's entropy summed over its heads.
+  for (const double a : alpha) l += D.k.entropy * a * std::log(a + kEntropyEps);
   return l;
 }
 
@@ -191,7 +195,8 @@ struct Kernel {
   void backward(const Case& k) {
     float* db = k.alias_base ? dsrc[k.S - 1].data() : dbase.data();
     ops.route_backward(dsrc_ptr.data(), db, dw.data(), dgamma.data(), dgate(k), dout.data(), logits.data(), src.data(),
-                       k.S, k.H, w.data(), gamma.data(), base_ptr(k), gate(k), k.combine, k.N, k.d);
+                       k.S, k.H, w.data(), gamma.data(), base_ptr(k), gate(k), k.combine, k.N, k.d, nullptr,
+                       /*accumulate_src=*/true, static_cast<float>(k.entropy));
   }
   // Host copies of the results.
   std::vector<std::vector<float>> dsrc_host() const {
@@ -222,6 +227,10 @@ const Case kCases[] = {
     {"two_sources_add_h8", 70, 40, 2, false, Combine::kAdd, false, false, 8},
     {"many_sources_add_null_gate_h8", 70, 40, 9, true, Combine::kAdd, true, false, 8},
     {"three_sources_replace_head_size_1", 70, 4, 3, false, Combine::kReplace, false, false, 4},
+    // The entropy term's gradient (entropy_scale κ), alone and beside a gate and heads.
+    {"many_sources_add_null_entropy", 70, 37, 9, true, Combine::kAdd, false, false, 1, 0.7},
+    {"many_sources_replace_gate_base_is_last_entropy_h2", 70, 38, 5, false, Combine::kReplace, true, true, 2, 0.7},
+    {"one_source_replace_entropy", 70, 37, 1, false, Combine::kReplace, false, false, 1, 0.7},
 };
 
 std::string case_name(const Case& c) { return c.name; }
@@ -379,6 +388,27 @@ TEST_P(Routing, BackwardMatchesFiniteDifferences) {
     expect_close("dgamma", 0, c, dgamma[c] - dgamma0[c], fd(D.gamma[c], [&] { return ref_loss(D); }));
   }
   if (k.gate) expect_close("dgate", 0, 0, dg - dg0, fd(D.g, [&] { return ref_loss(D); }));
+}
+
+// route_entropy: the double reference's Σ_n (1/H) Σ_h −Σ_i α ln(α + ε) from
+// the forward's logits, added to what the sum held.
+TEST_P(Routing, EntropyMatchesTheReference) {
+  const Case k = shape();
+  Data D(k, 19);
+  Kernel K(D, ops);
+  K.forward(k);
+  DeviceVec<double> sum(ops, std::vector<double>{0.25});
+  ops.route_entropy(sum.data(), K.logits.data(), k.S, k.H, k.N);
+  double want = 0.25;
+  std::vector<double> out(k.d), alpha(k.H * k.S);
+  for (int64_t n = 0; n < k.N; ++n) {
+    ref_token(D, n, out.data(), alpha.data());
+    double e = 0;
+    for (const double a : alpha) e -= a * std::log(a + kEntropyEps);
+    want += e / static_cast<double>(k.H);
+  }
+  // The logits are float (relative 6e−8), the rest double.
+  EXPECT_NEAR(sum.host()[0], want, 1e-5 * (1 + std::fabs(want)));
 }
 
 ATTNRES_ON_BACKENDS_WITH(Routing, Case, ::testing::ValuesIn(kCases), case_name);
@@ -606,7 +636,7 @@ TEST_P(RoutingHelpers, FirstRouterAssigns) {
   A.backward(k);
   ops.route_backward(B.dsrc_ptr.data(), B.dbase.data(), B.dw.data(), B.dgamma.data(), B.dg.data(), B.dout.data(),
                      B.logits.data(), B.src.data(), k.S, k.H, B.w.data(), B.gamma.data(), B.base.data(), B.g.data(),
-                     k.combine, k.N, k.d, nullptr, /*accumulate_src=*/false);
+                     k.combine, k.N, k.d, nullptr, /*accumulate_src=*/false, /*entropy_scale=*/0.0f);
   const auto a_dsrc = A.dsrc_host(), b_dsrc = B.dsrc_host();
   for (int64_t i = 0; i < k.S; ++i) EXPECT_TRUE(same_bits(a_dsrc[i], b_dsrc[i])) << i;
   EXPECT_TRUE(same_bits(A.dbase.host(), B.dbase.host()));

@@ -2,6 +2,7 @@
 #include "train/loop_parts.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "core/error.h"
@@ -49,6 +50,10 @@ std::string StepRecord::line() const {
                 tok_per_s, 100.0 * mfu);
   std::string s = buf;
   if (comm_seconds >= 0) s += cat(" | comm ", static_cast<int>(comm_seconds * 1e3), " ms");
+  if (!std::isnan(route_entropy)) {
+    std::snprintf(buf, sizeof buf, " | route entropy %.4f", route_entropy);
+    s += buf;
+  }
   return s;
 }
 
@@ -56,6 +61,7 @@ nlohmann::json StepRecord::json() const {
   nlohmann::json j = {{"step", done},          {"loss", loss},          {"lr", lr}, {"grad_norm", grad_norm},
                       {"ms", seconds * 1e3}, {"tok_per_s", tok_per_s}, {"mfu", mfu}};
   if (comm_seconds >= 0) j["comm_ms"] = comm_seconds * 1e3;
+  if (!std::isnan(route_entropy)) j["route_entropy"] = route_entropy;
   return j;
 }
 

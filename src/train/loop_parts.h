@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,9 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double seconds = 0, tok_per_s = 0, mfu = 0;
   double comm_seconds = -1;  // < 0: a world of one (not reported)
+  // The entropy term's E (train --entropy-lambda); NaN: not trained with it.
+  // (E itself may be a hair below 0: a router of one source has −ln(1 + 1e−8).)
+  double route_entropy = std::numeric_limits<double>::quiet_NaN();
   std::string line() const;  // "step    12/100 | loss 5.1234 | lr ... | MFU 61.2%"
   nlohmann::json json() const;
 };

@@ -93,6 +93,10 @@ TEST(StepRecord, TheLineAndTheJsonSayTheSame) {
   r.comm_seconds = 0.0125;  // several ranks
   EXPECT_EQ(r.line().substr(r.line().size() - 13), " | comm 12 ms");
   EXPECT_DOUBLE_EQ(r.json()["comm_ms"].get<double>(), 12.5);
+  EXPECT_FALSE(r.json().contains("route_entropy"));
+  r.route_entropy = 1.23456;  // train --entropy-lambda
+  EXPECT_EQ(r.line().substr(r.line().size() - 23), " | route entropy 1.2346");
+  EXPECT_DOUBLE_EQ(r.json()["route_entropy"].get<double>(), 1.23456);
 }
 
 TEST(SumOverRanks, AddsEachValueInRankOrder) {

@@ -75,6 +75,10 @@ void TrainOptions::validate() const {
   constexpr int64_t kMostStepTokens = int64_t{1} << 40;
   if (batch <= (int64_t{1} << 30) / seq_len && accum > kMostStepTokens / (batch * seq_len))
     fail("--accum ", accum, " × --batch ", batch, " × --seq-len ", seq_len, " is more than 2^40 tokens per step");
+  if (!(std::isfinite(entropy_lambda) && entropy_lambda >= 0))
+    fail("--entropy-lambda must be 0 (off) or a finite positive number, got ", entropy_lambda);
+  if (entropy_lambda > 0 && !mode_spec(model.mode).routed())
+    fail("--entropy-lambda weighs the routing entropy, and a baseline model has no routing (set --mode)");
   if (freeze_base && !mode_spec(model.mode).routed())
     fail("--freeze-base trains the routing parameters only, and a baseline model has none (set --mode)");
   if (keep_checkpoints < 0) fail("--keep-checkpoints must be 0 (all) or positive");

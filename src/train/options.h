@@ -56,6 +56,7 @@ struct TrainOptions {
   double lr, lr_min;
   double lr_routing, lr_min_routing;  // the routing group's own peak and end (< 0: lr, lr_min)
   bool freeze_base;                   // train the routing parameters only
+  double entropy_lambda;              // the routing entropy term's λ (0 = off; ModelOptions::entropy_lambda)
   double weight_decay, beta1, beta2, eps, clip;
   uint64_t seed;
   int64_t val_every, val_tokens, ckpt_every, keep_checkpoints, routing_every;
@@ -102,6 +103,9 @@ struct TrainOptions {
           "final learning rate of the routing parameters (default: --lr-min, as the reference script)");
     visit(o.freeze_base, "freeze_base", "false", R::kFixed,
           "train the routing parameters only (no gradients or moments for the rest)");
+    visit(o.entropy_lambda, "entropy_lambda", "0", R::kFixed,
+          "the reference code's routing entropy term: train on loss - lambda x E, E the mean over the sublayer "
+          "routers, tokens and routing heads of -sum a ln(a + 1e-8) (0 = off; logged as route_entropy)");
     visit(o.warmup, "warmup", "20", R::kFixed, "linear warmup steps");
     visit(o.weight_decay, "weight_decay", "0.1", R::kFixed, "AdamW weight decay (matrices and embeddings only)");
     visit(o.beta1, "beta1", "0.9", R::kFixed, "AdamW beta1");

@@ -130,6 +130,9 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
                          ? (delta ? "exact conversion (learnable_alpha gate at 0: the routed term is switched off)"
                                   : "learnable_alpha gate at 0 — not an identity in block/full (the gate mixes "
                                     "with the partial sum / latest output), no exact conversion exists there")
+                         : c.gate == Gate::kSigmoidScalar
+                         ? "sigmoid_scalar gate at sigmoid(-2) = 0.12 — not an identity: the routed input is mixed "
+                           "in at 12% from the start, as the reference initialises it"
                          : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
                            "from the start)";
   std::printf("conversion %s -> %s%s: %s\n", saved.mode_label(), c.mode_label(),
@@ -153,6 +156,8 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   model.zero_grad();
   const float scale = 1.0f / static_cast<float>(so.accum * ranks);
   double loss = 0;  // this rank's mean over its micro-batches
+  const bool entropy = model.options().entropy_lambda > 0;
+  double ent = 0;   // the entropy term's E, likewise
   for (int64_t micro = 0; micro < so.accum; ++micro) {
     // One process: a stop signal is honoured between micro-batches — the
     // step is abandoned (no update; the caller puts the data position back),
@@ -164,8 +169,10 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     }
     next_batch(inputs.data(), targets.data());
     loss += model.forward_backward(inputs.data(), targets.data(), true, scale);
+    if (entropy) ent += model.route_entropy();
   }
   loss /= static_cast<double>(so.accum);
+  ent /= static_cast<double>(so.accum);
   Backend& ops = model.context().ops();
   float* grads = model.grads();
   if (so.gradient_fault) {
@@ -210,15 +217,17 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
       // Every rank holds the whole sum: rank 0's Σg² counts once.
       my_sum_sq = so.comm->root() ? sum_squares(ops, adamw, grads) : 0.0;
     }
-    const std::vector<double> all = so.comm->all_gather({loss, my_sum_sq, static_cast<double>(signal)},
+    const std::vector<double> all = so.comm->all_gather({loss, my_sum_sq, static_cast<double>(signal), ent},
                                                         at + "the exchange of losses and norms");
-    const std::vector<double> sum = sum_over_ranks(all, ranks, 3);
+    const std::vector<double> sum = sum_over_ranks(all, ranks, 4);
     loss = sum[0] / ranks;
     sum_sq = sum[1];
+    ent = sum[3] / ranks;
     st.signal = 0;
-    for (int r = 0; r < ranks && !st.signal; ++r) st.signal = static_cast<int>(all[3 * static_cast<size_t>(r) + 2]);
+    for (int r = 0; r < ranks && !st.signal; ++r) st.signal = static_cast<int>(all[4 * static_cast<size_t>(r) + 2]);
   }
   st.loss = loss;
+  if (entropy) st.route_entropy = ent;
   st.grad_norm = std::sqrt(sum_sq);
   if (!std::isfinite(st.loss) || !std::isfinite(st.grad_norm)) {
     if (so.skip_nonfinite) {
@@ -482,6 +491,7 @@ void Run::build() {
   mo.precision = precision;
   mo.freeze_base = opt_.freeze_base;
   mo.recompute = opt_.recompute;
+  mo.entropy_lambda = opt_.entropy_lambda;
   model_ = std::make_unique<Model>(*ctx_, c_, mo);
   // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena
   // (with a frozen base, the few routing parameters' moments are not sharded).
@@ -790,7 +800,7 @@ void Run::step_loop() {
       result_.final_loss = st.loss;
       const double tok_s = static_cast<double>(tokens_per_step_) / dt;
       const StepRecord rec{done, schedule.end, st.loss, sopt.lr, st.grad_norm, dt, tok_s,
-                           tok_s * flops_per_token_ / peak_flops_, ranks_ > 1 ? comm_s : -1.0};
+                           tok_s * flops_per_token_ / peak_flops_, ranks_ > 1 ? comm_s : -1.0, st.route_entropy};
       if (!quiet_) std::printf("%s\n", rec.line().c_str());
       log_line(rec.json());
     }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,7 @@ struct StepOptions {
 };
 struct StepStats {
   double loss = 0, grad_norm = 0;  // global, before clipping
+  double route_entropy = std::numeric_limits<double>::quiet_NaN();  // global: the entropy term's E, else NaN
   bool skipped = false;            // not finite, and skipped
   int signal = 0;                  // the first rank's stop signal, if any rank had one
   bool abandoned = false;          // one process: stopped between micro-batches, no update made

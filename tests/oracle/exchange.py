@@ -27,7 +27,10 @@ Usage: scripts/peers_python.sh tests/oracle/exchange.py --attnres build/attnres
    ignores that key, so only `reference` checkpoints reproduce there (the
    docs and `attnres export` say so).  Also delta_mh, block_mh and full_mh
    checkpoints, and delta_block with 4 routing heads and the paper's block
-   deltas (a form the reference has no class for, read here by our keys).
+   deltas (a form the reference has no class for, read here by our keys),
+   and full with the sigmoid_scalar gate (both directions: its 0-dim
+   *_res_gate_logit tensors; reading the gate as bias or as a raw alpha is
+   caught).
 
 Exit status 1 on any mismatch.  Takes a few seconds.
 """
@@ -140,6 +143,8 @@ def reference_state_dict(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=torch.float64).numpy()
         if name.endswith("_alpha"):
             t = 0.5 + 0.15 * n
+        elif name.endswith("_gate_logit"):
+            t = 0.5 * n            # g = sigmoid(theta) about 0.5: the routing matters
         elif name.endswith("_null_source"):
             t = 0.2 * n
         elif name.endswith("res_proj.weight"):
@@ -273,6 +278,9 @@ def reference_to_attnres(run, data, ids):
         ("full_mh_default_heads", "full_mh", 8, "bias", False, True, False, None),
         ("delta_mh_sharded", "delta_mh", 3, "learnable_alpha", False, True, True, 8),
         ("block_mh_one_head", "block_mh", 3, "bias", False, True, False, 1),
+        # The reference's sigmoid_scalar gate: 0-dim *_res_gate_logit tensors.
+        ("block_sigmoid", "block", 3, "sigmoid_scalar", False, True, False, None),
+        ("delta_sigmoid_sharded", "delta", 8, "sigmoid_scalar", True, True, True, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -283,6 +291,15 @@ def reference_to_attnres(run, data, ids):
         wr = {n: w[n] for n in dict(O.param_shapes(cfg))}
         want = oracle_loss(cfg, wr, ids)
         run.check(f"reference {name} -> attnres eval", run.eval_loss(d, data), want)
+        if gate == "sigmoid_scalar":  # the gate is read: without it (bias), or as a raw alpha, the loss moves
+            for other_gate, over in (("bias", {}),
+                                     ("learnable_alpha", {n.replace("_gate_logit", "_alpha"): v
+                                                          for n, v in wr.items() if n.endswith("_gate_logit")})):
+                c2 = dict(cfg, attnres_gate_type=other_gate)
+                w2 = {n: v for n, v in dict(wr, **over).items() if n in dict(O.param_shapes(c2))}
+                other = oracle_loss(c2, w2, ids)
+                run.check_true(f"  ({name}: reading its gate as {other_gate} would be off by {abs(other - want):.2e})",
+                               abs(other - want) > 10 * TOL)
         if mode == "delta_block":  # the other reading of the block delta is caught
             other = oracle_loss(dict(cfg, attnres_block_delta="true"), wr, ids)
             run.check_true(f"  ({name}: reading it as block delta \"true\" would be off by {abs(other - want):.2e})",
@@ -373,6 +390,8 @@ def attnres_to_reference(run, data, ids, train_data):
         ("full_mh", {"attnres_mode": "full_mh"}, 8),   # no heads key: the name's 8
         ("delta_block_h4", {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "attnres_num_heads": 4,
                             "attnres_block_delta": "true", "attnres_use_null_source": True}, 4),
+        # The sigmoid_scalar gate: 0-dim *_res_gate_logit tensors the reference's strict load expects.
+        ("full_sigmoid", {"attnres_mode": "full", "attnres_gate_type": "sigmoid_scalar"}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

@@ -84,7 +84,25 @@ CASES = {
     "delta_h4": {"attnres_mode": "delta", "attnres_num_heads": 4},
     # Block's sources added to a stream (--sources partial_sums --combine add; not in the papers).
     "block_add": {"attnres_mode": "block_add", "attnres_num_blocks": 3, "attnres_use_null_source": True},
+    # The reference code's sigmoid_scalar gate, replacing (block) and adding (delta + null).  (In full its
+    # ten steps are chaotic here, as full_alpha's: the first micro-batch agrees, the trajectory parts.)
+    "block_sigmoid": {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_gate_type": "sigmoid_scalar"},
+    "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
+                      "attnres_gate_type": "sigmoid_scalar"},
+    # The entropy term (CASE_TRAIN's entropy_lambda): a mode the reference collects it in, and block with 4
+    # routing heads (its final router is left out of the mean).
+    "delta_block_entropy": {"attnres_mode": "delta_block", "attnres_num_blocks": 3},
+    "block_h4_entropy": {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_num_heads": 4},
 }
+# Training options of a case beyond TRAIN (train.json): the entropy term's lambda.
+CASE_TRAIN = {
+    "delta_block_entropy": {"entropy_lambda": 0.5},
+    "block_h4_entropy": {"entropy_lambda": 0.5},
+}
+
+
+def case_train(name):
+    return dict(TRAIN, **CASE_TRAIN.get(name, {}))
 
 # Random init of golden weights (not the engine's init; see README.md).
 STD_MATRIX = 0.02 * 5      # every linear matrix and lm_head
@@ -94,6 +112,7 @@ STD_NORM = 0.1             # norm weights 1 + STD_NORM * N(0,1)
 STD_QUERY = 0.25           # pseudo-queries (res_proj)
 STD_NULL = 0.2             # null sources
 ALPHA_MEAN, ALPHA_STD = 0.5, 0.15
+GATE_LOGIT_MEAN, GATE_LOGIT_STD = 0.0, 0.5    # sigmoid_scalar's theta: g about 0.5 (the reference inits -2)
 
 # Greedy-generation reference (golden generate.*).
 GEN_PROMPT_LENS = (5, 8, 3)
@@ -116,6 +135,8 @@ def init_weights(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=F64)
         if name.endswith("_alpha"):
             t = ALPHA_MEAN + ALPHA_STD * n
+        elif name.endswith("_gate_logit"):
+            t = GATE_LOGIT_MEAN + GATE_LOGIT_STD * n
         elif name.endswith("_null_source"):
             t = STD_NULL * n
         elif name.endswith("res_proj.weight"):
@@ -169,13 +190,18 @@ def greedy_refs(w, cfg, tokens, dtype=F64):
     return out
 
 
-def micro_loss_and_grads(P, cfg, seq, bf16=False):
+def micro_loss_and_grads(P, cfg, seq, bf16=False, entropy_lambda=0.0):
+    """logits, the cross-entropy, the gradients of the training objective
+    (cross-entropy - entropy_lambda * E) and E (the entropy term's mean_entropy)."""
     names = [n for n, _ in O.param_shapes(cfg)]
-    logits = O.forward(P, cfg, seq[:, :-1], bf16=bf16)
+    ent = []
+    logits = O.forward(P, cfg, seq[:, :-1], bf16=bf16, entropy=ent)
     loss = O.loss_of(logits, seq[:, 1:])
-    gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
+    E = O.mean_entropy(cfg, ent)
+    objective = loss - entropy_lambda * E if entropy_lambda else loss
+    gs = torch.autograd.grad(objective, [P[n] for n in names], allow_unused=True)
     grads = {n: (g if g is not None else torch.zeros_like(P[n])) for n, g in zip(names, gs)}
-    return logits, loss, grads
+    return logits, loss, grads, E.detach()
 
 
 # ---------------------------------------------------------------------------
@@ -328,13 +354,27 @@ def check_finite_differences():
           "attnres_gate_type": "learnable_alpha"},
          ["model.layers.0.attn_null_source", "model.layers.3.mlp_null_source",
           "model.layers.4.attn_res_proj.weight", "model.layers.2.mlp_res_alpha"]),
+        ("full+sigmoid_scalar",
+         {"attnres_mode": "full", "attnres_gate_type": "sigmoid_scalar"},
+         ["model.layers.1.attn_res_gate_logit", "model.layers.4.mlp_res_gate_logit",
+          "model.layers.2.attn_res_proj.weight"]),
+        ("delta_block+entropy 0.5",
+         {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "entropy_lambda": 0.5},
+         ["model.layers.3.attn_res_proj.weight", "model.layers.1.mlp_res_norm.weight",
+          "model.layers.4.self_attn.v_proj.weight", "model.embed_tokens.weight"]),
+        ("block (4 heads)+entropy 0.5",
+         {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_num_heads": 4, "entropy_lambda": 0.5},
+         ["model.layers.5.mlp_res_proj.weight", "model.layers.0.mlp_res_norm.weight",
+          "model.final_res_proj.weight"]),
     ]
     g = torch.Generator().manual_seed(5)
     for label, over, names in probes:
+        over = dict(over)
+        lam = over.pop("entropy_lambda", 0.0)
         cfg = make_config(over)
         P = to_params(init_weights(cfg, 4321))
         seq = make_tokens(cfg, 77)[0, 0]
-        _, _, grads = micro_loss_and_grads(P, cfg, seq)
+        _, _, grads, _ = micro_loss_and_grads(P, cfg, seq, entropy_lambda=lam)
         worst = 0.0
         for n in names:
             flat = P[n].detach().view(-1)
@@ -348,7 +388,9 @@ def check_finite_differences():
                     with torch.no_grad():
                         old = float(flat[j])
                         flat[j] = old + sgn * h
-                        vals.append(float(O.loss_of(O.forward(P, cfg, seq[:, :-1]), seq[:, 1:])))
+                        ent = []
+                        ce = O.loss_of(O.forward(P, cfg, seq[:, :-1], entropy=ent), seq[:, 1:])
+                        vals.append(float(ce - lam * O.mean_entropy(cfg, ent)))
                         flat[j] = old
                 fd = (vals[0] - vals[1]) / (2 * h)
                 ag = float(grads[n].reshape(-1)[j])
@@ -416,16 +458,18 @@ def run_bf16_case(name):
     w = init_weights(cfg, seed)
     tokens = make_tokens(cfg, seed + 1)
     P = to_params(w)
-    logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0], bf16=True)
+    tr = case_train(name)
+    logits, loss, grads, E = micro_loss_and_grads(P, cfg, tokens[0, 0], bf16=True,
+                                                  entropy_lambda=tr.get("entropy_lambda", 0.0))
     probe = []
     with torch.no_grad():
         O.forward(P, cfg, tokens[0, 0, :, :-1], probe=probe, bf16=True)
     iv = intervention_losses(P, cfg, tokens[0, 0], probe, bf16=True) if probe else None   # the initial weights
-    rec = O.train(P, cfg, tokens, TRAIN, bf16=True)
+    rec = O.train(P, cfg, tokens, tr, bf16=True)
     with torch.no_grad():
         final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1], bf16=True), tokens[0, k, :, 1:]))
                     for k in range(TRAIN["accum"])) / TRAIN["accum"]
-    return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final, iv=iv)
+    return dict(logits=logits.detach(), loss=loss.detach(), grads=grads, rec=rec, final=final, iv=iv, entropy=E, train=tr)
 
 
 def intervention_specs(sizes, heads):
@@ -465,17 +509,18 @@ def run_case(name, dtype=F64):
     tokens = make_tokens(cfg, seed + 1)
     P = to_params(w, dtype)
     probe = []
-    logits, loss, grads = micro_loss_and_grads(P, cfg, tokens[0, 0])
+    tr = case_train(name)
+    logits, loss, grads, E = micro_loss_and_grads(P, cfg, tokens[0, 0], entropy_lambda=tr.get("entropy_lambda", 0.0))
     with torch.no_grad():
         O.forward(P, cfg, tokens[0, 0, :, :-1], probe=probe)
     iv = intervention_losses(P, cfg, tokens[0, 0], probe) if probe else None   # the initial weights
-    rec = O.train(P, cfg, tokens, TRAIN)
+    rec = O.train(P, cfg, tokens, tr)
     with torch.no_grad():   # step 0's batch after the last update
         final = sum(float(O.loss_of(O.forward(P, cfg, tokens[0, k, :, :-1]), tokens[0, k, :, 1:]))
                     for k in range(TRAIN["accum"])) / TRAIN["accum"]
     gen = greedy_refs(w, cfg, tokens, dtype)   # initial weights, not the trained P
     return dict(cfg=cfg, weights=w, tokens=tokens, logits=logits.detach(), loss=loss.detach(),
-                grads=grads, rec=rec, final=final, probe=probe, gen=gen, iv=iv)
+                grads=grads, rec=rec, final=final, probe=probe, gen=gen, iv=iv, entropy=E, train=tr)
 
 
 def hf_config(cfg):
@@ -501,7 +546,7 @@ def write_case(root, name, r):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "config.json"), "w") as f:
         f.write(json.dumps(hf_config(r["cfg"]), indent=2, sort_keys=True) + "\n")
-    tr = dict(TRAIN)
+    tr = dict(r["train"])
     tr["decayed_params"] = [n for n, _ in O.param_shapes(r["cfg"]) if O.is_decayed(n)]
     with open(os.path.join(d, "train.json"), "w") as f:
         f.write(json.dumps(tr, indent=2, sort_keys=True) + "\n")
@@ -537,6 +582,8 @@ def outputs(r):
         "train_grad_norms": np.array(r["rec"]["grad_norms"], dtype=np.float32),
         "final_loss": np.array([r["final"]], dtype=np.float32),
     }
+    if r["train"].get("entropy_lambda"):   # the entropy term's E of micro-batch (0, 0), where the case trains with it
+        g["route_entropy"] = f32(r["entropy"].reshape(1))
     for n, t in r["grads"].items():
         g["grad." + n] = f32(t)
     return g

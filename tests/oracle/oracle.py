@@ -95,7 +95,7 @@ ATTNRES_DEFAULTS = {
     "attnres_num_blocks": 8,            # reference default
     "attnres_block_delta": "true",      # DESIGN default; "reference" = released code
     "attnres_use_null_source": False,
-    "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha"
+    "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha" | "sigmoid_scalar"
     "attnres_query_init": "zero",       # init only: "zero" (DESIGN) | "normal"
     "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
@@ -124,7 +124,7 @@ def full_config(cfg):
         c["attnres_use_null_source"] = True
         c["attnres_block_delta"] = "reference"
     assert c["attnres_block_delta"] in ("true", "reference")
-    assert c["attnres_gate_type"] in ("bias", "learnable_alpha")
+    assert c["attnres_gate_type"] in ("bias", "learnable_alpha", "sigmoid_scalar")
     assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
     Hr = c["attnres_num_heads"]
     assert Hr >= 1 and c["hidden_size"] % Hr == 0, Hr
@@ -175,6 +175,9 @@ def param_shapes(cfg):
             if cfg["attnres_gate_type"] == "learnable_alpha":
                 # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
                 out += [(p + "attn_res_alpha", ()), (p + "mlp_res_alpha", ())]
+            if cfg["attnres_gate_type"] == "sigmoid_scalar":
+                # The gate's logit theta, g = sigmoid(theta): 0-dim, -2 at the reference's init.
+                out += [(p + "attn_res_gate_logit", ()), (p + "mlp_res_gate_logit", ())]
     if has_final_router(cfg):
         out += [("model.final_res_proj.weight", (1, d)),
                 ("model.final_res_norm.weight", (d,))]
@@ -321,7 +324,16 @@ def mlp(P, pre, u, bf16=False):
     return linear(torch.nn.functional.silu(g) * up, P[pre + "down_proj.weight"], bf16)
 
 
-def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None):
+ENTROPY_EPS = 1e-8   # the reference code's: -sum alpha ln(alpha + 1e-8)
+
+
+def route_entropy(a):
+    """The entropy term's per-router value from alpha (N,B,T) or (N,B,T,heads):
+    the mean over tokens (and heads) of -sum_i alpha_i ln(alpha_i + 1e-8)."""
+    return -(a * (a + ENTROPY_EPS).log()).sum(0).mean()
+
+
+def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None, entropy=None):
     """Softmax over sources of w . RMSNorm_gamma(v_i); returns sum_i alpha_i v_i.
     sources: list of (B,T,d); proj_w (1,d); norm_w (d,).
     heads > 1: the keys are the RMSNorm over the full d, viewed as `heads`
@@ -332,7 +344,8 @@ def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None):
     intervention (docs/routing.md, "Interventions"): ("ablate", keep) routes
     over the sources at the positions in keep alone (the softmax renormalised
     over them; none left: the routed sum is 0); ("weights", w) takes
-    alpha[h][i] = w[h][i] for every token instead of the softmax."""
+    alpha[h][i] = w[h][i] for every token instead of the softmax.
+    entropy: a list that receives route_entropy(alpha), differentiable."""
     if intervention is not None and intervention[0] == "ablate":
         if not intervention[1]:
             return torch.zeros_like(sources[0])
@@ -350,6 +363,8 @@ def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None):
         a = z.softmax(dim=0)
         if probe is not None:
             probe.append(a.detach())
+        if entropy is not None:
+            entropy.append(route_entropy(a))
         return (a.unsqueeze(-1) * Vs).sum(0)
     d = Vs.shape[-1]
     sliced = Vs.shape[:-1] + (heads, d // heads)            # (N,B,T,heads,d/heads)
@@ -359,17 +374,21 @@ def route(sources, proj_w, norm_w, eps, probe=None, heads=1, intervention=None):
     a = z.softmax(dim=0)
     if probe is not None:
         probe.append(a.detach())
+    if entropy is not None:
+        entropy.append(route_entropy(a))
     return (a.unsqueeze(-1) * Vs.view(sliced)).sum(0).reshape(Vs.shape[1:])
 
 
-def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
+def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
     """P: dict name -> float tensor; ids: (B,T) int64. Returns logits (B,T,V).
     probe: optional list that receives every router's alpha, (N,B,T) with
     one routing head, (N,B,T,heads) with more.
     bf16: the products (projections, MLP, LM head) and the embedding lookup
     read bf16-rounded operands, as the engine's --precision bf16.
     intervene: {router: intervention} (see route), routers numbered in the
-    order they run (each sublayer that has one, then the final router)."""
+    order they run (each sublayer that has one, then the final router).
+    entropy: a list that receives each sublayer router's route_entropy (not
+    the final router's; the entropy term, mean_entropy)."""
     cfg = full_config(cfg)
     mode = base_mode(cfg)
     heads = cfg["attnres_num_heads"]
@@ -378,7 +397,7 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
     Bsz, T = ids.shape
     cos, sin = rope_cos_sin(T, cfg["head_dim"], float(cfg["rope_theta"]), E.dtype)
     nb = layers_per_block(cfg)
-    alpha_gate = cfg["attnres_gate_type"] == "learnable_alpha"
+    gate_type = cfg["attnres_gate_type"]
     use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add")
 
     def lp(i):
@@ -393,19 +412,23 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
 
     ran = [0]   # routers run so far: the next one's number
 
-    def route_next(srcs, proj_w, norm_w):
+    def route_next(srcs, proj_w, norm_w, ent=None):
         r = ran[0]
         ran[0] += 1
-        return route(srcs, proj_w, norm_w, eps, probe, heads, (intervene or {}).get(r))
+        return route(srcs, proj_w, norm_w, eps, probe, heads, (intervene or {}).get(r), ent)
 
     def routed(i, s, srcs):
-        return route_next(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"])
+        return route_next(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"], entropy)
 
     def gate(i, s, x, h):
-        """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); bias: h."""
-        if not alpha_gate:
+        """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); sigmoid_scalar:
+        the same with g = sigmoid(theta); bias: h."""
+        if gate_type == "learnable_alpha":
+            g = P[lp(i) + f"{s}_res_alpha"]
+        elif gate_type == "sigmoid_scalar":
+            g = torch.sigmoid(P[lp(i) + f"{s}_res_gate_logit"])
+        else:
             return h
-        g = P[lp(i) + f"{s}_res_alpha"]
         return (1 - g) * x + g * h
 
     def additive(i, s, x, srcs):
@@ -499,6 +522,14 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None):
     return linear(h, W, bf16)
 
 
+def mean_entropy(cfg, entropy):
+    """The entropy term's E: the mean over the 2L sublayers of their routers'
+    route_entropy, a sublayer without a router counting 0 (the reference code
+    appends 0 for a router with no source)."""
+    L = full_config(cfg)["num_hidden_layers"]
+    return sum(entropy) / (2 * L) if entropy else torch.zeros(())
+
+
 def loss_of(logits, targets):
     """Mean cross-entropy over all B*T targets."""
     V = logits.shape[-1]
@@ -542,7 +573,9 @@ def train(P, cfg, tokens, tr, stop=None, bf16=False):
     """AdamW run on P (dict of leaf tensors, modified in place).
     tokens: (steps, accum, B, T+1) int64; stop: run only steps [0, stop) of
     the schedule; bf16: forward and backward as --precision bf16 (the
-    weights, gradients and update stay float64). Returns dict of per-step records."""
+    weights, gradients and update stay float64); tr["entropy_lambda"] (absent:
+    0): the gradient is that of loss - lambda * mean_entropy, the recorded
+    losses the cross-entropy. Returns dict of per-step records."""
     names = [n for n, _ in param_shapes(cfg)]
     m = {n: torch.zeros_like(P[n]) for n in names}
     v = {n: torch.zeros_like(P[n]) for n in names}
@@ -553,8 +586,11 @@ def train(P, cfg, tokens, tr, stop=None, bf16=False):
         tot = 0.0
         for k in range(tr["accum"]):
             seq = tokens[s, k]
-            loss = loss_of(forward(P, cfg, seq[:, :-1], bf16=bf16), seq[:, 1:])
-            gs = torch.autograd.grad(loss, [P[n] for n in names], allow_unused=True)
+            ent = []
+            loss = loss_of(forward(P, cfg, seq[:, :-1], bf16=bf16, entropy=ent), seq[:, 1:])
+            lam = tr.get("entropy_lambda", 0.0)
+            objective = loss - lam * mean_entropy(cfg, ent) if lam else loss
+            gs = torch.autograd.grad(objective, [P[n] for n in names], allow_unused=True)
             for n, g in zip(names, gs):
                 if g is not None:
                     grads[n] += g

@@ -185,6 +185,20 @@ void CpuKernels::adamw_update_impl(float* p, const float* g, float* m, float* v,
   else adamw_loop<false>(p, g, m, v, n, u, nullptr, threads());
 }
 
+// σ(x) = 1/(1 + e^−x) in double (a gate is one value per router, or one
+// per token and dimension: the exponential's cost is not what limits it).
+void CpuKernels::sigmoid_forward_impl(float* y, const float* x, int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(1.0 / (1.0 + std::exp(-static_cast<double>(x[i]))));
+}
+
+// dx += dy·y·(1 − y), the sigmoid's derivative from its output.
+void CpuKernels::sigmoid_backward_impl(float* dx, const float* dy, const float* y, int64_t n) {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i)
+    dx[i] += static_cast<float>(static_cast<double>(dy[i]) * y[i] * (1.0 - static_cast<double>(y[i])));
+}
+
 }  // namespace attnres::ATTNRES_ISA
 
 #include "ops/cpu/isa_end.h"

@@ -19,6 +19,7 @@ namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 namespace {
 
 constexpr int64_t kChunk = 64;
+constexpr double kEntropyEps = 1e-8;  // the entropy term's ε: −Σ α ln(α + ε), as the reference code writes it
 
 int64_t num_chunks(int64_t N) { return (N + kChunk - 1) / kChunk; }
 int64_t pad16(int64_t n) { return (n + 15) / 16 * 16; }  // floats; keeps every region 64-byte aligned
@@ -369,7 +370,7 @@ void CpuKernels::route_backward_impl(float* const* dsrc, float* dbase, float* dw
                                 const float* dout, const float* logits, const RouteSource* src, int64_t S,
                                 int64_t H, const float* w, const float* gamma, const float* base, const float* gate,
                                 Combine combine, int64_t N, int64_t d, const RouteRebuild* rebuild,
-                                bool accumulate_src) {
+                                bool accumulate_src, float entropy_scale) {
   check_sources(src, S, dsrc);
   Mix m2{0.0f, 1.0f};
   int64_t first2 = 0;
@@ -420,6 +421,11 @@ void CpuKernels::route_backward_impl(float* const* dsrc, float* dbase, float* dw
         for (int64_t h = 0; h < H; ++h) da[h * S + i] = m.c * dot_row(go + h * dh, v + h * dh, dh);
       }
       for (int64_t h = 0; h < H; ++h) softmax_row(alpha + h * S, z + h * S, S);
+      if (entropy_scale != 0.0f) {  // the entropy term's dα (backend.h)
+        const double k = entropy_scale;
+        for (int64_t i = 0; i < H * S; ++i)
+          da[i] += k * (std::log(alpha[i] + kEntropyEps) + alpha[i] / (alpha[i] + kEntropyEps));
+      }
       for (int64_t h = 0; h < H; ++h) {
         s[h] = 0.0;
         for (int64_t i = 0; i < S; ++i) s[h] += alpha[h * S + i] * da[h * S + i];
@@ -521,6 +527,37 @@ void CpuKernels::route_backward_impl(float* const* dsrc, float* dbase, float* dw
   if (null0)
     for (int64_t c = 0; c < d; ++c) dsrc[0][c] += static_cast<float>(dnull[c]);
   if (gate) *dgate += static_cast<float>(dg);
+}
+
+// ---- the entropy term ----------------------------------------------------------
+//
+// Per token: α = softmax_row of each head's stored logits (the bits every
+// routing op uses), e = (1/H) Σ_h −Σ_i α_hi ln(α_hi + ε); the chunks' sums
+// (double) are added in chunk order.  Scratch: per chunk H·S doubles of α,
+// then the chunks' partials.
+void CpuKernels::route_entropy_impl(double* sum, const float* logits, int64_t S, int64_t H, int64_t N) {
+  const int64_t nc = num_chunks(N), hs = pad16(2 * H * S) / 2;
+  double* scratch = reinterpret_cast<double*>(ctx_.workspace(2 * nc * (hs + 1)));
+  double* part = scratch + nc * hs;
+  const double inv_h = 1.0 / static_cast<double>(H);
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    double* alpha = scratch + ch * hs;
+    double e = 0.0;
+    const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
+    for (int64_t n = ch * kChunk; n < n1; ++n) {
+      double t = 0.0;
+      for (int64_t h = 0; h < H; ++h) {
+        softmax_row(alpha, logits + (n * H + h) * S, S);
+        for (int64_t i = 0; i < S; ++i) t -= alpha[i] * std::log(alpha[i] + kEntropyEps);
+      }
+      e += t * inv_h;
+    }
+    part[ch] = e;
+  }
+  double total = 0.0;
+  for (int64_t ch = 0; ch < nc; ++ch) total += part[ch];
+  *sum += total;
 }
 
 }  // namespace attnres::ATTNRES_ISA
