@@ -74,10 +74,11 @@ TEST_F(Cli, TrainConvertsByFlagsAndReportsTheChange) {
                      {"--freeze-base"});
 }
 
-// The reference code's sigmoid_scalar gate and entropy term from the command
-// line: the conversion says what the gate does at init, the checkpoint holds
-// θ at −2 under the reference's name, the step line and log.jsonl carry the
-// routing entropy, and every bad value is one clear line.
+// The reference code's sigmoid gates and entropy term from the command line:
+// the conversion says what the gate does at init, the checkpoint holds θ at
+// −2 (sigmoid_scalar) or W = 0, b = −2 (sigmoid_vector) under the
+// reference's names, the step line and log.jsonl carry the routing entropy,
+// and every bad value is one clear line.
 TEST_F(Cli, SigmoidGateAndEntropyTermFromTheCommandLine) {
   const std::string common = "train --init " + dir_ + "/model --data " + dir_ +
                              "/ok.bin --steps 2 --batch 1 --seq-len 16 --threads 1 --mode delta_block --num-blocks 1 ";
@@ -100,8 +101,17 @@ TEST_F(Cli, SigmoidGateAndEntropyTermFromTheCommandLine) {
   expect_clear_error(run(base + "--mode delta --entropy-lambda nan"), {"--entropy-lambda"});
   expect_clear_error(run(base + "--mode baseline --entropy-lambda 0.1"),
                      {"--entropy-lambda weighs the routing entropy, and a baseline model has no routing"});
-  expect_clear_error(run(base + "--mode delta --gate sigmoid_vector"),
-                     {"attnres_gate_type \"sigmoid_vector\" (a gate of the reference code)"});
+  expect_clear_error(run(base + "--mode delta --gate sigmoid_matrix"),
+                     {"attnres_gate_type must be \"bias\", \"learnable_alpha\", \"sigmoid_scalar\" or "
+                      "\"sigmoid_vector\", got \"sigmoid_matrix\""});
+  Result v = run(common + "--gate sigmoid_vector --lr-routing 0 --lr-min-routing 0 --out " + dir_ + "/vec");
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_NE(v.out.find("conversion baseline -> delta_block: sigmoid_vector gate at sigmoid(-2) = 0.12"),
+            std::string::npos) << v.out;
+  const SafeTensorsReader wv(dir_ + "/vec/step_00000002/model.safetensors");
+  EXPECT_EQ(wv.info("model.layers.0.mlp_res_gate_proj.weight").shape, (std::vector<int64_t>{16, 16}));
+  for (const float x : wv.read_float("model.layers.0.mlp_res_gate_proj.weight")) ASSERT_EQ(x, 0.0f);
+  for (const float x : wv.read_float("model.layers.0.mlp_res_gate_proj.bias")) ASSERT_EQ(x, -2.0f);
 }
 
 // Routing heads from the command line: the reference's conversion recipe

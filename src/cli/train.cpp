@@ -102,7 +102,8 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.null_source, {"null-source", "", "override attnres_use_null_source: true or false (delta modes)"});
   opts.add(m.gate, {"gate", "",
                     "override attnres_gate_type: bias, learnable_alpha (0 at init: an exact conversion "
-                    "in the delta modes) or sigmoid_scalar (sigmoid of a learned scalar, -2 at init)"});
+                    "in the delta modes), sigmoid_scalar (sigmoid of a learned scalar, -2 at init) or "
+                    "sigmoid_vector (sigmoid(W x + b) per token and channel, W = 0 and b = -2 at init)"});
   opts.add(m.query_init, {"query-init", "", "override attnres_query_init: zero or normal"});
 }
 

@@ -443,7 +443,8 @@ TEST(Config, EveryKeyReadIsWrittenBack) {
   // The enumerated fields' names come from one table each, in the errors too.
   for (const auto& [key, message] : std::vector<std::pair<std::string, std::string>>{
            {"attnres_block_delta", "attnres_block_delta must be \"true\" or \"reference\", got \"x\""},
-           {"attnres_gate_type", "attnres_gate_type must be \"bias\", \"learnable_alpha\" or \"sigmoid_scalar\", got \"x\""},
+           {"attnres_gate_type",
+            "attnres_gate_type must be \"bias\", \"learnable_alpha\", \"sigmoid_scalar\" or \"sigmoid_vector\", got \"x\""},
            {"attnres_query_init", "attnres_query_init must be \"zero\" or \"normal\", got \"x\""}}) {
     nlohmann::json bad = j;
     bad[key] = "x";

@@ -44,7 +44,10 @@ struct Named {
 };
 constexpr Named<BlockDelta> kBlockDeltaNames[] = {{BlockDelta::kTrue, "true"}, {BlockDelta::kReference, "reference"}};
 constexpr Named<Gate> kGateNames[] = {
-    {Gate::kBias, "bias"}, {Gate::kLearnableAlpha, "learnable_alpha"}, {Gate::kSigmoidScalar, "sigmoid_scalar"}};
+    {Gate::kBias, "bias"},
+    {Gate::kLearnableAlpha, "learnable_alpha"},
+    {Gate::kSigmoidScalar, "sigmoid_scalar"},
+    {Gate::kSigmoidVector, "sigmoid_vector"}};
 constexpr Named<bool> kQueryInitNames[] = {{false, "zero"}, {true, "normal"}};  // query_init_normal
 
 template <class T, size_t N>
@@ -207,8 +210,6 @@ Config Config::from_json(const nlohmann::json& j, const std::string& where) {
       j, "attnres_block_delta", reference_type || has_attnres_key ? "reference" : "true", where);
   c.block_delta = value_of(kBlockDeltaNames, bd, "attnres_block_delta", where);
   const std::string gate = read_field<std::string>(j, "attnres_gate_type", "bias", where);
-  for (const UnrunName& u : kUnrunGates)
-    if (gate == u.name) fail(where, ": attnres_gate_type \"", gate, "\" (a gate of the reference code): ", u.what);
   c.gate = value_of(kGateNames, gate, "attnres_gate_type", where);
   c.query_init_normal = value_of(kQueryInitNames, read_field<std::string>(j, "attnres_query_init", "zero", where),
                                  "attnres_query_init", where);

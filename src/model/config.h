@@ -25,7 +25,7 @@
 namespace attnres {
 
 enum class BlockDelta { kTrue, kReference };
-enum class Gate { kBias, kLearnableAlpha, kSigmoidScalar };
+enum class Gate { kBias, kLearnableAlpha, kSigmoidScalar, kSigmoidVector };
 
 const char* mode_name(Mode m);  // the mode's own name (modes.h), without the reference's _mh spellings
 

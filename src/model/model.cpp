@@ -91,8 +91,10 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       }
       a = shared;
     }
-  for (auto& r : routers_)
+  for (auto& r : routers_) {
     if (!r.logits_kept) r.logits = shared_logits_;
+    if (shared_gate_g_ && r.w->gate_proj) r.gate_g = shared_gate_g_;
+  }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
   ops_.rope_tables(rope_cos_, rope_sin_, plan_.positions, c.hd, c.rope_theta);
@@ -160,6 +162,14 @@ void Model::bind_(const ArenaEntry& e, float* p) {
     case Buf::kNullRstd: null_rstd_ = p; return;
     case Buf::kRouterLogits: routers_[e.index].logits = p; return;
     case Buf::kSharedLogits: shared_logits_ = p; return;
+    case Buf::kGateIn: routers_[e.index].gate_in = p; return;
+    case Buf::kGateG:
+      if (e.index >= 0) routers_[e.index].gate_g = p;
+      else shared_gate_g_ = p;
+      return;
+    case Buf::kGateDiff: routers_[e.index].gate_diff = p; return;
+    case Buf::kDGatePre: dgate_pre_ = p; return;
+    case Buf::kDGateBase: dgate_base_ = p; return;
   }
 }
 
@@ -331,13 +341,12 @@ void Model::init(Rng& rng) {
       init_tensor(s, cfg_, params.data() + s.offset, s.routing() ? routing : rng);
       continue;
     }
-    ATTNRES_CHECK(!s.routing(), "a routing matrix ", s.name, ": its init would draw from the base stream");
     constexpr int64_t kPiece = 1 << 16;
     for (int64_t i0 = 0; i0 < s.numel; i0 += kPiece) {
       TensorSpec piece = s;
       piece.numel = std::min(kPiece, s.numel - i0);
       tmp.resize(static_cast<size_t>(piece.numel));
-      init_tensor(piece, cfg_, tmp.data(), rng);
+      init_tensor(piece, cfg_, tmp.data(), s.routing() ? routing : rng);  // (sigmoid_vector's W: zeros)
       for (int64_t i = 0; i < piece.numel; ++i) params16.data()[s.offset + i0 + i] = float_to_bf16(tmp[i]);
     }
   }
@@ -506,13 +515,30 @@ void Model::route_(int r, float* out, const float* base) {
     else
       ops_.route_forward(out, R.logits, a.src, a.S, cfg_.routing_heads, R.w->proj, R.w->norm, base, R.gate,
                          combine_, rows(), cfg_.d);
-    return;
+  } else {
+    ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj,
+                       R.w->norm, base, R.gate, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
+    if (entropy_sum_.bytes() && R.k < plan_.K)  // the entropy term reads the sublayer routers (not the final one)
+      ops_.route_entropy(entropy_sum_.as<double>(), R.logits, static_cast<int64_t>(R.src.size()), cfg_.routing_heads,
+                         rows());
   }
-  ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, base,
-                     R.gate, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
-  if (entropy_sum_.bytes() && R.k < plan_.K)  // the entropy term reads the sublayer routers (not the final one)
-    ops_.route_entropy(entropy_sum_.as<double>(), R.logits, static_cast<int64_t>(R.src.size()), cfg_.routing_heads,
-                       rows());
+  if (R.gate_g) vector_gate_(r, out, base);
+}
+
+// sigmoid_vector: out holds the router's ungated h (x + R, or R); the gate
+// reads x_g (the stream, or the router's last source):
+//   pre = x_g·Wᵀ (a product: bf16 under --precision bf16),  g = σ(pre + b),
+//   out = x_g + g∘(h − x_g).
+// Training keeps x_g (the stream moves on), g and h − x_g for the backward.
+void Model::vector_gate_(int r, float* out, const float* x_g) {
+  const Router& R = routers_[r];
+  const int64_t N = rows(), d = cfg_.d;
+  if (R.gate_in) {
+    ops_.copy(R.gate_in, x_g, N * d);
+    x_g = R.gate_in;
+  }
+  ops_.matmul_forward(R.gate_g, x_g, W_(R.w->gate_proj), N, d, d);
+  ops_.gate_vector_forward(out, R.gate_g, R.gate_diff, R.w->gate_bias, x_g, N, d);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
@@ -549,6 +575,12 @@ void Model::route_backward_(int r, bool first) {
   }
   const bool sigmoid_gate = R.w->gate_logit != nullptr;
   if (sigmoid_gate) ops_.fill(R.dgate, 0.0f, 1);  // d(σ(θ)), which route_backward adds to
+  // sigmoid_vector, u = x_g + g∘(h − x_g):  dh = g∘du (into dU_, for the
+  // router),  d(pre) = du∘(h − x_g)∘g(1 − g),  db += Σ_n d(pre),
+  // d(x_g) = (1 − g)∘du + d(pre)·W,  dW += d(pre)ᵀ·x_g.
+  const int64_t N = rows(), d = cfg_.d;
+  if (R.gate_g)
+    ops_.gate_vector_backward(dU_, dgate_pre_, R.g->gate_bias, dgate_base_, dU_, R.gate_g, R.gate_diff, N, d);
   // The entropy term's weight per token, head and router (sublayer routers only).
   const float entropy_scale = R.k < plan_.K ? entropy_scale_ : 0.0f;
   ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.dgate, dU_, R.logits_kept ? R.logits : nullptr,
@@ -558,12 +590,17 @@ void Model::route_backward_(int r, bool first) {
                       rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first, entropy_scale);
   // sigmoid_scalar: dθ += d(σ(θ))·σ(θ)(1 − σ(θ))
   if (sigmoid_gate) ops_.sigmoid_backward(R.g->gate_logit, R.dgate, R.gate, 1);
+  if (R.gate_g) {  // after the router's backward, which may assign its last source's gradient
+    ops_.matmul_backward(dgate_base_, R.g->gate_proj, dgate_pre_, R.gate_in, W_(R.w->gate_proj), N, d, d,
+                         /*accumulate_dinp=*/true);
+    ops_.add_inplace(combine_ == Combine::kAdd ? dx_ : R.dsrc.back(), dgate_base_, N * d);
+  }
   rebuilt_ = rb.out ? j : -1;
 }
 
 const float* Model::gate_base_(int r) const {
   const Router& R = routers_[r];
-  return combine_ == Combine::kReplace && R.gate ? R.src.back().v : nullptr;
+  return combine_ == Combine::kReplace && (R.gate || R.w->gate_proj) ? R.src.back().v : nullptr;
 }
 
 // e, and the rstd of the sources that exist before layer 0 (e, null sources).

@@ -158,6 +158,12 @@ struct Router {
   // (then sent on to θ through the sigmoid's backward).
   const float* gate = nullptr;            // ()
   float* dgate = nullptr;                 // () training
+  // sigmoid_vector (docs/routing.md "Gates"): g = σ(x_g·Wᵀ + b) per token and
+  // channel; training keeps x_g, g and h − x_g for the backward (inference: g
+  // only, shared by every router).  Null without that gate and for the final router.
+  float* gate_in = nullptr;               // (N, d)
+  float* gate_g = nullptr;                // (N, d)
+  float* gate_diff = nullptr;             // (N, d)
   std::vector<int> index;                 // (S) index in Model::sources_, −1 for the null source
   std::vector<RouteSource> src;           // (S) in order; the null source, if any, first
   std::vector<float*> dsrc;               // (S) gradient buffers of src (accumulate; training)
@@ -345,6 +351,9 @@ class Model {
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
   float* shared_logits_ = nullptr;  // (N, H, S_max) the logits of every router that does not keep its own
+  float* shared_gate_g_ = nullptr;  // (N, d) sigmoid_vector, inference: every router's g
+  float* dgate_pre_ = nullptr;      // (N, d) sigmoid_vector, training: d(x_g·Wᵀ + b)
+  float* dgate_base_ = nullptr;     // (N, d) sigmoid_vector, training: d(x_g) through the gate
   Buffer route_lists_;            // every router's src_list and dsrc_list (backend memory)
   Buffer route_stats_;            // every router's stats (doubles), zeroed when collecting starts
   Buffer route_gates_;            // sigmoid_scalar: (routers) g = σ(θ), then (routers) their gradients
@@ -400,6 +409,7 @@ class Model {
   void route_mix_(int r, float* out, const float* base);
   void route_backward_(int r, bool first = false);
   const float* gate_base_(int r) const;  // kReplace with gate: the router's last source
+  void vector_gate_(int r, float* u, const float* x_g);  // sigmoid_vector: u = x_g + g∘(h − x_g), u holding h
 };
 
 }  // namespace attnres

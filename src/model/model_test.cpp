@@ -44,7 +44,7 @@ TEST(Init, Bf16AndFp32ModelsStartFromTheSameWeights) {
   Context& ctx = testing::test_context();
   for (const char* mode : {"block", "full", "delta", "delta_block"})
     for (const char* query : {"zero", "normal"})
-      for (const char* gate : {"bias", "learnable_alpha"}) {
+      for (const char* gate : {"bias", "learnable_alpha", "sigmoid_scalar", "sigmoid_vector"}) {
         const Config c = tiny(mode, {{"attnres_query_init", query}, {"attnres_gate_type", gate},
                                      {"attnres_use_null_source", std::string(mode).rfind("delta", 0) == 0}});
         ModelOptions f32{.batch = 1, .seq_len = 8, .training = false, .precision = Precision::kF32};
@@ -260,6 +260,7 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
     const char* mode;
     nlohmann::json extra;
     bool recompute, freeze;
+    double entropy = 0;  // ModelOptions::entropy_lambda
   };
   const nlohmann::json alpha = {{"attnres_gate_type", "learnable_alpha"}}, bias = {{"attnres_gate_type", "bias"}};
   std::vector<Variant> variants;
@@ -280,11 +281,22 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
   variants.push_back({"block_mh", {{"attnres_num_blocks", 6}, {"attnres_num_heads", 2}}, false, false});
   variants.push_back({"delta", {{"attnres_num_heads", 4}, {"attnres_use_null_source", true}}, false, false});
   variants.push_back({"delta_block", {{"attnres_num_heads", 4}, {"attnres_block_delta", "true"}}, true, false});
+  // The sigmoid gates (sigmoid_vector keeps every input and its gates' rows;
+  // sigmoid_scalar's d(sigmoid(theta)) is zeroed per router), and the entropy term.
+  for (const char* mode : {"block", "full", "delta", "delta_block"}) {
+    for (bool recompute : {false, true})
+      variants.push_back({mode, {{"attnres_gate_type", "sigmoid_vector"}}, recompute, false});
+    variants.push_back({mode, {{"attnres_gate_type", "sigmoid_vector"}}, false, true});
+    variants.push_back({mode, {{"attnres_gate_type", "sigmoid_scalar"}}, false, false, 0.3});
+  }
+  variants.push_back({"delta", {{"attnres_use_null_source", true}, {"attnres_gate_type", "sigmoid_vector"}}, false,
+                      false, 0.3});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};
     o.recompute = v.recompute;
     o.freeze_base = v.freeze;
+    o.entropy_lambda = v.mode == std::string("baseline") ? 0.0 : v.entropy;
     Model clean(testing::test_context(), c, o), dirty(testing::test_context(), c, o);
     same_random_weights(clean, dirty);
     const int64_t n = clean.layout().total();

@@ -169,8 +169,8 @@ inline constexpr ModeName kModeNames[] = {
 };
 inline std::span<const ModeName> mode_names() { return kModeNames; }
 
-// The other names of the reference code's attnres_mode and attnres_gate_type
-// (its train_scratch.py offers them; docs/routing.md, "The reference code's
+// The other names of the reference code's attnres_mode (its train_scratch.py
+// offers them; docs/routing.md, "The reference code's
 // other modes and gates", says what its modeling code computes for each),
 // which attnres does not run: each refused by name, with what it is, rather
 // than as an unknown name.
@@ -206,10 +206,6 @@ inline constexpr UnrunName kUnrunModes[] = {
                         "layers run full's recurrence with no final router, so the head reads only the last MLP "
                         "output"},
     {"delta_replace_block", kNoBranch},
-};
-inline constexpr UnrunName kUnrunGates[] = {
-    {"sigmoid_vector", "the gate (1 - g) x + g R with g = sigmoid(W x + b) per token and dimension is not "
-                       "implemented in attnres yet"},
 };
 
 // The first rows are the modes' own names, with their own facts.

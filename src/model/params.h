@@ -19,7 +19,8 @@
 
 namespace attnres {
 
-enum class Init { kNormal, kOnes, kZeros, kQuery, kGateLogit };  // kGateLogit: −2 (σ(−2) ≈ 0.12, the reference's)
+// kGateLogit: −2 (σ(−2) ≈ 0.12), the reference's init of a sigmoid gate's logit and of its bias.
+enum class Init { kNormal, kOnes, kZeros, kQuery, kGateLogit };
 
 struct TensorSpec {
   std::string name;            // HF / reference safetensors name
@@ -30,9 +31,9 @@ struct TensorSpec {
   // as bfloat16, and what a bf16 inference model holds in bfloat16 only.
   bool matrix = false;
   Init init = Init::kNormal;
-  // AdamW weight decay applies: exactly to the matrices (the reference's rule:
-  // no decay of norms, routing vectors and gates).
-  bool decay() const { return matrix; }
+  // AdamW weight decay applies: exactly to the matrices of the base model
+  // (no decay of norms, routing vectors and gates, sigmoid_vector's matrix included).
+  bool decay() const { return matrix && !routing(); }
   // A depth-routing parameter (pseudo-query, its norm, null source, gate):
   // what --lr-routing schedules and --freeze-base keeps training.
   bool routing() const;
@@ -48,6 +49,8 @@ struct RouterWeights {
   float* null_source = nullptr;  // (d)  learned null source (delta modes)
   float* alpha = nullptr;        // ()   learnable_alpha's gate g, a 0-dim scalar on disk
   float* gate_logit = nullptr;   // ()   sigmoid_scalar's θ, g = σ(θ), a 0-dim scalar on disk
+  float* gate_proj = nullptr;    // (d, d) sigmoid_vector's W, g = σ(x_g·Wᵀ + b) per token and dimension
+  float* gate_bias = nullptr;    // (d)    its b
 };
 
 struct LayerWeights {

@@ -41,7 +41,7 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
   p.shares_layer_acts = !train || o.recompute;
   for (int64_t l = 0; l < c.L; ++l) {
     const std::string at = cat("layers.", l, ".");
-    const bool inputs = mode.stores_inputs && (train || l == 0);
+    const bool inputs = p.stores_inputs && (train || l == 0);
     if (inputs) {
       take(Buf::kInputAttn, l, at + "x_attn", N * d);
       take(Buf::kInputMlp, l, at + "x_mlp", N * d);
@@ -95,7 +95,7 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
     if (train && p.sources[j].owns_gradient) take(Buf::kSourceDv, i, src + "dv", N * d);
   }
   if (!p.routed()) return;
-  if (!mode.stores_inputs) take(Buf::kU, -1, "u", N * d);
+  if (!p.stores_inputs) take(Buf::kU, -1, "u", N * d);
   if (train) take(Buf::kDU, -1, "dU", N * d);
   if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && p.sources.size() > 1) take(Buf::kXb, -1, "xb", N * d);
   take(Buf::kNullRstd, -1, "null_rstd", p.K);
@@ -110,6 +110,24 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
     p.max_router_sources = std::max(p.max_router_sources, S);
   }
   if (shares_logits) take(Buf::kSharedLogits, -1, "shared_logits", N * c.routing_heads * p.max_router_sources);
+  // sigmoid_vector: per sublayer router (the final router has no gate) its
+  // gate's input x_g, g and h − x_g for the backward; inference one g that
+  // every router shares.  The backward's two scratch rows: d(pre) and d(x_g).
+  if (!p.vector_gates) return;
+  if (!train) {
+    take(Buf::kGateG, -1, "gate_g", N * d);
+    return;
+  }
+  for (size_t r = 0; r < p.routers.size(); ++r) {
+    if (p.routers[r].k == p.K) continue;
+    const std::string at = "routers." + p.routers[r].name + ".";
+    const int64_t i = static_cast<int64_t>(r);
+    take(Buf::kGateIn, i, at + "gate_in", N * d);
+    take(Buf::kGateG, i, at + "gate_g", N * d);
+    take(Buf::kGateDiff, i, at + "gate_diff", N * d);
+  }
+  take(Buf::kDGatePre, -1, "dgate_pre", N * d);
+  take(Buf::kDGateBase, -1, "dgate_base", N * d);
 }
 
 }  // namespace
@@ -122,6 +140,8 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   p.layers_per_block = c.layers_per_block();
   const int64_t K = p.K, Bl = p.layers_per_block;
   p.sublayers.assign(static_cast<size_t>(K), {});
+  p.vector_gates = mode.routed() && c.gate == Gate::kSigmoidVector;
+  p.stores_inputs = mode.stores_inputs || p.vector_gates;
   if (!mode.routed()) {  // the residual stream alone, kept as the sublayers' inputs
     p.stream_in_inputs = true;
     carve_arena(p, c, o);
@@ -198,7 +218,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
 
   // Each sublayer's steps, from what makes each source.
   for (PlanSublayer& s : p.sublayers) {
-    s.stores_input = mode.stores_inputs;
+    s.stores_input = p.stores_inputs;
     s.adds_to_stream = mode.stream;
   }
   for (int j = 0; j < static_cast<int>(p.sources.size()); ++j) {

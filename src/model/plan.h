@@ -40,6 +40,7 @@ struct ArenaEntry {
     kDh, kDup, kDx, kDp, kDsum, kDln, kDq, kDk, kDv, kDatt,                        // the backward's scratch
     kSourceV, kSourceRstd, kSourceDv,                                              // a routing source's
     kU, kDU, kXb, kNullRstd, kRouterLogits, kSharedLogits,                         // routing's own
+    kGateIn, kGateG, kGateDiff, kDGatePre, kDGateBase,                             // sigmoid_vector's gates
   };
   std::string what;
   Buffer buffer = Buffer::kTokens;
@@ -118,13 +119,19 @@ struct RoutingPlan {
   int64_t positions = 0;  // the RoPE tables' positions: max(seq_len, cache_len)
   bool shares_layer_acts = false;
   int64_t max_router_sources = 1;  // the most sources one router reads (the shared logits' and workspace's S)
+  // Training keeps each sublayer input: the mode's rule, and always with
+  // sigmoid_vector's gates (the routing ops' rebuild knows scalar gates only).
+  bool stores_inputs = false;
+  // sigmoid_vector: each sublayer router's gate g = σ(x_g·Wᵀ + b) per token
+  // and channel; training keeps, per router, its x_g, g and h − x_g (N, d each).
+  bool vector_gates = false;
 
   // Sublayer k starts a block: an attention sublayer whose layer is a block's first.
   bool starts_block(int64_t k) const { return k % 2 == 0 && (k / 2) % layers_per_block == 0; }
   bool routed() const { return !routers.empty(); }
   // The modes that do not store each sublayer input rebuild it in the backward
   // (from the stored logits, or from the sources again).
-  bool rebuilds_inputs() const { return routed() && !mode->stores_inputs; }
+  bool rebuilds_inputs() const { return routed() && !stores_inputs; }
   // Whether that rebuilt input adds the routed sum to the stream (delta) or is the routed sum (full, block).
   bool rebuilt_input_adds_stream() const { return rebuilds_inputs() && mode->stream; }
   // block_add: partial sums beside a stream, each with a running gradient of its own.

@@ -491,6 +491,25 @@ class Backend {
   virtual void sigmoid_backward_impl(float* dx, const float* dy, const float* y, int64_t n) {
     not_implemented(Op::k_sigmoid_backward);
   }
+  // sigmoid_vector's gate (docs/routing.md "Gates"), per token n and channel c,
+  // on a router's ungated result h (route_forward with no gate: x + R in the
+  // additive modes, R in the replacing ones) and the gate's base x_g:
+  //   g = σ(pre + b),   diff = h − x_g,   u = x_g + g∘diff  (= (1 − g)∘x_g + g∘h)
+  // On entry u holds h and g holds pre = x_g·Wᵀ (a product); both are
+  // overwritten (u, g, diff (N, d); b (d)).  diff may be null (no backward).
+  virtual void gate_vector_forward_impl(float* u, float* g, float* diff, const float* bias, const float* base,
+                                        int64_t N, int64_t d) {
+    not_implemented(Op::k_gate_vector_forward);
+  }
+  // Its backward, given du (N, d):
+  //   dh = g∘du (assigned; may alias du),  dbase = (1 − g)∘du (assigned),
+  //   dpre = du∘diff∘g(1 − g) (assigned),  dbias += Σ_n dpre  (chunk partials in double, thread-independent).
+  // The product's backward (dW, and dpre·W into dbase) and the router's
+  // backward with dh are the caller's.
+  virtual void gate_vector_backward_impl(float* dh, float* dpre, float* dbias, float* dbase, const float* du,
+                                         const float* g, const float* diff, int64_t N, int64_t d) {
+    not_implemented(Op::k_gate_vector_backward);
+  }
 
   // ---- optimizer ----
   // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when

@@ -389,6 +389,26 @@ std::vector<OpCase> cases() {
                  ops.sigmoid_backward(dx.data(), dy.data(), y.data(), 301);
                  return Outputs{dx.host()};
                }});
+  k.push_back({Op::k_gate_vector_forward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 auto u = dev(ops, randn(N * d, 64)), g = dev(ops, randn(N * d, 65, 2.0)), b = dev(ops, randn(d, 66)),
+                      x = dev(ops, randn(N * d, 67));
+                 DeviceVec<float> diff(ops, N * d);
+                 ops.gate_vector_forward(u.data(), g.data(), diff.data(), b.data(), x.data(), N, d);
+                 return Outputs{u.host(), g.host(), diff.host()};
+               }});
+  k.push_back({Op::k_gate_vector_backward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 ops.context().reserve(4 * N * d);
+                 auto du = dev(ops, randn(N * d, 68)), diff = dev(ops, randn(N * d, 70)), db = dev(ops, randn(d, 71));
+                 std::vector<float> g0 = randn(N * d, 69);
+                 for (float& e : g0) e = 1.0f / (1.0f + std::exp(-e));
+                 auto g = dev(ops, g0);
+                 DeviceVec<float> dh(ops, N * d), dpre(ops, N * d), dx(ops, N * d);
+                 ops.gate_vector_backward(dh.data(), dpre.data(), db.data(), dx.data(), du.data(), g.data(), diff.data(),
+                                          N, d);
+                 return Outputs{dh.host(), dpre.host(), db.host(), dx.host()};
+               }});
   // ---- optimizer ----
   for (bool copy16 : {false, true}) {  // the float32 state, then the bf16 copy (kBf16: a rounding of it)
     k.push_back({Op::k_adamw_update, copy16 ? "bf16 copy" : "", copy16 ? kBf16 : kFp32, [copy16](Backend& ops) {

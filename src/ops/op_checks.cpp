@@ -224,6 +224,19 @@ void Backend::check_sigmoid_backward(float* dx, const float* dy, const float* y,
   ATTNRES_CHECK(n == 0 || (dx && dy && y), "sigmoid_backward: dx, dy and the forward's output are needed");
 }
 
+void Backend::check_gate_vector_forward(float* u, float* g, float*, const float* bias, const float* base, int64_t N,
+                                        int64_t d) const {
+  sizes("gate_vector_forward", {N, d});
+  ATTNRES_CHECK(N == 0 || (u && g && bias && base), "gate_vector_forward: u, g, the bias and the base are needed");
+}
+
+void Backend::check_gate_vector_backward(float* dh, float* dpre, float* dbias, float* dbase, const float* du,
+                                         const float* g, const float* diff, int64_t N, int64_t d) const {
+  sizes("gate_vector_backward", {N, d});
+  ATTNRES_CHECK(N == 0 || (dh && dpre && dbias && dbase && du && g && diff),
+                "gate_vector_backward: every gradient, du, g and diff are needed");
+}
+
 void Backend::check_adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate&,
                                  bf16*) const {
   sizes("adamw_update", {n});

@@ -110,6 +110,13 @@
     (sum, logits, S, H, N))                                                                                           \
   X(Routing, void, sigmoid_forward, (float* y, const float* x, int64_t n), (y, x, n))                                 \
   X(Routing, void, sigmoid_backward, (float* dx, const float* dy, const float* y, int64_t n), (dx, dy, y, n))         \
+  X(Routing, void, gate_vector_forward,                                                                               \
+    (float* u, float* g, float* diff, const float* bias, const float* base, int64_t N, int64_t d),                    \
+    (u, g, diff, bias, base, N, d))                                                                                   \
+  X(Routing, void, gate_vector_backward,                                                                              \
+    (float* dh, float* dpre, float* dbias, float* dbase, const float* du, const float* g, const float* diff,          \
+     int64_t N, int64_t d),                                                                                           \
+    (dh, dpre, dbias, dbase, du, g, diff, N, d))                                                                      \
   X(Optimizer, void, adamw_update,                                                                                    \
     (float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16),                       \
     (p, g, m, v, n, u, p16))

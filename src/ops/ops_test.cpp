@@ -869,6 +869,58 @@ TEST_P(Sigmoid, ForwardAndBackward) {
 
 ATTNRES_ON_BACKENDS(Sigmoid);
 
+// ---- sigmoid_vector's gate --------------------------------------------------------
+
+class GateVector : public testing::OnBackend {};
+
+// u = x + σ(pre + b)∘(h − x) per element against the formula; the backward
+// (dh, d(pre), d(x) through the gate, and db accumulated) against finite
+// differences of L = Σ G∘u, over 70 tokens (a full 64-token chunk of the bias
+// sum and a partial one) of 5 channels.
+TEST_P(GateVector, ForwardAndBackward) {
+  const int64_t N = 70, d = 5, n = N * d;
+  auto h = randn(n, 31), pre = randn(n, 32, 2.0), x = randn(n, 33), b = randn(d, 34), G = randn(n, 35);
+  auto h_d = dev(ops, h), pre_d = dev(ops, pre), x_d = dev(ops, x), b_d = dev(ops, b), G_d = dev(ops, G);
+  DeviceVec<float> u(ops, n), g(ops, n), diff(ops, n);
+  ops.context().reserve(4 * n);
+  auto forward = [&] {
+    ops.copy(u.data(), h_d.data(), n);
+    ops.copy(g.data(), pre_d.data(), n);
+    ops.gate_vector_forward(u.data(), g.data(), diff.data(), b_d.data(), x_d.data(), N, d);
+  };
+  forward();
+  const auto u_h = u.host(), g_h = g.host(), diff_h = diff.host();
+  for (int64_t i = 0; i < n; ++i) {
+    const double gi = 1 / (1 + std::exp(-(static_cast<double>(pre[i]) + b[i % d])));
+    EXPECT_NEAR(g_h[i], gi, 1e-7) << i;
+    EXPECT_NEAR(diff_h[i], static_cast<double>(h[i]) - x[i], 1e-6) << i;
+    EXPECT_NEAR(u_h[i], x[i] + gi * (static_cast<double>(h[i]) - x[i]), 1e-5) << i;
+  }
+  const auto db0 = randn(d, 36);
+  DeviceVec<float> dh(ops, n), dpre(ops, n), dx(ops, n);
+  auto db = dev(ops, db0);
+  ops.gate_vector_backward(dh.data(), dpre.data(), db.data(), dx.data(), G_d.data(), g.data(), diff.data(), N, d);
+  auto loss = [&] {
+    forward();
+    return dot(u, G);
+  };
+  EXPECT_TRUE(all_close(to_double(dh.host()), fd_gradient(h_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dpre.host()), fd_gradient(pre_d, loss), kFdAtol, kFdRtol));
+  // x's gradient through the gate alone: d(u)/d(x) = 1 − g with pre held (the caller adds d(pre)·W).
+  EXPECT_TRUE(all_close(to_double(dx.host()), fd_gradient(x_d, loss), kFdAtol, kFdRtol));
+  auto got_db = to_double(db.host());
+  for (int64_t c = 0; c < d; ++c) got_db[c] -= db0[c];
+  EXPECT_TRUE(all_close(got_db, fd_gradient(b_d, loss), kFdAtol, kFdRtol));
+  // dh may alias du (the model passes its dU_ as both); g and diff as the
+  // first backward read them (the differences left the last bias perturbed).
+  forward();
+  DeviceVec<float> du = dev(ops, G);
+  ops.gate_vector_backward(du.data(), dpre.data(), db.data(), dx.data(), du.data(), g.data(), diff.data(), N, d);
+  EXPECT_EQ(du.host(), dh.host());
+}
+
+ATTNRES_ON_BACKENDS(GateVector);
+
 // ---- embedding ---------------------------------------------------------------------
 
 class Embedding : public testing::OnBackend {};

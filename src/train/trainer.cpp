@@ -133,6 +133,9 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
                          : c.gate == Gate::kSigmoidScalar
                          ? "sigmoid_scalar gate at sigmoid(-2) = 0.12 — not an identity: the routed input is mixed "
                            "in at 12% from the start, as the reference initialises it"
+                         : c.gate == Gate::kSigmoidVector
+                         ? "sigmoid_vector gate at sigmoid(-2) = 0.12 (W = 0, b = -2) — not an identity: the routed "
+                           "input is mixed in at 12% in every channel from the start, as the reference initialises it"
                          : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
                            "from the start)";
   std::printf("conversion %s -> %s%s: %s\n", saved.mode_label(), c.mode_label(),

@@ -28,9 +28,9 @@ Usage: scripts/peers_python.sh tests/oracle/exchange.py --attnres build/attnres
    docs and `attnres export` say so).  Also delta_mh, block_mh and full_mh
    checkpoints, and delta_block with 4 routing heads and the paper's block
    deltas (a form the reference has no class for, read here by our keys),
-   and full with the sigmoid_scalar gate (both directions: its 0-dim
-   *_res_gate_logit tensors; reading the gate as bias or as a raw alpha is
-   caught).
+   and the sigmoid gates (both directions: sigmoid_scalar's 0-dim
+   *_res_gate_logit tensors, sigmoid_vector's *_res_gate_proj.{weight,bias};
+   reading a gate as bias, or sigmoid_scalar's as a raw alpha, is caught).
 
 Exit status 1 on any mismatch.  Takes a few seconds.
 """
@@ -143,7 +143,7 @@ def reference_state_dict(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=torch.float64).numpy()
         if name.endswith("_alpha"):
             t = 0.5 + 0.15 * n
-        elif name.endswith("_gate_logit"):
+        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias"):
             t = 0.5 * n            # g = sigmoid(theta) about 0.5: the routing matters
         elif name.endswith("_null_source"):
             t = 0.2 * n
@@ -281,6 +281,9 @@ def reference_to_attnres(run, data, ids):
         # The reference's sigmoid_scalar gate: 0-dim *_res_gate_logit tensors.
         ("block_sigmoid", "block", 3, "sigmoid_scalar", False, True, False, None),
         ("delta_sigmoid_sharded", "delta", 8, "sigmoid_scalar", True, True, True, None),
+        # sigmoid_vector: an nn.Linear(d, d) per router, *_res_gate_proj.{weight,bias}.
+        ("full_sigmoid_vector", "full", 8, "sigmoid_vector", False, True, False, None),
+        ("block_sigmoid_vector_sharded", "block", 3, "sigmoid_vector", False, True, True, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -291,6 +294,11 @@ def reference_to_attnres(run, data, ids):
         wr = {n: w[n] for n in dict(O.param_shapes(cfg))}
         want = oracle_loss(cfg, wr, ids)
         run.check(f"reference {name} -> attnres eval", run.eval_loss(d, data), want)
+        if gate == "sigmoid_vector":  # the gate is read: without it (bias) the loss moves
+            c2 = dict(cfg, attnres_gate_type="bias")
+            other = oracle_loss(c2, {n: v for n, v in wr.items() if n in dict(O.param_shapes(c2))}, ids)
+            run.check_true(f"  ({name}: reading its gate as bias would be off by {abs(other - want):.2e})",
+                           abs(other - want) > 10 * TOL)
         if gate == "sigmoid_scalar":  # the gate is read: without it (bias), or as a raw alpha, the loss moves
             for other_gate, over in (("bias", {}),
                                      ("learnable_alpha", {n.replace("_gate_logit", "_alpha"): v
@@ -392,6 +400,8 @@ def attnres_to_reference(run, data, ids, train_data):
                             "attnres_block_delta": "true", "attnres_use_null_source": True}, 4),
         # The sigmoid_scalar gate: 0-dim *_res_gate_logit tensors the reference's strict load expects.
         ("full_sigmoid", {"attnres_mode": "full", "attnres_gate_type": "sigmoid_scalar"}, 1),
+        ("delta_sigmoid_vector", {"attnres_mode": "delta", "attnres_use_null_source": True,
+                                  "attnres_gate_type": "sigmoid_vector"}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

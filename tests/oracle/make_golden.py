@@ -87,6 +87,12 @@ CASES = {
     # The reference code's sigmoid_scalar gate, replacing (block) and adding (delta + null).  (In full its
     # ten steps are chaotic here, as full_alpha's: the first micro-batch agrees, the trajectory parts.)
     "block_sigmoid": {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_gate_type": "sigmoid_scalar"},
+    # sigmoid_vector's per-token, per-channel gate (a d x d product per router): replacing with 4 routing heads
+    # (block, its partial sums as x_g), adding (delta_block, the stream as x_g; inputs stored as always there).
+    "block_h4_sigmoid_vector": {"attnres_mode": "block", "attnres_num_blocks": 3, "attnres_num_heads": 4,
+                                "attnres_gate_type": "sigmoid_vector"},
+    "delta_sigmoid_vector": {"attnres_mode": "delta", "attnres_use_null_source": True,
+                             "attnres_gate_type": "sigmoid_vector"},
     "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
                       "attnres_gate_type": "sigmoid_scalar"},
     # The entropy term (CASE_TRAIN's entropy_lambda): a mode the reference collects it in, and block with 4
@@ -135,7 +141,7 @@ def init_weights(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=F64)
         if name.endswith("_alpha"):
             t = ALPHA_MEAN + ALPHA_STD * n
-        elif name.endswith("_gate_logit"):
+        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias"):
             t = GATE_LOGIT_MEAN + GATE_LOGIT_STD * n
         elif name.endswith("_null_source"):
             t = STD_NULL * n
@@ -358,6 +364,10 @@ def check_finite_differences():
          {"attnres_mode": "full", "attnres_gate_type": "sigmoid_scalar"},
          ["model.layers.1.attn_res_gate_logit", "model.layers.4.mlp_res_gate_logit",
           "model.layers.2.attn_res_proj.weight"]),
+        ("delta_block+sigmoid_vector",
+         {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "attnres_gate_type": "sigmoid_vector"},
+         ["model.layers.2.attn_res_gate_proj.weight", "model.layers.4.mlp_res_gate_proj.bias",
+          "model.layers.1.mlp_res_proj.weight", "model.embed_tokens.weight"]),
         ("delta_block+entropy 0.5",
          {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "entropy_lambda": 0.5},
          ["model.layers.3.attn_res_proj.weight", "model.layers.1.mlp_res_norm.weight",

@@ -95,7 +95,7 @@ ATTNRES_DEFAULTS = {
     "attnres_num_blocks": 8,            # reference default
     "attnres_block_delta": "true",      # DESIGN default; "reference" = released code
     "attnres_use_null_source": False,
-    "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha" | "sigmoid_scalar"
+    "attnres_gate_type": "bias",        # "bias" (no gate) | "learnable_alpha" | "sigmoid_scalar" | "sigmoid_vector"
     "attnres_query_init": "zero",       # init only: "zero" (DESIGN) | "normal"
     "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
@@ -124,7 +124,7 @@ def full_config(cfg):
         c["attnres_use_null_source"] = True
         c["attnres_block_delta"] = "reference"
     assert c["attnres_block_delta"] in ("true", "reference")
-    assert c["attnres_gate_type"] in ("bias", "learnable_alpha", "sigmoid_scalar")
+    assert c["attnres_gate_type"] in ("bias", "learnable_alpha", "sigmoid_scalar", "sigmoid_vector")
     assert c["num_attention_heads"] % c["num_key_value_heads"] == 0
     Hr = c["attnres_num_heads"]
     assert Hr >= 1 and c["hidden_size"] % Hr == 0, Hr
@@ -178,6 +178,10 @@ def param_shapes(cfg):
             if cfg["attnres_gate_type"] == "sigmoid_scalar":
                 # The gate's logit theta, g = sigmoid(theta): 0-dim, -2 at the reference's init.
                 out += [(p + "attn_res_gate_logit", ()), (p + "mlp_res_gate_logit", ())]
+            if cfg["attnres_gate_type"] == "sigmoid_vector":
+                # g = sigmoid(x_g W^T + b) per token and channel: an nn.Linear(d, d) per router.
+                for s in ("attn", "mlp"):
+                    out += [(p + f"{s}_res_gate_proj.weight", (d, d)), (p + f"{s}_res_gate_proj.bias", (d,))]
     if has_final_router(cfg):
         out += [("model.final_res_proj.weight", (1, d)),
                 ("model.final_res_norm.weight", (d,))]
@@ -422,11 +426,15 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
 
     def gate(i, s, x, h):
         """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); sigmoid_scalar:
-        the same with g = sigmoid(theta); bias: h."""
+        the same with g = sigmoid(theta); sigmoid_vector: g = sigmoid(x W^T + b)
+        per token and channel (the product bf16 like the others); bias: h."""
         if gate_type == "learnable_alpha":
             g = P[lp(i) + f"{s}_res_alpha"]
         elif gate_type == "sigmoid_scalar":
             g = torch.sigmoid(P[lp(i) + f"{s}_res_gate_logit"])
+        elif gate_type == "sigmoid_vector":
+            pre = linear(x, P[lp(i) + f"{s}_res_gate_proj.weight"], bf16)
+            g = torch.sigmoid(pre + P[lp(i) + f"{s}_res_gate_proj.bias"])
         else:
             return h
         return (1 - g) * x + g * h

@@ -529,6 +529,52 @@ void CpuKernels::route_backward_impl(float* const* dsrc, float* dbase, float* dw
   if (gate) *dgate += static_cast<float>(dg);
 }
 
+// ---- sigmoid_vector's gate ---------------------------------------------------------
+//
+// Elementwise per token; the bias gradient's sum over tokens goes through
+// 64-token chunk partials (double) added in chunk order.
+void CpuKernels::gate_vector_forward_impl(float* u, float* g, float* diff, const float* bias, const float* base,
+                                          int64_t N, int64_t d) {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    float* un = u + n * d;
+    float* gn = g + n * d;
+    const float* xn = base + n * d;
+    for (int64_t c = 0; c < d; ++c) {
+      const float gc = static_cast<float>(1.0 / (1.0 + std::exp(-(static_cast<double>(gn[c]) + bias[c]))));
+      const float df = un[c] - xn[c];
+      gn[c] = gc;
+      if (diff) diff[n * d + c] = df;
+      un[c] = xn[c] + gc * df;
+    }
+  }
+}
+
+void CpuKernels::gate_vector_backward_impl(float* dh, float* dpre, float* dbias, float* dbase, const float* du,
+                                           const float* g, const float* diff, int64_t N, int64_t d) {
+  const int64_t nc = num_chunks(N);
+  double* part = reinterpret_cast<double*>(ctx_.workspace(2 * nc * pad16(d)));
+#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
+  for (int64_t ch = 0; ch < nc; ++ch) {
+    double* db = part + ch * pad16(d);
+    for (int64_t c = 0; c < d; ++c) db[c] = 0.0;
+    const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
+    for (int64_t n = ch * kChunk; n < n1; ++n)
+      for (int64_t c = 0; c < d; ++c) {
+        const int64_t i = n * d + c;
+        const float gi = g[i], dui = du[i];
+        const float dp = dui * diff[i] * gi * (1.0f - gi);
+        dpre[i] = dp;
+        dbase[i] = (1.0f - gi) * dui;
+        dh[i] = gi * dui;
+        db[c] += dp;
+      }
+  }
+  for (int64_t ch = 1; ch < nc; ++ch)
+    for (int64_t c = 0; c < d; ++c) part[c] += part[ch * pad16(d) + c];
+  for (int64_t c = 0; c < d; ++c) dbias[c] += static_cast<float>(part[c]);
+}
+
 // ---- the entropy term ----------------------------------------------------------
 //
 // Per token: α = softmax_row of each head's stored logits (the bits every
