@@ -66,14 +66,21 @@ struct ConfigFlags {
 // pair has none.
 std::string mode_of_axes(const std::string& sources, const std::string& combine) {
   static const std::pair<const char*, Sources> kSources[] = {
-      {"outputs", Sources::kOutputs}, {"partial_sums", Sources::kPartialSums}, {"block_deltas", Sources::kBlockDeltas}};
+      {"outputs", Sources::kOutputs},
+      {"partial_sums", Sources::kPartialSums},
+      {"block_deltas", Sources::kBlockDeltas},
+      {"states", Sources::kStates}};
   static const std::pair<const char*, Combine> kCombine[] = {{"replace", Combine::kReplace}, {"add", Combine::kAdd}};
   const auto* s = std::find_if(std::begin(kSources), std::end(kSources), [&](const auto& e) { return sources == e.first; });
   const auto* c = std::find_if(std::begin(kCombine), std::end(kCombine), [&](const auto& e) { return combine == e.first; });
-  if (s == std::end(kSources)) fail("--sources '", visible(sources), "': outputs, partial_sums or block_deltas");
+  if (s == std::end(kSources))
+    fail("--sources '", visible(sources), "': outputs, partial_sums, block_deltas or states");
   if (c == std::end(kCombine)) fail("--combine '", visible(combine), "': replace or add");
   for (const ModeSpec& m : kModeSpecs)
     if (m.sources == s->second && m.combine == c->second) return m.name;
+  if (s->second == Sources::kStates)
+    fail("--sources states with --combine replace is not defined in attnres (the reference's full_v replaces over "
+         "the states, with a V-stream router, not implemented yet)");
   fail("--sources block_deltas with --combine replace is not defined: a block delta is what a block added to the "
        "residual stream, and a replacing router keeps no stream (replace reads partial_sums: block)");
 }
@@ -87,12 +94,14 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
                         mode_name_list(true))});
   opts.add(m.sources, {"sources", "",
                        "with --combine, the mode by its two axes instead of --mode: what the routers read — "
-                       "outputs (every sublayer's), partial_sums (the block sums), block_deltas (what each block "
+                       "outputs (every sublayer's), partial_sums (the block sums), states (the stream after each "
+                       "sublayer), block_deltas (what each block "
                        "added to the stream)"});
   opts.add(m.combine, {"combine", "",
                        "with --sources: how the routed sum makes a sublayer's input — replace, or add (to a "
                        "residual stream); outputs+replace = full, outputs+add = delta, partial_sums+replace = "
-                       "block, partial_sums+add = block_add, block_deltas+add = delta_block"});
+                       "block, partial_sums+add = block_add, block_deltas+add = delta_block, states+add = "
+                       "full_additive"});
   opts.add(m.routing_heads, {"routing-heads", "",
                              "override attnres_num_heads: routing heads of every router, dividing hidden_size "
                              "(default 1; the _mh modes 8)"});

@@ -662,6 +662,11 @@ void Model::sublayer_output_(int64_t k) {
     ops_.source_rstd(src.rstd, src.v, N, d, eps);
   }
   if (s.adds_to_stream) ops_.add_inplace(stream_, out, N * d);  // x += out
+  if (s.makes_state >= 0) {  // full_additive: S_{k+1} = x
+    Source& st = sources_[s.makes_state];
+    ops_.copy(st.v, stream_, N * d);
+    ops_.source_rstd(st.rstd, st.v, N, d, eps);
+  }
   if (s.output_source < 0) return;
   Source& o = sources_[s.output_source];
   if (s.previous_partial >= 0) ops_.add_inplace(o.v, sources_[s.previous_partial].v, N * d);  // P_{k+1} = P_k + out
@@ -683,6 +688,9 @@ void Model::final_input_() {
 float* Model::sublayer_output_backward_(int64_t k) {
   const int64_t N = rows(), d = cfg_.d;
   const PlanSublayer& s = plan_.sublayers[k];
+  // full_additive: x_{k+1} = x_k + out is also the source S_{k+1}, whose
+  // routers' gradient joins the stream's: d(out) = dx_{k+1} + dS_{k+1}.
+  if (s.makes_state >= 0) ops_.add_inplace(dx_, sources_[s.makes_state].dv, N * d);
   if (s.output_source < 0) return dx_;  // x_next = x + out: d(out) = dx
   Source& o = sources_[s.output_source];
   if (!s.output_is_partial_sum) {  // out is a source (full), and x += out (delta): d(out) = dv (+ dx)

@@ -27,7 +27,10 @@
 //                   with their gradients;
 //      block_add    the sublayer inputs and every partial sum, gradients for
 //                   the blocks only, and a running gradient of the partial
-//                   sums (dp_) beside the stream's (dx_).
+//                   sums (dp_) beside the stream's (dx_);
+//      full_additive  the sublayer inputs and the stream after each sublayer
+//                   but the last (its states S_1 … S_2L−1), each with its
+//                   gradient, which joins dx_ where the walk crosses it.
 //    The plan carves them (RoutingPlan::arena, model/plan.cpp).
 //    Plus the logits z (N·H·S floats per router) and r (N per source) —
 //    except in full, whose routers read every earlier output: its backward

@@ -183,6 +183,8 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
       {{"attnres_mode", "delta_block"}, {"attnres_block_delta", "true"}, {"attnres_num_heads", 8}},
       {{"attnres_mode", "delta"}, {"attnres_num_heads", 4}},
       {{"attnres_mode", "delta_mh"}},
+      {{"attnres_mode", "full_additive"}},
+      {{"attnres_mode", "full_additive"}, {"attnres_use_null_source", true}, {"attnres_num_heads", 4}},
   };
   for (nlohmann::json v : variants) {
     v["attnres_gate_type"] = "learnable_alpha";
@@ -203,7 +205,7 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
 // sublayer the previous partial sum / output alone.
 TEST(LearnableAlpha, OneIsBiasInEveryMode) {
   const auto in = tokens(kB * kT, 97, 6);
-  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
+  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive"}) {
     Model bias(testing::test_context(), tiny(mode), kB, kT);
     randomise(bias, 7);
     Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
@@ -226,7 +228,7 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // Two forward+backward passes give the same bits: no state leaks between
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
-  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
+  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive"}) {
     Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}}), kB, kT);
     randomise(m, 10);
     set_gates(m, 0.6f);
@@ -291,6 +293,10 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
   }
   variants.push_back({"delta", {{"attnres_use_null_source", true}, {"attnres_gate_type", "sigmoid_vector"}}, false,
                       false, 0.3});
+  // full_additive: each state's gradient joins the stream's where the walk crosses it.
+  for (bool recompute : {false, true}) variants.push_back({"full_additive", alpha, recompute, false});
+  variants.push_back({"full_additive", bias, false, true});
+  variants.push_back({"full_additive", {{"attnres_use_null_source", true}, {"attnres_num_heads", 4}}, false, false, 0.3});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};

@@ -26,7 +26,7 @@
 
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd };
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -34,6 +34,7 @@ enum class Sources {
   kOutputs,      // e and every sublayer output so far (full, delta)
   kPartialSums,  // the completed block sums and the current partial sum (block)
   kBlockDeltas,  // e and what each completed block added (delta_block)
+  kStates,       // the stream after each sublayer so far, S_1 … S_k (full_additive; not e)
 };
 
 struct ModeSpec {
@@ -60,7 +61,7 @@ struct ModeSpec {
   constexpr bool running_gradient() const {
     switch (sources) {
       case Sources::kPartialSums: return true;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: return stream;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates: return stream;
     }
     return stream;
   }
@@ -69,7 +70,7 @@ struct ModeSpec {
   constexpr bool source_owns_gradient(bool is_block_start) const {
     switch (sources) {
       case Sources::kPartialSums: return is_block_start;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: return true;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates: return true;
     }
     return true;
   }
@@ -77,7 +78,7 @@ struct ModeSpec {
   constexpr bool block_deltas() const {
     switch (sources) {
       case Sources::kBlockDeltas: return true;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: return false;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: case Sources::kStates: return false;
     }
     return false;
   }
@@ -101,6 +102,9 @@ inline constexpr ModeSpec kModeSpecs[] = {
     // the delta modes combine (added to a residual stream), the pair of the
     // two axes the named modes leave out (--sources partial_sums --combine add).
     {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false},
+    // The reference code's full_additive: the stream after each sublayer so
+    // far (its cumulative states; e is not one), added to the stream.
+    {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -116,6 +120,7 @@ constexpr size_t mode_row(Mode m) {
     case Mode::kDelta: return 3;
     case Mode::kDeltaBlock: return 4;
     case Mode::kBlockAdd: return 5;
+    case Mode::kFullAdditive: return 6;
   }
   return kNumModes;
 }
@@ -163,6 +168,7 @@ inline constexpr ModeName kModeNames[] = {
     {"delta",       Mode::kDelta,      false, 1,    false, false},
     {"delta_block", Mode::kDeltaBlock, false, 1,    false, false},
     {"block_add",   Mode::kBlockAdd,   false, 1,    false, false},
+    {"full_additive", Mode::kFullAdditive, false, 1,  false, false},
     {"block_mh",    Mode::kBlock,      true,  8,    false, false},
     {"full_mh",     Mode::kFull,       true,  8,    true,  false},
     {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},
@@ -191,7 +197,6 @@ inline constexpr UnrunName kUnrunModes[] = {
                 "is block with unused v_res_* tensors (use attnres_mode block)"},
     {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "
                       "stream, a plain Qwen3 with unused routing tensors (use attnres_mode baseline)"},
-    {"full_additive", "routing over the cumulative states, added to the stream, is not implemented in attnres yet"},
     {"delta_replace", "routing over the sublayer outputs and the current stream, replacing it, is not implemented "
                       "in attnres yet"},
     {"pre_gated", "routing over sigmoid-gated sublayer outputs (a d x d gate per router) is not implemented in "

@@ -40,7 +40,7 @@ int count_params(const ParamLayout& layout, const std::string& part) {
 // The CLI's mode lists come from the table: compare's default, train's help.
 TEST(Modes, TheCommandsListTheTable) {
   EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
-  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block, block_add");
+  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block, block_add, full_additive");
   EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
   std::string all;
   for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
@@ -48,7 +48,7 @@ TEST(Modes, TheCommandsListTheTable) {
 }
 
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
-  EXPECT_EQ(kNumModes, 6u);
+  EXPECT_EQ(kNumModes, 7u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
     EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);

@@ -165,6 +165,9 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
     case Sources::kBlockDeltas:  // one per block, made at its start
       for (int64_t b = 0; b * Bl < c.L; ++b) p.sources.push_back({cat("block.", b), Made::kBlockDelta, 2 * b * Bl, true});
       break;
+    case Sources::kStates:  // S_{k+1} = the stream after sublayer k, for k < K − 1 (no router reads the last one)
+      for (int64_t k = 0; k + 1 < K; ++k) p.sources.push_back({sublayer_name(k) + ".state", Made::kState, k, true});
+      break;
     case Sources::kNone: break;
   }
 
@@ -194,6 +197,10 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         if (null) index.push_back(-1);
         for (int64_t j = 0; j < k; j += 2)
           if (p.starts_block(j)) index.push_back(static_cast<int>(j / 2 / Bl));
+        break;
+      case Mode::kFullAdditive:  // [null] + S_1 … S_k, the stream after each sublayer so far
+        if (null) index.push_back(-1);
+        for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<int>(j));
         break;
       case Mode::kBaseline: break;
     }
@@ -233,6 +240,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         if (!p.starts_block(src.sublayer)) s->previous_partial = j - 1;
         break;
       case Made::kBlockDelta: s->makes_block = j; break;
+      case Made::kState: s->makes_state = j; break;
     }
   }
 

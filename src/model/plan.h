@@ -56,6 +56,7 @@ struct PlanSource {
     kOutput,        // sublayer `sublayer`'s output (full, delta)
     kPartialSum,    // block's P_{k+1} = (reset ? 0 : P_k) + out_k, k = `sublayer`
     kBlockDelta,    // delta_block's block source, made at the block start `sublayer` (an attention sublayer)
+    kState,         // full_additive's S_{k+1}: the stream after sublayer k = `sublayer` (x += out, then copied)
   };
   std::string name;     // "embed", "layers.3.attn", "block.1", "partial"
   Made made;
@@ -85,6 +86,7 @@ struct PlanSublayer {
   int output_source = -1;              // the sublayer writes its output into this source; −1: into a scratch buffer
   bool output_is_partial_sum = false;  // that source is the partial sum P_{k+1}, with a running gradient (block, block_add)
   int previous_partial = -1;           // P_{k+1} = P_k + out: the source P_k; −1 at a block start (P restarts at out)
+  int makes_state = -1;                // after x += out: this source is a copy of the stream (full_additive)
 };
 
 struct RoutingPlan {

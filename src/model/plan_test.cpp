@@ -48,8 +48,9 @@ std::string sources_of(const RoutingPlan& p) {
 }
 // Each sublayer's steps (PlanSublayer) as "in>out": in is "x" (the stream) or
 // "r<router>", with "*" when stored; out lists, in the forward's order, "B<j>"
-// (block source j made), "+x" (added to the stream), "o<j>" (written into
-// source j) or "p<j>" (into the partial sum j), "+P<j>" (plus partial sum j).
+// (block source j made), "+x" (added to the stream), "S<j>" (the stream
+// copied into state source j), "o<j>" (written into source j) or "p<j>"
+// (into the partial sum j), "+P<j>" (plus partial sum j).
 std::string steps_of(const RoutingPlan& p) {
   std::string s;
   for (const PlanSublayer& k : p.sublayers) {
@@ -57,6 +58,7 @@ std::string steps_of(const RoutingPlan& p) {
     auto add = [&](const std::string& t) { out += cat(out.empty() ? "" : ",", t); };
     if (k.makes_block >= 0) add(cat("B", k.makes_block));
     if (k.adds_to_stream) add("+x");
+    if (k.makes_state >= 0) add(cat("S", k.makes_state));
     if (k.output_source >= 0) add(cat(k.output_is_partial_sum ? "p" : "o", k.output_source));
     if (k.previous_partial >= 0) add(cat("+P", k.previous_partial));
     s += cat(s.empty() ? "" : " ", k.router < 0 ? "x" : cat("r", k.router), k.stores_input ? "*" : "", ">", out);
@@ -122,6 +124,14 @@ const Expected kExpected[] = {
      "layers.2.mlp[-1,0,4,5] layers.3.attn[-1,0,4,6] layers.3.mlp[-1,0,4,7]",
      -1, -1, "0,-1,4", true,
      "r0*>+x,p1 r1*>+x,p2,+P1 r2*>+x,p3,+P2 r3*>+x,p4,+P3 r4*>+x,p5 r5*>+x,p6,+P5 r6*>+x,p7,+P6 r7*>+x,p8,+P7", 0},
+    // full_additive: the stream after each sublayer but the last is a source (S_1 … S_7), read by every
+    // later router; the last MLP's reads them all, so nothing is zeroed; e only starts the stream.
+    {"full_additive", true,
+     "layers.0.attn.state layers.0.mlp.state layers.1.attn.state layers.1.mlp.state layers.2.attn.state "
+     "layers.2.mlp.state layers.3.attn.state",
+     "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0,1] layers.1.mlp[-1,0,1,2] layers.2.attn[-1,0,1,2,3] "
+     "layers.2.mlp[-1,0,1,2,3,4] layers.3.attn[-1,0,1,2,3,4,5] layers.3.mlp[-1,0,1,2,3,4,5,6]",
+     -1, 7, "", true, "r0*>+x,S0 r1*>+x,S1 r2*>+x,S2 r3*>+x,S3 r4*>+x,S4 r5*>+x,S5 r6*>+x,S6 r7*>+x", -1},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
@@ -185,11 +195,13 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
   // 2 blocks only, inputs rebuilt; delta_block: the inputs and the block
   // sources with gradients; block_add: the inputs and every partial sum,
   // gradients for the blocks, and a running gradient of the partial sums
-  // beside the stream's.
+  // beside the stream's; full_additive: the inputs and every state but the
+  // last, each with its gradient.
   for (const Keeps& k : {Keeps{"baseline", K, 0, 0, true, false, false}, Keeps{"full", 0, K + 1, K + 1, false, false, true},
                          Keeps{"delta", 0, K + 1, K + 1, true, false, true}, Keeps{"block", 0, K + 1, 2, true, false, true},
                          Keeps{"delta_block", K, 2, 2, true, false, false},
-                         Keeps{"block_add", K, K + 1, 2, true, true, false}}) {
+                         Keeps{"block_add", K, K + 1, 2, true, true, false},
+                         Keeps{"full_additive", K, K - 1, K - 1, true, false, false}}) {
     SCOPED_TRACE(k.mode);
     const RoutingPlan p = RoutingPlan::build(shape(k.mode, false), ModelOptions{2, 4});
     EXPECT_EQ(count(p, "layers.", ".x_attn") + count(p, "layers.", ".x_mlp"), k.inputs);

@@ -284,6 +284,9 @@ def reference_to_attnres(run, data, ids):
         # sigmoid_vector: an nn.Linear(d, d) per router, *_res_gate_proj.{weight,bias}.
         ("full_sigmoid_vector", "full", 8, "sigmoid_vector", False, True, False, None),
         ("block_sigmoid_vector_sharded", "block", 3, "sigmoid_vector", False, True, True, None),
+        # full_additive: the reference's cumulative states, added to the stream.
+        ("full_additive", "full_additive", 8, "bias", False, True, False, None),
+        ("full_additive_null_alpha_sharded", "full_additive", 8, "learnable_alpha", True, True, True, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -402,6 +405,7 @@ def attnres_to_reference(run, data, ids, train_data):
         ("full_sigmoid", {"attnres_mode": "full", "attnres_gate_type": "sigmoid_scalar"}, 1),
         ("delta_sigmoid_vector", {"attnres_mode": "delta", "attnres_use_null_source": True,
                                   "attnres_gate_type": "sigmoid_vector"}, 1),
+        ("full_additive", {"attnres_mode": "full_additive", "attnres_use_null_source": True}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

@@ -93,6 +93,11 @@ CASES = {
                                 "attnres_gate_type": "sigmoid_vector"},
     "delta_sigmoid_vector": {"attnres_mode": "delta", "attnres_use_null_source": True,
                              "attnres_gate_type": "sigmoid_vector"},
+    # The reference code's full_additive: the stream's states after each sublayer, added to the stream; plain,
+    # and with the null source and 4 routing heads.  (learnable_alpha at 0 is baseline there: a self-check.)
+    "full_additive": {"attnres_mode": "full_additive"},
+    "full_additive_null_h4": {"attnres_mode": "full_additive", "attnres_use_null_source": True,
+                              "attnres_num_heads": 4},
     "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
                       "attnres_gate_type": "sigmoid_scalar"},
     # The entropy term (CASE_TRAIN's entropy_lambda): a mode the reference collects it in, and block with 4
@@ -302,6 +307,7 @@ def check_alpha_identities():
         ("delta_block/true, 8 heads", {"attnres_mode": "delta_block", "attnres_num_blocks": 3,
                                        "attnres_num_heads": 8}),
         ("block_mh", {"attnres_mode": "block_mh", "attnres_num_blocks": 3}),
+        ("full_additive+null", {"attnres_mode": "full_additive", "attnres_use_null_source": True}),
     ]
     for label, over in variants:
         cfg_a = make_config(dict(over, attnres_gate_type="learnable_alpha"))
@@ -321,7 +327,7 @@ def check_alpha_identities():
                     P[n].fill_(0.0)
             zero = O.forward(P, cfg_a, ids)
         dz = float((zero - base).abs().max())
-        if over["attnres_mode"].startswith("delta"):
+        if over["attnres_mode"].startswith("delta") or over["attnres_mode"] == "full_additive":
             assert dz < 1e-12, f"alpha=0 != baseline in {label}: {dz}"
             print(f"check: {label}: alpha=0 == baseline, alpha=1 == bias")
         else:

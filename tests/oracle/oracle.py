@@ -100,9 +100,11 @@ ATTNRES_DEFAULTS = {
     "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
 
-MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add")
+MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full_additive")
 # block_add (not in the papers): block's sources (the partial block sums) added
 # to a residual stream as the delta modes add their routed sum.
+# full_additive (the reference code's, not in the papers): the stream after each
+# sublayer so far (its cumulative states; not e) added to the stream.
 # The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
 # each is one of the modes above with 8 heads by default; block_mh has no
 # final router, delta_mh always has the null source and the reference's block deltas.
@@ -170,7 +172,7 @@ def param_shapes(cfg):
             for s in ("attn", "mlp"):
                 out += [(p + f"{s}_res_proj.weight", (1, d)),
                         (p + f"{s}_res_norm.weight", (d,))]
-            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add"):
+            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive"):
                 out += [(p + "attn_null_source", (d,)), (p + "mlp_null_source", (d,))]
             if cfg["attnres_gate_type"] == "learnable_alpha":
                 # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
@@ -402,7 +404,7 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
     cos, sin = rope_cos_sin(T, cfg["head_dim"], float(cfg["rope_theta"]), E.dtype)
     nb = layers_per_block(cfg)
     gate_type = cfg["attnres_gate_type"]
-    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add")
+    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive")
 
     def lp(i):
         return f"model.layers.{i}."
@@ -493,6 +495,15 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
             m = mlp_of(i, additive(i, "mlp", x, blocks + [partial]))
             partial = partial + m
             x = x + m
+        h = x
+
+    elif mode == "full_additive":
+        srcs, x = [], e   # S_1, S_2, ...: the stream after each sublayer
+        for i in range(L):
+            x = x + attn_of(i, additive(i, "attn", x, srcs))
+            srcs = srcs + [x]
+            x = x + mlp_of(i, additive(i, "mlp", x, srcs))
+            srcs = srcs + [x]
         h = x
 
     elif mode == "delta":
