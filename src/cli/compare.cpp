@@ -158,6 +158,13 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
     into.push_back(cat("--", flag, "=", option_text(field)));  // "=": a switch takes its value inline
     if (rule != OnResume::kFree) given_options[key] = option_text(field);
   });
+  for (const std::string& m : o.modes)
+    if (!mode_spec(parse_mode_name(m).mode).routed() && !routing_only_flags(o.passed_fixed).empty()) {
+      std::string flags;
+      for (const std::string& a : routing_only_flags(o.passed_fixed)) flags += cat(flags.empty() ? "" : ", ", a);
+      std::printf("compare: %s runs without %s (options of the routing, which it has none of)\n", m.c_str(),
+                  flags.c_str());
+    }
   o.settings = {{"modes", o.modes}, {"config", o.config}, {"init", o.init},
                 {"data", fs::absolute(o.data).string()},
                 {"val_data", fs::absolute(o.val_data).string()},

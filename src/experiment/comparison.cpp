@@ -199,6 +199,23 @@ bool add_interventions(const Comparison& o, nlohmann::json& r, const std::string
 
 }  // namespace
 
+std::vector<std::string> routing_only_flags(const std::vector<std::string>& passed) {
+  std::vector<std::string> out;
+  for (const std::string& a : passed)
+    for (const char* flag : {"--entropy-lambda=", "--freeze-base="})
+      if (a.rfind(flag, 0) == 0) out.push_back(a);
+  return out;
+}
+
+std::vector<std::string> train_flags_for(const std::vector<std::string>& passed, const std::string& mode) {
+  if (mode_spec(parse_mode_name(mode).mode).routed()) return passed;
+  const std::vector<std::string> drop = routing_only_flags(passed);
+  std::vector<std::string> out;
+  for (const std::string& a : passed)
+    if (std::find(drop.begin(), drop.end(), a) == drop.end()) out.push_back(a);
+  return out;
+}
+
 nlohmann::json finished_record(const Comparison& o, const ComparisonRun& run) {
   const std::string done_path = run.dir + "/done.json";
   if (!fs::exists(done_path)) return nullptr;
@@ -255,7 +272,8 @@ nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, s
         if (const auto it = o.computed.find(key); it != o.computed.end())
           args.insert(args.end(), {"--" + option_flag(key), it->second});
       });
-      args.insert(args.end(), o.passed_fixed.begin(), o.passed_fixed.end());
+      const std::vector<std::string> fixed = train_flags_for(o.passed_fixed, run.mode);
+      args.insert(args.end(), fixed.begin(), fixed.end());
     }
     args.insert(args.end(), o.passed_free.begin(), o.passed_free.end());
     if (time_share) {

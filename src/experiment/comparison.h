@@ -59,6 +59,14 @@ struct ComparisonRun {
 // --modes: names between commas, none empty, none twice (an Error otherwise).
 std::vector<std::string> split_modes(const std::string& s);
 
+// The training options that act on the routing alone (--entropy-lambda,
+// --freeze-base): a run of a mode without routing (baseline) trains without
+// them, as `attnres train` refuses them there.  `passed` is "--flag=value"
+// per option (Comparison::passed_fixed); the flags a run of mode `mode` gets.
+std::vector<std::string> train_flags_for(const std::vector<std::string>& passed, const std::string& mode);
+// Those of `passed` that a mode without routing leaves out (for the one line compare prints).
+std::vector<std::string> routing_only_flags(const std::vector<std::string>& passed);
+
 // x with `digits` decimals; "-" for NaN.
 std::string fmt(double x, int digits);
 

@@ -15,6 +15,19 @@
 namespace attnres {
 namespace {
 
+// --entropy-lambda and --freeze-base act on the routing alone: a baseline run
+// trains without them (attnres train refuses them there), every routed mode
+// with them; the other options reach every run.
+TEST(Comparison, ABaselineRunTrainsWithoutTheRoutingOnlyOptions) {
+  const std::vector<std::string> passed = {"--lr-routing=0.01", "--entropy-lambda=0.1", "--freeze-base=true",
+                                           "--clip=0.5"};
+  EXPECT_EQ(routing_only_flags(passed), (std::vector<std::string>{"--entropy-lambda=0.1", "--freeze-base=true"}));
+  EXPECT_EQ(train_flags_for(passed, "baseline"), (std::vector<std::string>{"--lr-routing=0.01", "--clip=0.5"}));
+  for (const char* mode : {"block", "delta_block", "full_additive", "delta_mh"})
+    EXPECT_EQ(train_flags_for(passed, mode), passed) << mode;
+  EXPECT_THROW(train_flags_for(passed, "nope"), Error);
+}
+
 TEST(Comparison, ModesAreNamesBetweenCommasEachOnce) {
   EXPECT_EQ(split_modes("baseline,block"), (std::vector<std::string>{"baseline", "block"}));
   EXPECT_EQ(split_modes("delta"), (std::vector<std::string>{"delta"}));
