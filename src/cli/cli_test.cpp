@@ -892,7 +892,8 @@ TEST_F(Cli, TheModeAxes) {
   const std::pair<const char*, const char*> pairs[][2] = {
       {{"outputs", "replace"}, {"full", ""}},         {{"outputs", "add"}, {"delta", ""}},
       {{"partial_sums", "replace"}, {"block", ""}},   {{"partial_sums", "add"}, {"block_add", ""}},
-      {{"block_deltas", "add"}, {"delta_block", ""}}, {{"states", "add"}, {"full_additive", ""}}};
+      {{"block_deltas", "add"}, {"delta_block", ""}}, {{"states", "add"}, {"full_additive", ""}},
+      {{"outputs_stream", "replace"}, {"delta_replace", ""}}};
   for (const auto& p : pairs) {
     const std::string out = dir_ + "/axes_" + p[0].first + "_" + p[0].second;
     Result r = run(common + "--sources " + p[0].first + " --combine " + p[0].second + " --out " + out);
@@ -905,7 +906,9 @@ TEST_F(Cli, TheModeAxes) {
   expect_clear_error(run(common + "--mode delta --sources outputs --combine add --out " + dir_ + "/x"),
                      {"--mode and --sources/--combine both name the mode"});
   expect_clear_error(run(common + "--sources rows --combine add --out " + dir_ + "/x"),
-                     {"--sources 'rows': outputs, partial_sums, block_deltas or states"});
+                     {"--sources 'rows': outputs, partial_sums, block_deltas, states or outputs_stream"});
+  expect_clear_error(run(common + "--sources outputs_stream --combine add --out " + dir_ + "/x"),
+                     {"--sources outputs_stream with --combine add is not defined"});
   expect_clear_error(run(common + "--sources states --combine replace --out " + dir_ + "/x"),
                      {"--sources states with --combine replace is not defined in attnres"});
   expect_clear_error(run(common + "--sources outputs --combine mix --out " + dir_ + "/x"),

@@ -69,15 +69,19 @@ std::string mode_of_axes(const std::string& sources, const std::string& combine)
       {"outputs", Sources::kOutputs},
       {"partial_sums", Sources::kPartialSums},
       {"block_deltas", Sources::kBlockDeltas},
-      {"states", Sources::kStates}};
+      {"states", Sources::kStates},
+      {"outputs_stream", Sources::kOutputsAndStream}};
   static const std::pair<const char*, Combine> kCombine[] = {{"replace", Combine::kReplace}, {"add", Combine::kAdd}};
   const auto* s = std::find_if(std::begin(kSources), std::end(kSources), [&](const auto& e) { return sources == e.first; });
   const auto* c = std::find_if(std::begin(kCombine), std::end(kCombine), [&](const auto& e) { return combine == e.first; });
   if (s == std::end(kSources))
-    fail("--sources '", visible(sources), "': outputs, partial_sums, block_deltas or states");
+    fail("--sources '", visible(sources), "': outputs, partial_sums, block_deltas, states or outputs_stream");
   if (c == std::end(kCombine)) fail("--combine '", visible(combine), "': replace or add");
   for (const ModeSpec& m : kModeSpecs)
     if (m.sources == s->second && m.combine == c->second) return m.name;
+  if (s->second == Sources::kOutputsAndStream)
+    fail("--sources outputs_stream with --combine add is not defined: the stream is one of its sources, and adding "
+         "the routed sum to the stream would count it twice (replace: delta_replace)");
   if (s->second == Sources::kStates)
     fail("--sources states with --combine replace is not defined in attnres (the reference's full_v replaces over "
          "the states, with a V-stream router, not implemented yet)");
@@ -96,12 +100,12 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
                        "with --combine, the mode by its two axes instead of --mode: what the routers read — "
                        "outputs (every sublayer's), partial_sums (the block sums), states (the stream after each "
                        "sublayer), block_deltas (what each block "
-                       "added to the stream)"});
+                       "added to the stream), outputs_stream (every sublayer's output, then the stream)"});
   opts.add(m.combine, {"combine", "",
                        "with --sources: how the routed sum makes a sublayer's input — replace, or add (to a "
                        "residual stream); outputs+replace = full, outputs+add = delta, partial_sums+replace = "
                        "block, partial_sums+add = block_add, block_deltas+add = delta_block, states+add = "
-                       "full_additive"});
+                       "full_additive, outputs_stream+replace = delta_replace"});
   opts.add(m.routing_heads, {"routing-heads", "",
                              "override attnres_num_heads: routing heads of every router, dividing hidden_size "
                              "(default 1; the _mh modes 8)"});

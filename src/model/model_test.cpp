@@ -185,6 +185,9 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
       {{"attnres_mode", "delta_mh"}},
       {{"attnres_mode", "full_additive"}},
       {{"attnres_mode", "full_additive"}, {"attnres_use_null_source", true}, {"attnres_num_heads", 4}},
+      // delta_replace replaces, but its gate's base is its last source, the stream: (1 − 0)·x + 0·R = x.
+      {{"attnres_mode", "delta_replace"}},
+      {{"attnres_mode", "delta_replace"}, {"attnres_num_heads", 4}},
   };
   for (nlohmann::json v : variants) {
     v["attnres_gate_type"] = "learnable_alpha";
@@ -205,7 +208,8 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
 // sublayer the previous partial sum / output alone.
 TEST(LearnableAlpha, OneIsBiasInEveryMode) {
   const auto in = tokens(kB * kT, 97, 6);
-  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive"}) {
+  for (const char* mode :
+       {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive", "delta_replace"}) {
     Model bias(testing::test_context(), tiny(mode), kB, kT);
     randomise(bias, 7);
     Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
@@ -228,8 +232,11 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // Two forward+backward passes give the same bits: no state leaks between
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
-  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive"}) {
-    Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", "learnable_alpha"}}), kB, kT);
+  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive",
+                           "delta_replace", "first_layer"}) {
+    // first_layer has no gate (the reference applies none there).
+    const char* gate = std::string(mode) == "first_layer" ? "bias" : "learnable_alpha";
+    Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", gate}}), kB, kT);
     randomise(m, 10);
     set_gates(m, 0.6f);
     const auto in = tokens(kB * kT, 97, 11), tg = tokens(kB * kT, 97, 12);
@@ -297,6 +304,18 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
   for (bool recompute : {false, true}) variants.push_back({"full_additive", alpha, recompute, false});
   variants.push_back({"full_additive", bias, false, true});
   variants.push_back({"full_additive", {{"attnres_use_null_source", true}, {"attnres_num_heads", 4}}, false, false, 0.3});
+  // delta_replace: the states' gradients join the stream's, its inputs rebuilt from the kept logits (u_);
+  // first_layer: no router before layer 2, the states and a_1 zeroed but the last router's.
+  for (bool recompute : {false, true}) {
+    variants.push_back({"delta_replace", alpha, recompute, false});
+    variants.push_back({"first_layer", bias, recompute, false});
+  }
+  variants.push_back({"delta_replace", bias, false, true});
+  variants.push_back({"first_layer", bias, false, true});
+  variants.push_back({"delta_replace", {{"attnres_gate_type", "sigmoid_vector"}, {"attnres_num_heads", 4}}, false,
+                      false, 0.3});
+  variants.push_back({"delta_replace", {{"attnres_gate_type", "sigmoid_scalar"}}, true, false});
+  variants.push_back({"first_layer", {{"attnres_num_heads", 2}}, false, false, 0.3});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};

@@ -26,7 +26,7 @@
 
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive };
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive, kDeltaReplace, kFirstLayer };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -35,6 +35,8 @@ enum class Sources {
   kPartialSums,  // the completed block sums and the current partial sum (block)
   kBlockDeltas,  // e and what each completed block added (delta_block)
   kStates,       // the stream after each sublayer so far, S_1 … S_k (full_additive; not e)
+  kOutputsAndStream,  // every sublayer output so far (not e), then the current stream x (delta_replace)
+  kStreamAndA1,       // the current stream x, then layer 1's attention output a_1 (first_layer, from layer 2 on)
 };
 
 struct ModeSpec {
@@ -61,7 +63,8 @@ struct ModeSpec {
   constexpr bool running_gradient() const {
     switch (sources) {
       case Sources::kPartialSums: return true;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates: return stream;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates:
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return stream;
     }
     return stream;
   }
@@ -70,7 +73,8 @@ struct ModeSpec {
   constexpr bool source_owns_gradient(bool is_block_start) const {
     switch (sources) {
       case Sources::kPartialSums: return is_block_start;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates: return true;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates:
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return true;
     }
     return true;
   }
@@ -78,15 +82,20 @@ struct ModeSpec {
   constexpr bool block_deltas() const {
     switch (sources) {
       case Sources::kBlockDeltas: return true;
-      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: case Sources::kStates: return false;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: case Sources::kStates:
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return false;
     }
     return false;
   }
   // Whether a learnable_alpha gate at 0 makes the model the plain residual one
-  // (an exact conversion of a pretrained checkpoint): the routed term is added
-  // to a stream, so a zero gate switches it off; a replacing router has no
+  // (an exact conversion of a pretrained checkpoint): the gate's base is the
+  // stream, (1 − g)·x + g·h, so a zero gate gives x — where the routed term is
+  // added to the stream, and in delta_replace, whose last source is the stream.
+  // block's and full's last source is a partial sum / the latest output: no
   // such identity.
-  constexpr bool zero_gate_is_identity() const { return routed() && combine == Combine::kAdd; }
+  constexpr bool zero_gate_is_identity() const {
+    return routed() && (combine == Combine::kAdd || sources == Sources::kOutputsAndStream);
+  }
   // Sublayers write their output straight into a source (no separate output buffer).
   bool outputs_are_sources() const { return sources == Sources::kOutputs || sources == Sources::kPartialSums; }
 };
@@ -105,6 +114,14 @@ inline constexpr ModeSpec kModeSpecs[] = {
     // The reference code's full_additive: the stream after each sublayer so
     // far (its cumulative states; e is not one), added to the stream.
     {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false},
+    // The reference code's delta_replace: every sublayer output so far and the
+    // current stream (last), the routed sum replacing the input; the stream
+    // still adds each output, and the final norm reads it.
+    {Mode::kDeltaReplace, "delta_replace", /* (reference)   */ Sources::kOutputsAndStream, Combine::kReplace, true, false, false, false, true, false},
+    // The reference code's first_layer: from layer 2 on, a softmax mix of the
+    // stream and layer 1's attention output replaces the input; before, the
+    // input is the stream.  No gate, no null source.
+    {Mode::kFirstLayer, "first_layer", /* (reference)       */ Sources::kStreamAndA1, Combine::kReplace, true,  false, false, true,  true,  false},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -121,6 +138,8 @@ constexpr size_t mode_row(Mode m) {
     case Mode::kDeltaBlock: return 4;
     case Mode::kBlockAdd: return 5;
     case Mode::kFullAdditive: return 6;
+    case Mode::kDeltaReplace: return 7;
+    case Mode::kFirstLayer: return 8;
   }
   return kNumModes;
 }
@@ -135,10 +154,11 @@ inline const ModeSpec& mode_spec(Mode m) { return kModeSpecs[mode_row(m)]; }
 
 // An input x + g·R that the backward rebuilds needs the stream x again: the
 // backward sums it from the router's sources (model.cpp,
-// sublayer_input_recompute_), which holds when they are e and every output so far.
+// sublayer_input_recompute_), which holds when they are e and every output so
+// far.  (A replacing router beside a stream, delta_replace, rebuilds R alone.)
 constexpr bool rebuilt_streams_are_sums() {
   for (const ModeSpec& m : kModeSpecs)
-    if (m.routed() && !m.stores_inputs && m.stream && m.sources != Sources::kOutputs) return false;
+    if (m.routed() && !m.stores_inputs && m.combine == Combine::kAdd && m.sources != Sources::kOutputs) return false;
   return true;
 }
 static_assert(rebuilt_streams_are_sums(), "kModeSpecs: a mode that adds to a stream and rebuilds its inputs routes over the outputs");
@@ -169,6 +189,8 @@ inline constexpr ModeName kModeNames[] = {
     {"delta_block", Mode::kDeltaBlock, false, 1,    false, false},
     {"block_add",   Mode::kBlockAdd,   false, 1,    false, false},
     {"full_additive", Mode::kFullAdditive, false, 1,  false, false},
+    {"delta_replace", Mode::kDeltaReplace, false, 1,  false, false},
+    {"first_layer", Mode::kFirstLayer, false, 1,      false, false},
     {"block_mh",    Mode::kBlock,      true,  8,    false, false},
     {"full_mh",     Mode::kFull,       true,  8,    true,  false},
     {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},
@@ -197,11 +219,8 @@ inline constexpr UnrunName kUnrunModes[] = {
                 "is block with unused v_res_* tensors (use attnres_mode block)"},
     {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "
                       "stream, a plain Qwen3 with unused routing tensors (use attnres_mode baseline)"},
-    {"delta_replace", "routing over the sublayer outputs and the current stream, replacing it, is not implemented "
-                      "in attnres yet"},
     {"pre_gated", "routing over sigmoid-gated sublayer outputs (a d x d gate per router) is not implemented in "
                   "attnres yet"},
-    {"first_layer", "routing between the stream and one early sublayer output is not implemented in attnres yet"},
     {"delta_centered_reset", "the reference's modeling code has no branch for it and runs full exactly, final router "
                              "included (use attnres_mode full)"},
     {"delta_sublayer", kNoBranch},

@@ -40,7 +40,8 @@ int count_params(const ParamLayout& layout, const std::string& part) {
 // The CLI's mode lists come from the table: compare's default, train's help.
 TEST(Modes, TheCommandsListTheTable) {
   EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
-  EXPECT_EQ(mode_name_list(false), "baseline, block, full, delta, delta_block, block_add, full_additive");
+  EXPECT_EQ(mode_name_list(false),
+            "baseline, block, full, delta, delta_block, block_add, full_additive, delta_replace, first_layer");
   EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
   std::string all;
   for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
@@ -48,7 +49,7 @@ TEST(Modes, TheCommandsListTheTable) {
 }
 
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
-  EXPECT_EQ(kNumModes, 7u);
+  EXPECT_EQ(kNumModes, 9u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
     EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);
@@ -74,9 +75,10 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       const auto& routers = model.routers();
       // Every sublayer has a router, but the delta modes' layer-0 attention
       // without a null source (no output or block source exists yet; block_add
-      // has P_0 = e), plus the final router.
+      // has P_0 = e) and first_layer's first two layers, plus the final router.
       const bool first_empty = m.null_source && !null && m.sources != Sources::kPartialSums;
-      const int expected = m.routed() ? 2 * L - (first_empty ? 1 : 0) + (m.final_router ? 1 : 0) : 0;
+      const int unrouted = m.sources == Sources::kStreamAndA1 ? 4 : first_empty ? 1 : 0;
+      const int expected = m.routed() ? 2 * L - unrouted + (m.final_router ? 1 : 0) : 0;
       EXPECT_EQ(static_cast<int>(routers.size()), expected);
       EXPECT_EQ(!routers.empty() && routers.back().name == "final", m.final_router);
       for (const Router& r : routers) {
@@ -84,6 +86,12 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
             << r.name;
         if (m.sources == Sources::kPartialSums) {
           EXPECT_EQ(r.source_names.back(), "partial") << r.name;
+        }
+        if (m.sources == Sources::kOutputsAndStream) {
+          EXPECT_EQ(r.source_names.back(), "stream") << r.name;
+        }
+        if (m.sources == Sources::kStreamAndA1) {
+          EXPECT_EQ(r.source_names, (std::vector<std::string>{"stream", "layers.1.attn"})) << r.name;
         }
         if (m.sources == Sources::kBlockDeltas) {
           for (size_t i = 0; i < r.source_names.size(); ++i)
@@ -237,6 +245,41 @@ TEST(Modes, TheDocsTablesListEveryModeOfTheTable) {
     }
     EXPECT_GE(listed, 1) << doc << " has no table of the modes";
   }
+}
+
+// first_layer routes from layer 2 on and applies no gate (the reference's
+// branch calls none): fewer layers, or a gate, is refused saying so.
+TEST(Modes, FirstLayerRefusesWhatTheReferenceDoesNotRun) {
+  auto config = [](int layers, const char* gate) {
+    return nlohmann::json{{"hidden_size", 16},         {"num_hidden_layers", layers}, {"num_attention_heads", 2},
+                          {"num_key_value_heads", 1},  {"intermediate_size", 24},     {"vocab_size", 40},
+                          {"attnres_mode", "first_layer"}, {"attnres_gate_type", gate}};
+  };
+  EXPECT_NO_THROW(Config::from_json(config(3, "bias"), "c.json"));
+  try {
+    Config::from_json(config(2, "bias"), "c.json");
+    ADD_FAILURE() << "2 layers accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "c.json: attnres_mode first_layer routes from layer 2 on (between the stream and layer 1's attention "
+              "output): it needs num_hidden_layers >= 3, got 2");
+  }
+  for (const char* gate : {"learnable_alpha", "sigmoid_scalar", "sigmoid_vector"}) {
+    try {
+      Config::from_json(config(4, gate), "c.json");
+      ADD_FAILURE() << gate << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()),
+                cat("c.json: attnres_mode first_layer applies no gate in the reference code; attnres_gate_type must "
+                    "be \"bias\", got \"", gate, "\""));
+    }
+  }  // A config whose mode is set in code after it was read is held to the same
+  // rules when a model of it is planned (once a segfault, not an error).
+  nlohmann::json two = config(2, "bias");
+  two["attnres_mode"] = "delta";
+  Config c = Config::from_json(two, "c.json");
+  c.mode = Mode::kFirstLayer;
+  EXPECT_THROW(RoutingPlan::build(c, ModelOptions{1, 4}), Error);
 }
 
 // The reference code's other names are refused by name, saying what each is

@@ -133,6 +133,9 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
 }  // namespace
 
 RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
+  // A Config changed in code after it was read (a mode set on it directly)
+  // is held to the same rules as one read from a file.
+  c.validate("the model's config");
   RoutingPlan p;
   const ModeSpec& mode = mode_spec(c.mode);
   p.mode = &mode;
@@ -168,6 +171,17 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
     case Sources::kStates:  // S_{k+1} = the stream after sublayer k, for k < K − 1 (no router reads the last one)
       for (int64_t k = 0; k + 1 < K; ++k) p.sources.push_back({sublayer_name(k) + ".state", Made::kState, k, true});
       break;
+    case Sources::kOutputsAndStream:  // S_0 = e, then out_k and S_{k+1} for k < K − 1 (no router reads out_{K−1}, S_K)
+      p.sources.push_back({"embed", Made::kEmbedding, -1, true});
+      for (int64_t k = 0; k + 1 < K; ++k) {
+        p.sources.push_back({sublayer_name(k), Made::kOutput, k, true});
+        p.sources.push_back({sublayer_name(k) + ".state", Made::kState, k, true});
+      }
+      break;
+    case Sources::kStreamAndA1:  // a_1 (sublayer 2), then S_k for 4 <= k < K: the stream before sublayer k
+      p.sources.push_back({sublayer_name(2), Made::kOutput, 2, true});
+      for (int64_t k = 4; k < K; ++k) p.sources.push_back({sublayer_name(k - 1) + ".state", Made::kState, k - 1, true});
+      break;
     case Sources::kNone: break;
   }
 
@@ -202,16 +216,31 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         if (null) index.push_back(-1);
         for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<int>(j));
         break;
+      case Mode::kDeltaReplace:  // out_0 … out_{k−1}, then the stream S_k (S_0 = e)
+        for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<int>(1 + 2 * j));
+        index.push_back(static_cast<int>(k == 0 ? 0 : 2 * k));
+        break;
+      case Mode::kFirstLayer:  // from layer 2 on: the stream S_k, then a_1
+        if (k < 4) break;
+        index.push_back(static_cast<int>(k - 3));
+        index.push_back(0);
+        break;
       case Mode::kBaseline: break;
     }
     if (index.empty()) continue;  // delta / delta_block, layer 0's attention without a null source: input = x
     PlanRouter r;
     r.k = k;
     r.name = k == K ? "final" : sublayer_name(k);
-    for (size_t q = 0; q < index.size(); ++q)  // block: the last source is the partial sum, whatever it becomes
-      r.source_names.push_back(index[q] < 0                                                    ? "null"
-                               : mode.sources == Sources::kPartialSums && q + 1 == index.size() ? "partial"
-                                                                                                : p.sources[index[q]].name);
+    // block: the last source is the partial sum, whatever it becomes;
+    // delta_replace and first_layer read the stream as it is there.
+    for (size_t q = 0; q < index.size(); ++q) {
+      const bool last = q + 1 == index.size();
+      r.source_names.push_back(index[q] < 0                                              ? "null"
+                               : mode.sources == Sources::kPartialSums && last            ? "partial"
+                               : mode.sources == Sources::kOutputsAndStream && last       ? "stream"
+                               : mode.sources == Sources::kStreamAndA1 && q == 0          ? "stream"
+                                                                                          : p.sources[index[q]].name);
+    }
     r.index = std::move(index);
     // Training keeps each router's logits for the backward, except in full,
     // whose routers read every earlier output: (N, H, S) of them per router

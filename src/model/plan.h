@@ -56,7 +56,8 @@ struct PlanSource {
     kOutput,        // sublayer `sublayer`'s output (full, delta)
     kPartialSum,    // block's P_{k+1} = (reset ? 0 : P_k) + out_k, k = `sublayer`
     kBlockDelta,    // delta_block's block source, made at the block start `sublayer` (an attention sublayer)
-    kState,         // full_additive's S_{k+1}: the stream after sublayer k = `sublayer` (x += out, then copied)
+    kState,         // S_{k+1}: the stream after sublayer k = `sublayer` (x += out, then copied; full_additive,
+                    // delta_replace, first_layer)
   };
   std::string name;     // "embed", "layers.3.attn", "block.1", "partial"
   Made made;
@@ -86,7 +87,7 @@ struct PlanSublayer {
   int output_source = -1;              // the sublayer writes its output into this source; −1: into a scratch buffer
   bool output_is_partial_sum = false;  // that source is the partial sum P_{k+1}, with a running gradient (block, block_add)
   int previous_partial = -1;           // P_{k+1} = P_k + out: the source P_k; −1 at a block start (P restarts at out)
-  int makes_state = -1;                // after x += out: this source is a copy of the stream (full_additive)
+  int makes_state = -1;                // after x += out: this source is a copy of the stream (full_additive, …)
 };
 
 struct RoutingPlan {
@@ -134,8 +135,9 @@ struct RoutingPlan {
   // The modes that do not store each sublayer input rebuild it in the backward
   // (from the stored logits, or from the sources again).
   bool rebuilds_inputs() const { return routed() && !stores_inputs; }
-  // Whether that rebuilt input adds the routed sum to the stream (delta) or is the routed sum (full, block).
-  bool rebuilt_input_adds_stream() const { return rebuilds_inputs() && mode->stream; }
+  // Whether that rebuilt input adds the routed sum to the stream (delta) or is
+  // the routed sum (full, block, delta_replace: its stream is a source).
+  bool rebuilt_input_adds_stream() const { return rebuilds_inputs() && mode->combine == Combine::kAdd; }
   // block_add: partial sums beside a stream, each with a running gradient of its own.
   bool partials_beside_stream() const { return mode->stream && mode->sources == Sources::kPartialSums; }
   // Without a final router or a stream, block (block_mh) feeds the final norm its last partial sum.

@@ -132,6 +132,21 @@ const Expected kExpected[] = {
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0,1] layers.1.mlp[-1,0,1,2] layers.2.attn[-1,0,1,2,3] "
      "layers.2.mlp[-1,0,1,2,3,4] layers.3.attn[-1,0,1,2,3,4,5] layers.3.mlp[-1,0,1,2,3,4,5,6]",
      -1, 7, "", true, "r0*>+x,S0 r1*>+x,S1 r2*>+x,S2 r3*>+x,S3 r4*>+x,S4 r5*>+x,S5 r6*>+x,S6 r7*>+x", -1},
+    // delta_replace: S_0 = e, then each output and the stream after it (out_7 and S_8 are read by no router);
+    // router k reads out_0 … out_{k−1} and S_k; the last MLP's reads no state but S_7, so the others are zeroed.
+    {"delta_replace", false,
+     "embed layers.0.attn layers.0.attn.state layers.0.mlp layers.0.mlp.state layers.1.attn layers.1.attn.state "
+     "layers.1.mlp layers.1.mlp.state layers.2.attn layers.2.attn.state layers.2.mlp layers.2.mlp.state "
+     "layers.3.attn layers.3.attn.state",
+     "layers.0.attn[0] layers.0.mlp[1,2] layers.1.attn[1,3,4] layers.1.mlp[1,3,5,6] layers.2.attn[1,3,5,7,8] "
+     "layers.2.mlp[1,3,5,7,9,10] layers.3.attn[1,3,5,7,9,11,12] layers.3.mlp[1,3,5,7,9,11,13,14]",
+     -1, 7, "0,2,4,6,8,10,12", true,
+     "r0>+x,S2,o1 r1>+x,S4,o3 r2>+x,S6,o5 r3>+x,S8,o7 r4>+x,S10,o9 r5>+x,S12,o11 r6>+x,S14,o13 r7>+x", 0},
+    // first_layer: a_1 (sublayer 2) and the stream before each sublayer from layer 2 on; layers 0 and 1
+    // read the stream; the last MLP's router reads S_7 and a_1, the other states are zeroed.
+    {"first_layer", false, "layers.1.attn layers.1.mlp.state layers.2.attn.state layers.2.mlp.state layers.3.attn.state",
+     "layers.2.attn[1,0] layers.2.mlp[2,0] layers.3.attn[3,0] layers.3.mlp[4,0]", -1, 3, "1,2,3", true,
+     "x*>+x x*>+x x*>+x,o0 x*>+x,S1 r0*>+x,S2 r1*>+x,S3 r2*>+x,S4 r3*>+x", -1},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
@@ -196,12 +211,16 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
   // sources with gradients; block_add: the inputs and every partial sum,
   // gradients for the blocks, and a running gradient of the partial sums
   // beside the stream's; full_additive: the inputs and every state but the
-  // last, each with its gradient.
+  // last, each with its gradient; delta_replace: e, every output and state
+  // but the last ones, each with its gradient, inputs rebuilt; first_layer:
+  // the inputs, a_1 and the states from S_4 on, each with its gradient.
   for (const Keeps& k : {Keeps{"baseline", K, 0, 0, true, false, false}, Keeps{"full", 0, K + 1, K + 1, false, false, true},
                          Keeps{"delta", 0, K + 1, K + 1, true, false, true}, Keeps{"block", 0, K + 1, 2, true, false, true},
                          Keeps{"delta_block", K, 2, 2, true, false, false},
                          Keeps{"block_add", K, K + 1, 2, true, true, false},
-                         Keeps{"full_additive", K, K - 1, K - 1, true, false, false}}) {
+                         Keeps{"full_additive", K, K - 1, K - 1, true, false, false},
+                         Keeps{"delta_replace", 0, 2 * K - 1, 2 * K - 1, true, false, true},
+                         Keeps{"first_layer", K, K - 3, K - 3, true, false, false}}) {
     SCOPED_TRACE(k.mode);
     const RoutingPlan p = RoutingPlan::build(shape(k.mode, false), ModelOptions{2, 4});
     EXPECT_EQ(count(p, "layers.", ".x_attn") + count(p, "layers.", ".x_mlp"), k.inputs);

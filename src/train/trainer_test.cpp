@@ -599,7 +599,7 @@ TEST(Trainer, TheGuardedDeviceTrainsAndResumesToTheCpusBits) {
     for (const Variant& v : variants) {
       const std::string what = cat(mode_name(v.mode), " ", precision_name(p), v.recompute ? " recompute" : "",
                                    v.freeze_base ? " frozen base" : "");
-      TrainOptions o = small_run(dir, 2, 13);
+      TrainOptions o = small_run(dir, v.mode == Mode::kFirstLayer ? 3 : 2, 13);  // first_layer routes from layer 2
       write_token_file(dir + "/val.bin", std::vector<uint32_t>(200, 7));
       o.val_data = dir + "/val.bin";
       o.model.mode = v.mode;

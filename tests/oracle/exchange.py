@@ -287,6 +287,10 @@ def reference_to_attnres(run, data, ids):
         # full_additive: the reference's cumulative states, added to the stream.
         ("full_additive", "full_additive", 8, "bias", False, True, False, None),
         ("full_additive_null_alpha_sharded", "full_additive", 8, "learnable_alpha", True, True, True, None),
+        # delta_replace: the outputs and the stream, replacing; first_layer: the stream and a_1 from layer 2 on.
+        ("delta_replace", "delta_replace", 8, "bias", False, True, False, None),
+        ("delta_replace_alpha_sharded", "delta_replace", 8, "learnable_alpha", False, True, True, None),
+        ("first_layer", "first_layer", 8, "bias", False, True, False, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -406,6 +410,8 @@ def attnres_to_reference(run, data, ids, train_data):
         ("delta_sigmoid_vector", {"attnres_mode": "delta", "attnres_use_null_source": True,
                                   "attnres_gate_type": "sigmoid_vector"}, 1),
         ("full_additive", {"attnres_mode": "full_additive", "attnres_use_null_source": True}, 1),
+        ("delta_replace", {"attnres_mode": "delta_replace", "attnres_gate_type": "sigmoid_scalar"}, 1),
+        ("first_layer", {"attnres_mode": "first_layer"}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

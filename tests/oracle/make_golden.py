@@ -96,6 +96,13 @@ CASES = {
     # The reference code's full_additive: the stream's states after each sublayer, added to the stream; plain,
     # and with the null source and 4 routing heads.  (learnable_alpha at 0 is baseline there: a self-check.)
     "full_additive": {"attnres_mode": "full_additive"},
+    # The reference code's delta_replace (the outputs so far and the stream, replacing the input; plain, and
+    # with a learnable_alpha gate against the stream and 4 routing heads) and first_layer (the stream and
+    # layer 1's attention output, from layer 2 on).
+    "delta_replace": {"attnres_mode": "delta_replace"},
+    "delta_replace_alpha_h4": {"attnres_mode": "delta_replace", "attnres_gate_type": "learnable_alpha",
+                               "attnres_num_heads": 4},
+    "first_layer": {"attnres_mode": "first_layer"},
     "full_additive_null_h4": {"attnres_mode": "full_additive", "attnres_use_null_source": True,
                               "attnres_num_heads": 4},
     "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
@@ -308,6 +315,7 @@ def check_alpha_identities():
                                        "attnres_num_heads": 8}),
         ("block_mh", {"attnres_mode": "block_mh", "attnres_num_blocks": 3}),
         ("full_additive+null", {"attnres_mode": "full_additive", "attnres_use_null_source": True}),
+        ("delta_replace, 4 heads", {"attnres_mode": "delta_replace", "attnres_num_heads": 4}),
     ]
     for label, over in variants:
         cfg_a = make_config(dict(over, attnres_gate_type="learnable_alpha"))
@@ -374,6 +382,14 @@ def check_finite_differences():
          {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "attnres_gate_type": "sigmoid_vector"},
          ["model.layers.2.attn_res_gate_proj.weight", "model.layers.4.mlp_res_gate_proj.bias",
           "model.layers.1.mlp_res_proj.weight", "model.embed_tokens.weight"]),
+        ("delta_replace+alpha",
+         {"attnres_mode": "delta_replace", "attnres_gate_type": "learnable_alpha"},
+         ["model.layers.0.attn_res_alpha", "model.layers.3.mlp_res_proj.weight",
+          "model.layers.2.attn_res_norm.weight", "model.embed_tokens.weight"]),
+        ("first_layer",
+         {"attnres_mode": "first_layer"},
+         ["model.layers.2.attn_res_proj.weight", "model.layers.5.mlp_res_norm.weight",
+          "model.layers.1.self_attn.o_proj.weight", "model.embed_tokens.weight"]),
         ("delta_block+entropy 0.5",
          {"attnres_mode": "delta_block", "attnres_num_blocks": 3, "entropy_lambda": 0.5},
          ["model.layers.3.attn_res_proj.weight", "model.layers.1.mlp_res_norm.weight",

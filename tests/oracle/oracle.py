@@ -100,11 +100,16 @@ ATTNRES_DEFAULTS = {
     "attnres_num_heads": None,          # routing heads; absent: 8 for the _mh names, else 1
 }
 
-MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full_additive")
+MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full_additive", "delta_replace",
+         "first_layer")
 # block_add (not in the papers): block's sources (the partial block sums) added
 # to a residual stream as the delta modes add their routed sum.
 # full_additive (the reference code's, not in the papers): the stream after each
 # sublayer so far (its cumulative states; not e) added to the stream.
+# delta_replace (the reference code's): every sublayer output so far (not e) and
+# the current stream, the mix replacing the input; the stream still adds each output.
+# first_layer (the reference code's): from layer 2 on, a mix of the stream and
+# layer 1's attention output replaces the input; no gate.
 # The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
 # each is one of the modes above with 8 heads by default; block_mh has no
 # final router, delta_mh always has the null source and the reference's block deltas.
@@ -504,6 +509,27 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
             srcs = srcs + [x]
             x = x + mlp_of(i, additive(i, "mlp", x, srcs))
             srcs = srcs + [x]
+        h = x
+
+    elif mode == "delta_replace":
+        outs, x = [], e   # a_0, m_0, ...: the outputs so far; the stream x is the last source
+        for i in range(L):
+            a = attn_of(i, gate(i, "attn", x, routed(i, "attn", outs + [x])))
+            x = x + a
+            outs = outs + [a]
+            m = mlp_of(i, gate(i, "mlp", x, routed(i, "mlp", outs + [x])))
+            x = x + m
+            outs = outs + [m]
+        h = x
+
+    elif mode == "first_layer":
+        x, a1 = e, None   # a1: layer 1's attention output, a source from layer 2 on
+        for i in range(L):
+            a = attn_of(i, routed(i, "attn", [x, a1]) if i >= 2 else x)
+            if i == 1:
+                a1 = a
+            x = x + a
+            x = x + mlp_of(i, routed(i, "mlp", [x, a1]) if i >= 2 else x)
         h = x
 
     elif mode == "delta":
