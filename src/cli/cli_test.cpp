@@ -910,7 +910,7 @@ TEST_F(Cli, TheModeAxes) {
   expect_clear_error(run(common + "--sources outputs_stream --combine add --out " + dir_ + "/x"),
                      {"--sources outputs_stream with --combine add is not defined"});
   expect_clear_error(run(common + "--sources states --combine replace --out " + dir_ + "/x"),
-                     {"--sources states with --combine replace is not defined in attnres"});
+                     {"--sources states with --combine replace is not defined in attnres", "attnres_mode full_v"});
   expect_clear_error(run(common + "--sources outputs --combine mix --out " + dir_ + "/x"),
                      {"--combine 'mix': replace or add"});
   EXPECT_FALSE(fs::exists(dir_ + "/x"));

@@ -84,7 +84,7 @@ std::string mode_of_axes(const std::string& sources, const std::string& combine)
          "the routed sum to the stream would count it twice (replace: delta_replace)");
   if (s->second == Sources::kStates)
     fail("--sources states with --combine replace is not defined in attnres (the reference's full_v replaces over "
-         "the states, with a V-stream router, not implemented yet)");
+         "the states and the stream, with a value router: attnres_mode full_v)");
   fail("--sources block_deltas with --combine replace is not defined: a block delta is what a block added to the "
        "residual stream, and a replacing router keeps no stream (replace reads partial_sums: block)");
 }

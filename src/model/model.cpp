@@ -69,7 +69,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     if (o.freeze_base) {
       g_.embed = g_.final_norm = g_.lm_head = nullptr;
       for (LayerWeights& g : g_.layers) {
-        const LayerWeights routers{.attn_router = g.attn_router, .mlp_router = g.mlp_router};
+        const LayerWeights routers{.attn_router = g.attn_router, .mlp_router = g.mlp_router, .v_router = g.v_router};
         g = routers;
       }
     }
@@ -88,6 +88,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
       if (train) {  // the inputs stay the layer's own
         shared.x_attn = a.x_attn;
         shared.x_mlp = a.x_mlp;
+        shared.x_attn_v = a.x_attn_v;
       }
       a = shared;
     }
@@ -121,7 +122,9 @@ void Model::bind_(const ArenaEntry& e, float* p) {
     case Buf::kTargets: targets_ = reinterpret_cast<int32_t*>(p); return;
     case Buf::kInputAttn: a->x_attn = p; return;
     case Buf::kInputMlp: a->x_mlp = p; return;
+    case Buf::kInputAttnV: a->x_attn_v = p; return;
     case Buf::kRstd1: a->rstd1 = p; return;
+    case Buf::kRstd1V: a->rstd1_v = p; return;
     case Buf::kQ: a->q = p; return;
     case Buf::kK: a->k = p; return;
     case Buf::kV: a->v = p; return;
@@ -158,6 +161,7 @@ void Model::bind_(const ArenaEntry& e, float* p) {
     case Buf::kSourceDv: s->dv = p; return;
     case Buf::kU: u_ = p; return;
     case Buf::kDU: dU_ = p; return;
+    case Buf::kDUv: dUv_ = p; return;
     case Buf::kXb: xb_ = p; return;
     case Buf::kNullRstd: null_rstd_ = p; return;
     case Buf::kRouterLogits: routers_[e.index].logits = p; return;
@@ -252,10 +256,12 @@ void Model::attach_routers_() {
     R.index = p.index;
     R.source_names = p.source_names;
     R.logits_kept = p.keeps_logits;
+    R.value = p.value;
     // Router k's tensors in a set of weights (or of their gradients).
     auto router_of = [&](Weights& set) {
       return p.k == plan_.K ? &set.final_router
              : p.k % 2      ? &set.layers[p.k / 2].mlp_router
+             : p.value      ? &set.layers[p.k / 2].v_router
                             : &set.layers[p.k / 2].attn_router;
     };
     R.w = router_of(w_);
@@ -410,7 +416,7 @@ RowsOut Model::rows_(float* buffer) const {
 
 // ---- sublayers --------------------------------------------------------------
 
-void Model::attention_forward_(int64_t l, const float* x, float* out) {
+void Model::attention_forward_(int64_t l, const float* x, float* out, const float* x_v) {
   const Config& c = cfg_;
   const LayerWeights& w = w_.layers[l];
   LayerActs& a = layer_[l];
@@ -420,6 +426,8 @@ void Model::attention_forward_(int64_t l, const float* x, float* out) {
   ops_.rmsnorm_forward(ln, a.rstd1, x, w.ln1, N, d, eps);
   ops_.matmul_forward(a.q, ln, W_(w.wq), N, d, qd);
   ops_.matmul_forward(a.k, ln, W_(w.wk), N, d, kvd);
+  // V-stream routing: V from its own input, through the same input_layernorm.
+  if (x_v) ops_.rmsnorm_forward(ln, a.rstd1_v, x_v, w.ln1, N, d, eps);
   ops_.matmul_forward(a.v, ln, W_(w.wv), N, d, kvd);
   ops_.rmsnorm_forward(qr_, a.q_rstd, a.q, w.q_norm, N * c.H, c.hd, eps);
   ops_.rmsnorm_forward(kr_, a.k_rstd, a.k, w.k_norm, N * c.KV, c.hd, eps);
@@ -453,7 +461,8 @@ void Model::mlp_forward_(int64_t l, const float* x, float* out) {
 
 // dout: gradient of the sublayer output (N, d); x: its input (N, d).
 // dx = (accumulate ? += : =) gradient of x.
-void Model::attention_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate) {
+void Model::attention_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate,
+                                const float* x_v, float* dx_v) {
   const Config& c = cfg_;
   const LayerWeights& w = w_.layers[l];
   LayerWeights& g = g_.layers[l];
@@ -477,8 +486,17 @@ void Model::attention_backward_(int64_t l, const float* dout, const float* x, fl
   ops_.rmsnorm_backward(dk_, g.k_norm, dk_, a.k, w.k_norm, a.k_rstd, N * c.KV, c.hd);
   ops_.matmul_backward(dln_, g.wq, dq_, ln, W_(w.wq), N, d, qd);
   ops_.matmul_backward(dln_, g.wk, dk_, ln, W_(w.wk), N, d, kvd, /*accumulate_dinp=*/true);
-  ops_.matmul_backward(dln_, g.wv, dv_, ln, W_(w.wv), N, d, kvd, /*accumulate_dinp=*/true);
+  if (!x_v) {
+    ops_.matmul_backward(dln_, g.wv, dv_, ln, W_(w.wv), N, d, kvd, /*accumulate_dinp=*/true);
+    ops_.rmsnorm_backward(dx, g.ln1, dln_, x, w.ln1, a.rstd1, N, d, accumulate);
+    return;
+  }
+  // V-stream routing: ln = norm(x) fed Q and K, ln_v = norm(x_v) fed V, one γ:
+  //   dx = norm'(x)ᵀ·(dq·Wq + dk·Wk),  dx_v = norm'(x_v)ᵀ·(dv·Wv),  dγ gets both.
   ops_.rmsnorm_backward(dx, g.ln1, dln_, x, w.ln1, a.rstd1, N, d, accumulate);
+  ops_.rmsnorm_forward(ln, nullptr, x_v, w.ln1, N, d, eps);  // ln_v again
+  ops_.matmul_backward(dln_, g.wv, dv_, ln, W_(w.wv), N, d, kvd);
+  ops_.rmsnorm_backward(dx_v, g.ln1, dln_, x_v, w.ln1, a.rstd1_v, N, d, /*accumulate=*/false);
 }
 
 void Model::mlp_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate) {
@@ -518,7 +536,8 @@ void Model::route_(int r, float* out, const float* base) {
   } else {
     ops_.route_forward(out, R.logits, R.src_list, static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj,
                        R.w->norm, base, R.gate, combine_, rows(), cfg_.d, collect_stats_ ? R.stats : nullptr);
-    if (entropy_sum_.bytes() && R.k < plan_.K)  // the entropy term reads the sublayer routers (not the final one)
+    // The entropy term reads the sublayer routers (not the final one, nor a value router).
+    if (entropy_sum_.bytes() && R.k < plan_.K && !R.value)
       ops_.route_entropy(entropy_sum_.as<double>(), R.logits, static_cast<int64_t>(R.src.size()), cfg_.routing_heads,
                          rows());
   }
@@ -558,7 +577,7 @@ void Model::route_mix_(int r, float* out, const float* base) {
 // inputs the same pass over the rows also rebuilds into u_ the input of the
 // sublayer before this router's (the backward's next), saving a pass over the
 // sources.
-void Model::route_backward_(int r, bool first) {
+void Model::route_backward_(int r, bool first, float* dU) {
   const Router& R = routers_[r];
   float* dbase = combine_ == Combine::kAdd ? dx_ : (R.gate ? R.dsrc.back() : nullptr);
   RouteRebuild rb;
@@ -580,10 +599,10 @@ void Model::route_backward_(int r, bool first) {
   // d(x_g) = (1 − g)∘du + d(pre)·W,  dW += d(pre)ᵀ·x_g.
   const int64_t N = rows(), d = cfg_.d;
   if (R.gate_g)
-    ops_.gate_vector_backward(dU_, dgate_pre_, R.g->gate_bias, dgate_base_, dU_, R.gate_g, R.gate_diff, N, d);
-  // The entropy term's weight per token, head and router (sublayer routers only).
-  const float entropy_scale = R.k < plan_.K ? entropy_scale_ : 0.0f;
-  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.dgate, dU_, R.logits_kept ? R.logits : nullptr,
+    ops_.gate_vector_backward(dU, dgate_pre_, R.g->gate_bias, dgate_base_, dU, R.gate_g, R.gate_diff, N, d);
+  // The entropy term's weight per token, head and router (sublayer routers only, not a value router).
+  const float entropy_scale = R.k < plan_.K && !R.value ? entropy_scale_ : 0.0f;
+  ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.dgate, dU, R.logits_kept ? R.logits : nullptr,
                       R.src_list,
                       static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.gate,
                       combine_,
@@ -633,6 +652,17 @@ const float* Model::sublayer_input_(int64_t k) {
   // u = x + g·R (add), or R, or (1−g)·last + g·R (replace)
   route_(s.router, u, combine_ == Combine::kAdd ? stream_ : gate_base_(s.router));
   return u;
+}
+
+// V-stream routing: the value projection's input u_v of attention sublayer k
+// (N, d), made by its value router over the same sources (stored); null
+// where the sublayer has none (its V reads u).
+const float* Model::value_input_(int64_t k) {
+  const PlanSublayer& s = plan_.sublayers[k];
+  if (s.v_router < 0) return nullptr;
+  float* uv = layer_[k / 2].x_attn_v;
+  route_(s.v_router, uv, combine_ == Combine::kAdd ? stream_ : gate_base_(s.v_router));
+  return uv;
 }
 
 // Where sublayer k writes its output.
@@ -752,11 +782,16 @@ void Model::sublayer_input_backward_(int64_t k) {
     }
   }
   if (s.router < 0) ops_.add_inplace(dx_, dU_, N * d);  // u = x
-  else route_backward_(s.router, s.router == plan_.first_backward_router);  // u = x + g·R: dx += dU there
+  else {
+    // V-stream routing: the value router ran after the attention router, so
+    // its backward runs first; neither is the backward's first router.
+    if (s.v_router >= 0) route_backward_(s.v_router, false, dUv_);
+    route_backward_(s.router, s.router == plan_.first_backward_router, dU_);  // u = x + g·R: dx += dU there
+  }
 }
 
 void Model::final_input_backward_() {
-  if (plan_.final_router >= 0) route_backward_(plan_.final_router, /*first=*/true);
+  if (plan_.final_router >= 0) route_backward_(plan_.final_router, /*first=*/true, dU_);
 }
 
 // The gradient of e into the embedding table.
@@ -800,8 +835,12 @@ void Model::begin_forward(const int32_t* inputs, int64_t B, int64_t T, const KvC
 
 void Model::run_sublayer_(int64_t k) {
   const int64_t l = k / 2;
-  if (k % 2 == 0) attention_forward_(l, sublayer_input_(k), sublayer_out_(k));
-  else mlp_forward_(l, sublayer_input_(k), sublayer_out_(k));
+  if (k % 2 == 0) {
+    const float* u = sublayer_input_(k);  // before the value router: the router order of the plan
+    attention_forward_(l, u, sublayer_out_(k), value_input_(k));
+  } else {
+    mlp_forward_(l, sublayer_input_(k), sublayer_out_(k));
+  }
   sublayer_output_(k);
 }
 
@@ -912,8 +951,9 @@ void Model::backward() {
     sublayer_input_backward_(2 * l + 1);
     dout = sublayer_output_backward_(2 * l);
     x = sublayer_input_recompute_(2 * l);
-    if (opt_.recompute) attention_forward_(l, x, h_);
-    attention_backward_(l, dout, x, dinp, !routed);
+    const float* xv = plan_.sublayers[2 * l].v_router >= 0 ? layer_[l].x_attn_v : nullptr;  // stored
+    if (opt_.recompute) attention_forward_(l, x, h_, xv);
+    attention_backward_(l, dout, x, dinp, !routed, xv, xv ? dUv_ : nullptr);
     sublayer_input_backward_(2 * l);
   }
   embed_backward_();

@@ -104,6 +104,8 @@ namespace attnres {
 struct LayerActs {
   float* x_attn = nullptr;   // (N, d)      input of the attention sublayer (stores_inputs modes; else null)
   float* rstd1 = nullptr;    // (N)         input_layernorm rstd
+  float* x_attn_v = nullptr; // (N, d)      V-stream routing: the value projection's input u_v (stored)
+  float* rstd1_v = nullptr;  // (N)         its input_layernorm rstd
   float* q = nullptr;        // (N, H·hd)   q_proj output, before q_norm
   float* k = nullptr;        // (N, KV·hd)  k_proj output, before k_norm
   float* v = nullptr;        // (N, KV·hd)
@@ -177,6 +179,7 @@ struct Router {
   bool logits_kept = false;               // training keeps them for the backward; else every router's
                                           // share one buffer and the backward computes them again
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
+  bool value = false;                     // V-stream routing: the value router of attention sublayer k
 };
 
 class Model {
@@ -351,6 +354,7 @@ class Model {
   Combine combine_ = Combine::kReplace;
   float* u_ = nullptr;            // (N, d)   sublayer input built by a router (modes that rebuild inputs)
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
+  float* dUv_ = nullptr;          // (N, d)   V-stream routing: gradient of the value input u_v (training)
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
   float* shared_logits_ = nullptr;  // (N, H, S_max) the logits of every router that does not keep its own
@@ -385,10 +389,13 @@ class Model {
   RowsOut rows_(float* buffer) const;
   int64_t upload_targets_(const int32_t* targets, int64_t N);
   void run_sublayer_(int64_t k);  // sublayer k's input, the sublayer, what its output makes
-  void attention_forward_(int64_t l, const float* x, float* out);
+  // x_v: the value projection's own input (V-stream routing), or null: x.
+  void attention_forward_(int64_t l, const float* x, float* out, const float* x_v = nullptr);
   void mlp_forward_(int64_t l, const float* x, float* out);
-  // dout: gradient of the sublayer output; x: its input; dx = (accumulate ? += : =) gradient of x.
-  void attention_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate);
+  // dout: gradient of the sublayer output; x: its input; dx = (accumulate ? += : =) gradient of x;
+  // with V-stream routing x_v the value input and dx_v = its gradient.
+  void attention_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate,
+                           const float* x_v = nullptr, float* dx_v = nullptr);
   void mlp_backward_(int64_t l, const float* dout, const float* x, float* dx, bool accumulate);
   void backward();
   void head_logits_(int64_t first_row, int64_t row_stride, int64_t count, float* host_out);
@@ -404,13 +411,14 @@ class Model {
   float* stored_input_(int64_t k);
   float* sublayer_out_(int64_t k);
   const float* sublayer_input_(int64_t k);
+  const float* value_input_(int64_t k);  // V-stream routing: u_v of attention sublayer k, or null
   void sublayer_output_(int64_t k);
   float* sublayer_output_backward_(int64_t k);
   const float* sublayer_input_recompute_(int64_t k);
   void sublayer_input_backward_(int64_t k);
   void route_(int r, float* out, const float* base);
   void route_mix_(int r, float* out, const float* base);
-  void route_backward_(int r, bool first = false);
+  void route_backward_(int r, bool first, float* dU);  // dU: the gradient of its output (dU_ or dUv_)
   const float* gate_base_(int r) const;  // kReplace with gate: the router's last source
   void vector_gate_(int r, float* u, const float* x_g);  // sigmoid_vector: u = x_g + g∘(h − x_g), u holding h
 };

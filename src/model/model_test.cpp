@@ -188,6 +188,12 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
       // delta_replace replaces, but its gate's base is its last source, the stream: (1 − 0)·x + 0·R = x.
       {{"attnres_mode", "delta_replace"}},
       {{"attnres_mode", "delta_replace"}, {"attnres_num_heads", 4}},
+      // delta_v: the value router shares the attention router's gate, so one g = 0 switches both off.
+      {{"attnres_mode", "delta_v"}},
+      {{"attnres_mode", "delta_v"}, {"attnres_use_null_source", true}, {"attnres_num_heads", 4}},
+      // full_v replaces, against its last source, the stream: as delta_replace.
+      {{"attnres_mode", "full_v"}},
+      {{"attnres_mode", "full_v"}, {"attnres_num_heads", 4}},
   };
   for (nlohmann::json v : variants) {
     v["attnres_gate_type"] = "learnable_alpha";
@@ -209,7 +215,8 @@ TEST(LearnableAlpha, ZeroIsBaselineInDeltaModes) {
 TEST(LearnableAlpha, OneIsBiasInEveryMode) {
   const auto in = tokens(kB * kT, 97, 6);
   for (const char* mode :
-       {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive", "delta_replace"}) {
+       {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive", "delta_replace",
+        "delta_v", "full_v"}) {
     Model bias(testing::test_context(), tiny(mode), kB, kT);
     randomise(bias, 7);
     Model gated(testing::test_context(), tiny(mode, {{"attnres_gate_type", "learnable_alpha"}}), kB, kT);
@@ -233,7 +240,7 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
   for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive",
-                           "delta_replace", "first_layer"}) {
+                           "delta_replace", "first_layer", "delta_v", "full_v"}) {
     // first_layer has no gate (the reference applies none there).
     const char* gate = std::string(mode) == "first_layer" ? "bias" : "learnable_alpha";
     Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", gate}}), kB, kT);
@@ -316,6 +323,16 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
                       false, 0.3});
   variants.push_back({"delta_replace", {{"attnres_gate_type", "sigmoid_scalar"}}, true, false});
   variants.push_back({"first_layer", {{"attnres_num_heads", 2}}, false, false, 0.3});
+  // delta_v: the value router's gradient (dU_v) and its shared null source and gates.
+  for (bool recompute : {false, true}) variants.push_back({"delta_v", alpha, recompute, false});
+  variants.push_back({"delta_v", {{"attnres_use_null_source", true}}, false, true});
+  variants.push_back({"delta_v", {{"attnres_use_null_source", true}, {"attnres_gate_type", "sigmoid_vector"}}, false,
+                      false, 0.3});
+  variants.push_back({"delta_v", {{"attnres_gate_type", "sigmoid_scalar"}, {"attnres_num_heads", 4}}, true, false});
+  // full_v: a source read twice by one router (no router assigns first), the value router, the states.
+  for (bool recompute : {false, true}) variants.push_back({"full_v", alpha, recompute, false});
+  variants.push_back({"full_v", bias, false, true});
+  variants.push_back({"full_v", {{"attnres_gate_type", "sigmoid_vector"}, {"attnres_num_heads", 2}}, false, false, 0.3});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};

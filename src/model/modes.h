@@ -26,7 +26,7 @@
 
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive, kDeltaReplace, kFirstLayer };
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive, kDeltaReplace, kFirstLayer, kDeltaV, kFullV };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -37,6 +37,8 @@ enum class Sources {
   kStates,       // the stream after each sublayer so far, S_1 … S_k (full_additive; not e)
   kOutputsAndStream,  // every sublayer output so far (not e), then the current stream x (delta_replace)
   kStreamAndA1,       // the current stream x, then layer 1's attention output a_1 (first_layer, from layer 2 on)
+  kSublayerOutputs,   // every sublayer output so far, not e (delta_v)
+  kCumulativeStates,  // the stream after each sublayer so far, then the stream again (e alone first; full_v)
 };
 
 struct ModeSpec {
@@ -52,6 +54,8 @@ struct ModeSpec {
   bool keeps_logits;   // training keeps each router's logits (N, H, S) for the backward; not in full,
                        // whose routers read every earlier output (K²/2 of them): its backward computes them again
   bool compared;       // in `attnres compare`'s default --modes (full, O(L²) in its routing, is not)
+  bool value_router;   // each attention sublayer has a third router, over the same sources, whose
+                       // input feeds the value projection alone (V-stream routing; delta_v)
 
   constexpr bool routed() const { return sources != Sources::kNone; }
   // Facts that follow from the row.  Each reads `sources` through a switch
@@ -64,7 +68,8 @@ struct ModeSpec {
     switch (sources) {
       case Sources::kPartialSums: return true;
       case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates:
-      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return stream;
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: case Sources::kSublayerOutputs:
+      case Sources::kCumulativeStates: return stream;
     }
     return stream;
   }
@@ -74,7 +79,8 @@ struct ModeSpec {
     switch (sources) {
       case Sources::kPartialSums: return is_block_start;
       case Sources::kNone: case Sources::kOutputs: case Sources::kBlockDeltas: case Sources::kStates:
-      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return true;
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: case Sources::kSublayerOutputs:
+      case Sources::kCumulativeStates: return true;
     }
     return true;
   }
@@ -83,7 +89,8 @@ struct ModeSpec {
     switch (sources) {
       case Sources::kBlockDeltas: return true;
       case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: case Sources::kStates:
-      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: return false;
+      case Sources::kOutputsAndStream: case Sources::kStreamAndA1: case Sources::kSublayerOutputs:
+      case Sources::kCumulativeStates: return false;
     }
     return false;
   }
@@ -94,34 +101,54 @@ struct ModeSpec {
   // block's and full's last source is a partial sum / the latest output: no
   // such identity.
   constexpr bool zero_gate_is_identity() const {
-    return routed() && (combine == Combine::kAdd || sources == Sources::kOutputsAndStream);
+    return routed() && (combine == Combine::kAdd || last_source_is_stream());
+  }
+  // Whether every router's last source is the stream as it is there
+  // (delta_replace, full_v): a replacing router's gate mixes against it.
+  constexpr bool last_source_is_stream() const {
+    switch (sources) {
+      case Sources::kOutputsAndStream: case Sources::kCumulativeStates: return true;
+      case Sources::kNone: case Sources::kOutputs: case Sources::kPartialSums: case Sources::kBlockDeltas:
+      case Sources::kStates: case Sources::kStreamAndA1: case Sources::kSublayerOutputs: return false;
+    }
+    return false;
   }
   // Sublayers write their output straight into a source (no separate output buffer).
   bool outputs_are_sources() const { return sources == Sources::kOutputs || sources == Sources::kPartialSums; }
 };
 
 inline constexpr ModeSpec kModeSpecs[] = {
-    // mode            name (paper's name)            sources               combine            stream final  null   stores logits compared
-    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  false, true},
-    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true,  true},
-    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false, false},
-    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true,  true},
-    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true,  true},
+    // mode            name (paper's name)            sources               combine            stream final  null   stores logits compared value
+    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  false, true, false},
+    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true,  true, false},
+    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false, false, false},
+    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true,  true, false},
+    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true,  true, false},
     // Not in the papers: block's sources (the partial block sums) combined as
     // the delta modes combine (added to a residual stream), the pair of the
     // two axes the named modes leave out (--sources partial_sums --combine add).
-    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false},
+    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false, false},
     // The reference code's full_additive: the stream after each sublayer so
     // far (its cumulative states; e is not one), added to the stream.
-    {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false},
+    {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false, false},
     // The reference code's delta_replace: every sublayer output so far and the
     // current stream (last), the routed sum replacing the input; the stream
     // still adds each output, and the final norm reads it.
-    {Mode::kDeltaReplace, "delta_replace", /* (reference)   */ Sources::kOutputsAndStream, Combine::kReplace, true, false, false, false, true, false},
+    {Mode::kDeltaReplace, "delta_replace", /* (reference)   */ Sources::kOutputsAndStream, Combine::kReplace, true, false, false, false, true, false, false},
     // The reference code's first_layer: from layer 2 on, a softmax mix of the
     // stream and layer 1's attention output replaces the input; before, the
     // input is the stream.  No gate, no null source.
-    {Mode::kFirstLayer, "first_layer", /* (reference)       */ Sources::kStreamAndA1, Combine::kReplace, true,  false, false, true,  true,  false},
+    {Mode::kFirstLayer, "first_layer", /* (reference)       */ Sources::kStreamAndA1, Combine::kReplace, true,  false, false, true,  true,  false, false},
+    // The reference code's delta_v: delta's additive routing over the
+    // sublayer outputs (not e), and a third router per attention sublayer
+    // (sharing its null source and gate) whose input feeds only the value
+    // projection; Q and K read the usual routed input.
+    {Mode::kDeltaV,     "delta_v",     /* (reference)       */ Sources::kSublayerOutputs, Combine::kAdd, true,  false, true,  true,  true,  false, true},
+    // The reference code's full_v: routing over the stream after each
+    // sublayer so far and the current stream (the last state, listed twice),
+    // replacing the input, with delta_v's value router; the stream adds each
+    // output and the final norm reads it.
+    {Mode::kFullV,      "full_v",      /* (reference)       */ Sources::kCumulativeStates, Combine::kReplace, true, false, false, true, true, false, true},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -140,6 +167,8 @@ constexpr size_t mode_row(Mode m) {
     case Mode::kFullAdditive: return 6;
     case Mode::kDeltaReplace: return 7;
     case Mode::kFirstLayer: return 8;
+    case Mode::kDeltaV: return 9;
+    case Mode::kFullV: return 10;
   }
   return kNumModes;
 }
@@ -191,6 +220,8 @@ inline constexpr ModeName kModeNames[] = {
     {"full_additive", Mode::kFullAdditive, false, 1,  false, false},
     {"delta_replace", Mode::kDeltaReplace, false, 1,  false, false},
     {"first_layer", Mode::kFirstLayer, false, 1,      false, false},
+    {"delta_v",     Mode::kDeltaV,     false, 1,      false, false},
+    {"full_v",      Mode::kFullV,      false, 1,      false, false},
     {"block_mh",    Mode::kBlock,      true,  8,    false, false},
     {"full_mh",     Mode::kFull,       true,  8,    true,  false},
     {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},
@@ -206,15 +237,10 @@ struct UnrunName {
   const char* name;
   const char* what;  // the rest of the error line
 };
-inline constexpr const char* kVStream =
-    "V-stream routing (a third router per attention sublayer whose input feeds only the value projection) is not "
-    "implemented in attnres yet";
 inline constexpr const char* kNoBranch =
     "the reference's training script lists it, but its modeling code has no branch for it: the layers run full's "
     "recurrence with no final router, so the head reads only the last MLP output";
 inline constexpr UnrunName kUnrunModes[] = {
-    {"full_v", kVStream},
-    {"delta_v", kVStream},
     {"block_v", "the reference's modeling code builds its value router but its attention never reads it: the model "
                 "is block with unused v_res_* tensors (use attnres_mode block)"},
     {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "

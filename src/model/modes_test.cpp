@@ -41,7 +41,8 @@ int count_params(const ParamLayout& layout, const std::string& part) {
 TEST(Modes, TheCommandsListTheTable) {
   EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
   EXPECT_EQ(mode_name_list(false),
-            "baseline, block, full, delta, delta_block, block_add, full_additive, delta_replace, first_layer");
+            "baseline, block, full, delta, delta_block, block_add, full_additive, delta_replace, first_layer, "
+            "delta_v, full_v");
   EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
   std::string all;
   for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
@@ -49,7 +50,7 @@ TEST(Modes, TheCommandsListTheTable) {
 }
 
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
-  EXPECT_EQ(kNumModes, 9u);
+  EXPECT_EQ(kNumModes, 11u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
     EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);
@@ -67,7 +68,10 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       const Config c = config_for(m, null);
       const ParamLayout layout(c);
       const int L = static_cast<int>(c.L);
-      EXPECT_EQ(count_params(layout, "_res_proj.weight"), m.routed() ? 2 * L + (m.final_router ? 1 : 0) : 0);
+      // (V-stream routing: a value router's v_res_proj per layer besides.)
+      EXPECT_EQ(count_params(layout, "_res_proj.weight"),
+                m.routed() ? 2 * L + (m.final_router ? 1 : 0) + (m.value_router ? L : 0) : 0);
+      EXPECT_EQ(count_params(layout, "v_res_proj.weight"), m.value_router ? L : 0);
       EXPECT_EQ(count_params(layout, "final_res_"), m.final_router ? 2 : 0);
       EXPECT_EQ(count_params(layout, "_null_source"), m.null_source && null ? 2 * L : 0);
 
@@ -78,7 +82,9 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       // has P_0 = e) and first_layer's first two layers, plus the final router.
       const bool first_empty = m.null_source && !null && m.sources != Sources::kPartialSums;
       const int unrouted = m.sources == Sources::kStreamAndA1 ? 4 : first_empty ? 1 : 0;
-      const int expected = m.routed() ? 2 * L - unrouted + (m.final_router ? 1 : 0) : 0;
+      // V-stream routing: a value router beside every routed attention sublayer.
+      const int values = m.value_router ? L - (first_empty ? 1 : 0) : 0;
+      const int expected = m.routed() ? 2 * L - unrouted + (m.final_router ? 1 : 0) + values : 0;
       EXPECT_EQ(static_cast<int>(routers.size()), expected);
       EXPECT_EQ(!routers.empty() && routers.back().name == "final", m.final_router);
       for (const Router& r : routers) {
@@ -87,8 +93,21 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
         if (m.sources == Sources::kPartialSums) {
           EXPECT_EQ(r.source_names.back(), "partial") << r.name;
         }
-        if (m.sources == Sources::kOutputsAndStream) {
+        if (m.last_source_is_stream()) {
           EXPECT_EQ(r.source_names.back(), "stream") << r.name;
+        }
+        if (m.value_router) {  // every attention router is followed by its value router, over the same sources
+          EXPECT_EQ(r.name.size() > 2 && r.name.compare(r.name.size() - 2, 2, ".v") == 0, r.value) << r.name;
+          if (r.value) {
+            const Router& qk = *(&r - 1);
+            EXPECT_EQ(qk.k, r.k);
+            EXPECT_EQ(qk.source_names, r.source_names) << r.name;
+          }
+        } else {
+          EXPECT_FALSE(r.value) << r.name;
+        }
+        if (m.sources == Sources::kSublayerOutputs) {
+          for (const std::string& n : r.source_names) EXPECT_NE(n, "embed") << r.name;
         }
         if (m.sources == Sources::kStreamAndA1) {
           EXPECT_EQ(r.source_names, (std::vector<std::string>{"stream", "layers.1.attn"})) << r.name;

@@ -57,6 +57,7 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
     if (mode.routed()) {
       router(p, "attn", l.attn_router, true);
       router(p, "mlp", l.mlp_router, true);
+      if (mode.value_router) router(p, "v", l.v_router, false);
     }
   }
   t("model.norm.weight", {d}, false, Init::kOnes, w.final_norm);
@@ -80,6 +81,16 @@ Weights ParamLayout::bind(float* base) const {
   size_t i = 0;
   visit_tensors(cfg_, w, [&](const TensorSpec&, float*& slot) { slot = base + specs_[i++].offset; });
   if (cfg_.tied) w.lm_head = w.embed;
+  for (LayerWeights& l : w.layers) {  // the value router shares the attention router's null source and gate
+    if (!l.v_router.proj) continue;
+    RouterWeights& v = l.v_router;
+    const RouterWeights& a = l.attn_router;
+    v.null_source = a.null_source;
+    v.alpha = a.alpha;
+    v.gate_logit = a.gate_logit;
+    v.gate_proj = a.gate_proj;
+    v.gate_bias = a.gate_bias;
+  }
   return w;
 }
 

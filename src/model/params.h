@@ -66,6 +66,10 @@ struct LayerWeights {
   float* wup = nullptr;     // (F, d)
   float* wdown = nullptr;   // (d, F)
   RouterWeights attn_router, mlp_router;
+  // V-stream routing (delta_v): the value router's own query and norm
+  // (v_res_proj, v_res_norm); its null source and gate are the attention
+  // router's (the same tensors: ParamLayout::bind points them there).
+  RouterWeights v_router;
 };
 
 // Typed views into one arena (parameters, gradients or moments alike).

@@ -45,9 +45,11 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
     if (inputs) {
       take(Buf::kInputAttn, l, at + "x_attn", N * d);
       take(Buf::kInputMlp, l, at + "x_mlp", N * d);
+      if (mode.value_router) take(Buf::kInputAttnV, l, at + "x_attn_v", N * d);
     }
     if (l > 0 && p.shares_layer_acts) continue;
     take(Buf::kRstd1, l, at + "rstd1", N);
+    if (mode.value_router) take(Buf::kRstd1V, l, at + "rstd1_v", N);
     take(Buf::kQ, l, at + "q", N * qd);
     take(Buf::kK, l, at + "k", N * kvd);
     take(Buf::kV, l, at + "v", N * kvd);
@@ -97,6 +99,7 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
   if (!p.routed()) return;
   if (!p.stores_inputs) take(Buf::kU, -1, "u", N * d);
   if (train) take(Buf::kDU, -1, "dU", N * d);
+  if (train && mode.value_router) take(Buf::kDUv, -1, "dU_v", N * d);
   if (mode.block_deltas() && c.block_delta == BlockDelta::kTrue && p.sources.size() > 1) take(Buf::kXb, -1, "xb", N * d);
   take(Buf::kNullRstd, -1, "null_rstd", p.K);
   // The routers' logits: kept for the backward where the plan says so (not
@@ -182,6 +185,13 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
       p.sources.push_back({sublayer_name(2), Made::kOutput, 2, true});
       for (int64_t k = 4; k < K; ++k) p.sources.push_back({sublayer_name(k - 1) + ".state", Made::kState, k - 1, true});
       break;
+    case Sources::kCumulativeStates:  // S_0 = e, then S_k, the stream after sublayer k − 1, for k < K
+      p.sources.push_back({"embed", Made::kEmbedding, -1, true});
+      for (int64_t k = 1; k < K; ++k) p.sources.push_back({sublayer_name(k - 1) + ".state", Made::kState, k - 1, true});
+      break;
+    case Sources::kSublayerOutputs:  // out_k as source k, for k < K − 1 (no router reads out_{K−1})
+      for (int64_t k = 0; k + 1 < K; ++k) p.sources.push_back({sublayer_name(k), Made::kOutput, k, true});
+      break;
     case Sources::kNone: break;
   }
 
@@ -225,6 +235,14 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         index.push_back(static_cast<int>(k - 3));
         index.push_back(0);
         break;
+      case Mode::kDeltaV:  // [null] + out_0 … out_{k−1}; layer 0's attention: [null] only
+        if (null) index.push_back(-1);
+        for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<int>(j));
+        break;
+      case Mode::kFullV:  // S_1 … S_k, then the stream S_k again; layer 0's attention: e alone
+        for (int64_t j = 1; j <= k; ++j) index.push_back(static_cast<int>(j));
+        index.push_back(static_cast<int>(k));
+        break;
       case Mode::kBaseline: break;
     }
     if (index.empty()) continue;  // delta / delta_block, layer 0's attention without a null source: input = x
@@ -237,7 +255,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
       const bool last = q + 1 == index.size();
       r.source_names.push_back(index[q] < 0                                              ? "null"
                                : mode.sources == Sources::kPartialSums && last            ? "partial"
-                               : mode.sources == Sources::kOutputsAndStream && last       ? "stream"
+                               : mode.last_source_is_stream() && last                     ? "stream"
                                : mode.sources == Sources::kStreamAndA1 && q == 0          ? "stream"
                                                                                           : p.sources[index[q]].name);
     }
@@ -249,7 +267,15 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
     r.keeps_logits = o.training && mode.keeps_logits;
     if (k == K) p.final_router = static_cast<int>(p.routers.size());
     else p.sublayers[k].router = static_cast<int>(p.routers.size());
-    p.routers.push_back(std::move(r));
+    p.routers.push_back(r);
+    // V-stream routing: after an attention sublayer's router, its value
+    // router over the same sources (the reference runs them in this order).
+    if (mode.value_router && k < K && k % 2 == 0) {
+      r.name = cat("layers.", k / 2, ".v");
+      r.value = true;
+      p.sublayers[k].v_router = static_cast<int>(p.routers.size());
+      p.routers.push_back(std::move(r));
+    }
   }
 
   // Each sublayer's steps, from what makes each source.
@@ -277,6 +303,13 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   // the routers reading them; the first router assigns those it reads.
   if (p.final_router >= 0) p.first_backward_router = p.final_router;
   else if (mode.sources != Sources::kPartialSums) p.first_backward_router = p.sublayers[K - 1].router;
+  // A router that reads a source twice (full_v: the stream, also the last
+  // state) adds its two gradients into one buffer: it cannot assign it.
+  if (p.first_backward_router >= 0) {
+    std::vector<int> seen = p.routers[p.first_backward_router].index;
+    std::sort(seen.begin(), seen.end());
+    if (std::adjacent_find(seen.begin(), seen.end()) != seen.end()) p.first_backward_router = -1;
+  }
   // else none (block_mh, block_add): every router accumulates, into the
   // gradients zeroed first (zeroed_gradients) and, in block_mh, the last
   // partial sum's, which the final norm's backward writes.

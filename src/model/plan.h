@@ -34,10 +34,10 @@ namespace attnres {
 struct ArenaEntry {
   enum class Buffer {
     kTokens, kTargets,                                                             // int32s, as many as floats
-    kInputAttn, kInputMlp,                                                         // a layer's stored sublayer inputs
-    kRstd1, kQ, kK, kV, kQRstd, kKRstd, kAtt, kLse, kRstd2, kGate, kUp,            // a layer's activations
+    kInputAttn, kInputMlp, kInputAttnV,                                            // a layer's stored sublayer inputs
+    kRstd1, kRstd1V, kQ, kK, kV, kQRstd, kKRstd, kAtt, kLse, kRstd2, kGate, kUp,   // a layer's activations
     kStream, kRstdFinal, kXf, kRopeCos, kRopeSin, kLogits, kLn, kQr, kKr, kOut, kH,  // one of each
-    kDh, kDup, kDx, kDp, kDsum, kDln, kDq, kDk, kDv, kDatt,                        // the backward's scratch
+    kDh, kDup, kDx, kDp, kDsum, kDln, kDq, kDk, kDv, kDatt, kDUv,                  // the backward's scratch
     kSourceV, kSourceRstd, kSourceDv,                                              // a routing source's
     kU, kDU, kXb, kNullRstd, kRouterLogits, kSharedLogits,                         // routing's own
     kGateIn, kGateG, kGateDiff, kDGatePre, kDGateBase,                             // sigmoid_vector's gates
@@ -72,6 +72,8 @@ struct PlanRouter {
   std::vector<int> index;                 // (S) sources read, in order: an index in sources, −1 the null source
   std::vector<std::string> source_names;  // (S) "null", "embed", "layers.0.attn", "block.1", "partial"
   bool keeps_logits = false;              // training keeps its (N, H, S) logits for the backward
+  bool value = false;                     // the V-stream router of attention sublayer k ("layers.3.v"): its
+                                          // input feeds the value projection alone
 };
 
 // What sublayer k does around the sublayer itself, as the forward runs it
@@ -88,6 +90,8 @@ struct PlanSublayer {
   bool output_is_partial_sum = false;  // that source is the partial sum P_{k+1}, with a running gradient (block, block_add)
   int previous_partial = -1;           // P_{k+1} = P_k + out: the source P_k; −1 at a block start (P restarts at out)
   int makes_state = -1;                // after x += out: this source is a copy of the stream (full_additive, …)
+  int v_router = -1;                   // in `routers`: the router whose output feeds the value projection
+                                       // alone (V-stream routing; an attention sublayer), stored as u_v
 };
 
 struct RoutingPlan {

@@ -47,7 +47,7 @@ std::string sources_of(const RoutingPlan& p) {
   return s;
 }
 // Each sublayer's steps (PlanSublayer) as "in>out": in is "x" (the stream) or
-// "r<router>", with "*" when stored; out lists, in the forward's order, "B<j>"
+// "r<router>" (then "v<router>": its value router, V-stream routing), with "*" when stored; out lists, in the forward's order, "B<j>"
 // (block source j made), "+x" (added to the stream), "S<j>" (the stream
 // copied into state source j), "o<j>" (written into source j) or "p<j>"
 // (into the partial sum j), "+P<j>" (plus partial sum j).
@@ -61,7 +61,8 @@ std::string steps_of(const RoutingPlan& p) {
     if (k.makes_state >= 0) add(cat("S", k.makes_state));
     if (k.output_source >= 0) add(cat(k.output_is_partial_sum ? "p" : "o", k.output_source));
     if (k.previous_partial >= 0) add(cat("+P", k.previous_partial));
-    s += cat(s.empty() ? "" : " ", k.router < 0 ? "x" : cat("r", k.router), k.stores_input ? "*" : "", ">", out);
+    s += cat(s.empty() ? "" : " ", k.router < 0 ? "x" : cat("r", k.router), k.v_router < 0 ? "" : cat("v", k.v_router),
+             k.stores_input ? "*" : "", ">", out);
   }
   return s;
 }
@@ -147,6 +148,32 @@ const Expected kExpected[] = {
     {"first_layer", false, "layers.1.attn layers.1.mlp.state layers.2.attn.state layers.2.mlp.state layers.3.attn.state",
      "layers.2.attn[1,0] layers.2.mlp[2,0] layers.3.attn[3,0] layers.3.mlp[4,0]", -1, 3, "1,2,3", true,
      "x*>+x x*>+x x*>+x,o0 x*>+x,S1 r0*>+x,S2 r1*>+x,S3 r2*>+x,S4 r3*>+x", -1},
+    // delta_v: the outputs but the last (not e); after each attention router its value router over the
+    // same sources; the last MLP's router reads every output, so nothing is zeroed.
+    {"delta_v", true,
+     "layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn",
+     "layers.0.attn[-1] layers.0.v[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0,1] layers.1.v[-1,0,1] "
+     "layers.1.mlp[-1,0,1,2] layers.2.attn[-1,0,1,2,3] layers.2.v[-1,0,1,2,3] layers.2.mlp[-1,0,1,2,3,4] "
+     "layers.3.attn[-1,0,1,2,3,4,5] layers.3.v[-1,0,1,2,3,4,5] layers.3.mlp[-1,0,1,2,3,4,5,6]",
+     -1, 11, "", true, "r0v1*>+x,o0 r2*>+x,o1 r3v4*>+x,o2 r5*>+x,o3 r6v7*>+x,o4 r8*>+x,o5 r9v10*>+x,o6 r11*>+x", -1},
+    // Without the null source layer 0's attention has no router, nor a value router.
+    {"delta_v", false,
+     "layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn",
+     "layers.0.mlp[0] layers.1.attn[0,1] layers.1.v[0,1] layers.1.mlp[0,1,2] layers.2.attn[0,1,2,3] "
+     "layers.2.v[0,1,2,3] layers.2.mlp[0,1,2,3,4] layers.3.attn[0,1,2,3,4,5] layers.3.v[0,1,2,3,4,5] "
+     "layers.3.mlp[0,1,2,3,4,5,6]",
+     -1, 9, "", true, "x*>+x,o0 r0*>+x,o1 r1v2*>+x,o2 r3*>+x,o3 r4v5*>+x,o4 r6*>+x,o5 r7v8*>+x,o6 r9*>+x", -1},
+    // full_v: e and the stream after each sublayer; router k reads S_1 … S_k and the stream S_k again (layer 0's
+    // attention: e), each attention router followed by its value router; the routers that read S_k twice
+    // accumulate into one buffer, so none assigns first: every source gradient is zeroed.
+    {"full_v", false,
+     "embed layers.0.attn.state layers.0.mlp.state layers.1.attn.state layers.1.mlp.state layers.2.attn.state "
+     "layers.2.mlp.state layers.3.attn.state",
+     "layers.0.attn[0] layers.0.v[0] layers.0.mlp[1,1] layers.1.attn[1,2,2] layers.1.v[1,2,2] layers.1.mlp[1,2,3,3] "
+     "layers.2.attn[1,2,3,4,4] layers.2.v[1,2,3,4,4] layers.2.mlp[1,2,3,4,5,5] layers.3.attn[1,2,3,4,5,6,6] "
+     "layers.3.v[1,2,3,4,5,6,6] layers.3.mlp[1,2,3,4,5,6,7,7]",
+     -1, -1, "0,1,2,3,4,5,6,7", true,
+     "r0v1*>+x,S1 r2*>+x,S2 r3v4*>+x,S3 r5*>+x,S4 r6v7*>+x,S5 r8*>+x,S6 r9v10*>+x,S7 r11*>+x", 0},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
@@ -170,8 +197,8 @@ TEST(Plan, EveryModeRoutesWhatDesignSays) {
         if (r.index[q] < 0) continue;
         EXPECT_LT(p.sources[r.index[q]].sublayer, r.k) << r.name;
       }
-      if (r.k < p.K) {
-        EXPECT_EQ(p.routers[p.sublayers[r.k].router].name, r.name);
+      if (r.k < p.K) {  // the router (or value router) its sublayer names
+        EXPECT_EQ(p.routers[r.value ? p.sublayers[r.k].v_router : p.sublayers[r.k].router].name, r.name);
       }
     }
     EXPECT_EQ(steps_of(p), e.steps);
@@ -220,7 +247,9 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
                          Keeps{"block_add", K, K + 1, 2, true, true, false},
                          Keeps{"full_additive", K, K - 1, K - 1, true, false, false},
                          Keeps{"delta_replace", 0, 2 * K - 1, 2 * K - 1, true, false, true},
-                         Keeps{"first_layer", K, K - 3, K - 3, true, false, false}}) {
+                         Keeps{"first_layer", K, K - 3, K - 3, true, false, false},
+                         Keeps{"delta_v", K, K - 1, K - 1, true, false, false},
+                         Keeps{"full_v", K, K, K, true, false, false}}) {
     SCOPED_TRACE(k.mode);
     const RoutingPlan p = RoutingPlan::build(shape(k.mode, false), ModelOptions{2, 4});
     EXPECT_EQ(count(p, "layers.", ".x_attn") + count(p, "layers.", ".x_mlp"), k.inputs);
@@ -229,7 +258,10 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
     EXPECT_EQ(count(p, "dx", ""), k.running_gradient ? 1 : 0);
     EXPECT_EQ(count(p, "dp", "") + count(p, "dsum", ""), k.second_running_gradient ? 2 : 0);
     EXPECT_EQ(count(p, "u", ""), k.u ? 1 : 0);
-    EXPECT_EQ(count(p, "layers.3.", ""), 11 + (k.inputs ? 2 : 0));  // every layer's activations: rstd1 … up
+    // every layer's activations: rstd1 … up (V-stream routing: the value input and its rstd besides)
+    const bool value = std::string(k.mode) == "delta_v" || std::string(k.mode) == "full_v";
+    EXPECT_EQ(count(p, "layers.3.", ""), 11 + (k.inputs ? 2 : 0) + (value ? 2 : 0));
+    EXPECT_EQ(count(p, "dU_v", ""), value ? 1 : 0);
     // z, for the backward; full's backward computes them again (one shared buffer for the forward's).
     const bool full = std::string(k.mode) == "full";
     EXPECT_EQ(count(p, "routers.", ".logits"), full ? 0 : static_cast<int>(p.routers.size()));
@@ -255,7 +287,7 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
     ModelOptions rc{2, 4};
     rc.recompute = true;
     const RoutingPlan re = RoutingPlan::build(shape(k.mode, false), rc);
-    EXPECT_EQ(count(re, "layers.3.", ""), k.inputs ? 2 : 0);
+    EXPECT_EQ(count(re, "layers.3.", ""), (k.inputs ? 2 : 0) + (value ? 1 : 0));
     EXPECT_EQ(count(re, "layers.0.", ".q"), 1);
   }
   // Rows between max(B, T) and B·T, or a clear error before anything is sized.

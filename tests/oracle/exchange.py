@@ -291,6 +291,12 @@ def reference_to_attnres(run, data, ids):
         ("delta_replace", "delta_replace", 8, "bias", False, True, False, None),
         ("delta_replace_alpha_sharded", "delta_replace", 8, "learnable_alpha", False, True, True, None),
         ("first_layer", "first_layer", 8, "bias", False, True, False, None),
+        # delta_v: a value router per attention sublayer (v_res_proj, v_res_norm), its null source and gate shared.
+        ("delta_v_null_alpha", "delta_v", 8, "learnable_alpha", True, True, False, None),
+        ("delta_v_sigmoid_vector_sharded", "delta_v", 8, "sigmoid_vector", False, True, True, None),
+        # full_v: the states and the stream (the last state twice), replacing, with the value router.
+        ("full_v", "full_v", 8, "bias", False, True, False, None),
+        ("full_v_alpha_sharded", "full_v", 8, "learnable_alpha", False, True, True, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -412,6 +418,9 @@ def attnres_to_reference(run, data, ids, train_data):
         ("full_additive", {"attnres_mode": "full_additive", "attnres_use_null_source": True}, 1),
         ("delta_replace", {"attnres_mode": "delta_replace", "attnres_gate_type": "sigmoid_scalar"}, 1),
         ("first_layer", {"attnres_mode": "first_layer"}, 1),
+        ("delta_v", {"attnres_mode": "delta_v", "attnres_use_null_source": True,
+                     "attnres_gate_type": "sigmoid_scalar"}, 1),
+        ("full_v", {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha"}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

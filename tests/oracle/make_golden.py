@@ -103,6 +103,15 @@ CASES = {
     "delta_replace_alpha_h4": {"attnres_mode": "delta_replace", "attnres_gate_type": "learnable_alpha",
                                "attnres_num_heads": 4},
     "first_layer": {"attnres_mode": "first_layer"},
+    # The reference code's delta_v (V-stream routing): plain, and with the null source, the sigmoid_scalar gate
+    # (both shared with the value router) and 4 routing heads.
+    "delta_v": {"attnres_mode": "delta_v"},
+    "delta_v_null_sigmoid_h4": {"attnres_mode": "delta_v", "attnres_use_null_source": True,
+                                "attnres_gate_type": "sigmoid_scalar", "attnres_num_heads": 4},
+    # full_v: the states and the stream (the last state listed twice), replacing, with a value router; plain, and
+    # with learnable_alpha (against the stream) and 4 routing heads.
+    "full_v": {"attnres_mode": "full_v"},
+    "full_v_alpha_h4": {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha", "attnres_num_heads": 4},
     "full_additive_null_h4": {"attnres_mode": "full_additive", "attnres_use_null_source": True,
                               "attnres_num_heads": 4},
     "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
@@ -316,6 +325,8 @@ def check_alpha_identities():
         ("block_mh", {"attnres_mode": "block_mh", "attnres_num_blocks": 3}),
         ("full_additive+null", {"attnres_mode": "full_additive", "attnres_use_null_source": True}),
         ("delta_replace, 4 heads", {"attnres_mode": "delta_replace", "attnres_num_heads": 4}),
+        ("delta_v+null", {"attnres_mode": "delta_v", "attnres_use_null_source": True}),
+        ("full_v", {"attnres_mode": "full_v"}),
     ]
     for label, over in variants:
         cfg_a = make_config(dict(over, attnres_gate_type="learnable_alpha"))
@@ -335,7 +346,7 @@ def check_alpha_identities():
                     P[n].fill_(0.0)
             zero = O.forward(P, cfg_a, ids)
         dz = float((zero - base).abs().max())
-        if over["attnres_mode"].startswith("delta") or over["attnres_mode"] == "full_additive":
+        if over["attnres_mode"].startswith("delta") or over["attnres_mode"] in ("full_additive", "full_v"):
             assert dz < 1e-12, f"alpha=0 != baseline in {label}: {dz}"
             print(f"check: {label}: alpha=0 == baseline, alpha=1 == bias")
         else:
@@ -386,6 +397,15 @@ def check_finite_differences():
          {"attnres_mode": "delta_replace", "attnres_gate_type": "learnable_alpha"},
          ["model.layers.0.attn_res_alpha", "model.layers.3.mlp_res_proj.weight",
           "model.layers.2.attn_res_norm.weight", "model.embed_tokens.weight"]),
+        ("delta_v+null+alpha",
+         {"attnres_mode": "delta_v", "attnres_use_null_source": True, "attnres_gate_type": "learnable_alpha"},
+         ["model.layers.2.v_res_proj.weight", "model.layers.3.v_res_norm.weight", "model.layers.1.attn_null_source",
+          "model.layers.2.attn_res_alpha", "model.layers.4.self_attn.v_proj.weight",
+          "model.layers.3.input_layernorm.weight"]),
+        ("full_v+alpha",
+         {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha"},
+         ["model.layers.3.v_res_proj.weight", "model.layers.2.attn_res_alpha", "model.layers.4.mlp_res_norm.weight",
+          "model.embed_tokens.weight"]),
         ("first_layer",
          {"attnres_mode": "first_layer"},
          ["model.layers.2.attn_res_proj.weight", "model.layers.5.mlp_res_norm.weight",

@@ -101,7 +101,7 @@ ATTNRES_DEFAULTS = {
 }
 
 MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full_additive", "delta_replace",
-         "first_layer")
+         "first_layer", "delta_v", "full_v")
 # block_add (not in the papers): block's sources (the partial block sums) added
 # to a residual stream as the delta modes add their routed sum.
 # full_additive (the reference code's, not in the papers): the stream after each
@@ -110,6 +110,12 @@ MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full
 # the current stream, the mix replacing the input; the stream still adds each output.
 # first_layer (the reference code's): from layer 2 on, a mix of the stream and
 # layer 1's attention output replaces the input; no gate.
+# delta_v (the reference code's): delta's routing over the sublayer outputs (not
+# e), and per attention sublayer a value router (v_res_proj, v_res_norm; the
+# attention router's null source and gate) whose input feeds V alone.
+# full_v (the reference code's): routing over the stream after each sublayer so
+# far and the current stream (the last state again; e alone at first), replacing
+# the input, with delta_v's value router; the stream adds each output.
 # The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
 # each is one of the modes above with 8 heads by default; block_mh has no
 # final router, delta_mh always has the null source and the reference's block deltas.
@@ -177,7 +183,10 @@ def param_shapes(cfg):
             for s in ("attn", "mlp"):
                 out += [(p + f"{s}_res_proj.weight", (1, d)),
                         (p + f"{s}_res_norm.weight", (d,))]
-            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive"):
+            if mode in ("delta_v", "full_v"):
+                out += [(p + "v_res_proj.weight", (1, d)), (p + "v_res_norm.weight", (d,))]
+            if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive",
+                                                           "delta_v"):
                 out += [(p + "attn_null_source", (d,)), (p + "mlp_null_source", (d,))]
             if cfg["attnres_gate_type"] == "learnable_alpha":
                 # 0-dim scalars, as nn.Parameter(torch.tensor(0.0)) in the reference.
@@ -302,14 +311,15 @@ def rotate_half(x):
     return torch.cat([-x[..., h:], x[..., :h]], dim=-1)
 
 
-def attention(P, pre, u, cfg, cos, sin, bf16=False):
-    """u (B,T,d) -> o_proj output (B,T,d)."""
+def attention(P, pre, u, cfg, cos, sin, bf16=False, uv=None):
+    """u (B,T,d) -> o_proj output (B,T,d); uv: the value projection's own
+    input (V-stream routing), else u."""
     Bsz, T, _ = u.shape
     H, KV, D = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
     eps = cfg["rms_norm_eps"]
     q = linear(u, P[pre + "q_proj.weight"], bf16).view(Bsz, T, H, D)
     k = linear(u, P[pre + "k_proj.weight"], bf16).view(Bsz, T, KV, D)
-    v = linear(u, P[pre + "v_proj.weight"], bf16).view(Bsz, T, KV, D)
+    v = linear(u if uv is None else uv, P[pre + "v_proj.weight"], bf16).view(Bsz, T, KV, D)
     q = rmsnorm(q, P[pre + "q_norm.weight"], eps)
     k = rmsnorm(k, P[pre + "k_norm.weight"], eps)
     c, s = cos[None, :, None, :], sin[None, :, None, :]
@@ -409,14 +419,16 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
     cos, sin = rope_cos_sin(T, cfg["head_dim"], float(cfg["rope_theta"]), E.dtype)
     nb = layers_per_block(cfg)
     gate_type = cfg["attnres_gate_type"]
-    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive")
+    use_null = cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive",
+                                                           "delta_v")
 
     def lp(i):
         return f"model.layers.{i}."
 
-    def attn_of(i, h):
-        return attention(P, lp(i) + "self_attn.", rmsnorm(h, P[lp(i) + "input_layernorm.weight"], eps),
-                         cfg, cos, sin, bf16)
+    def attn_of(i, h, hv=None):
+        g = P[lp(i) + "input_layernorm.weight"]
+        return attention(P, lp(i) + "self_attn.", rmsnorm(h, g, eps), cfg, cos, sin, bf16,
+                         None if hv is None else rmsnorm(hv, g, eps))
 
     def mlp_of(i, h):
         return mlp(P, lp(i) + "mlp.", rmsnorm(h, P[lp(i) + "post_attention_layernorm.weight"], eps), bf16)
@@ -428,8 +440,12 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
         ran[0] += 1
         return route(srcs, proj_w, norm_w, eps, probe, heads, (intervene or {}).get(r), ent)
 
-    def routed(i, s, srcs):
-        return route_next(srcs, P[lp(i) + f"{s}_res_proj.weight"], P[lp(i) + f"{s}_res_norm.weight"], entropy)
+    def routed(i, s, srcs, r=None):
+        """r: the router's own tensors' prefix where not s's (the value router "v",
+        which the entropy term does not read)."""
+        r = r or s
+        return route_next(srcs, P[lp(i) + f"{r}_res_proj.weight"], P[lp(i) + f"{r}_res_norm.weight"],
+                          entropy if r == s else None)
 
     def gate(i, s, x, h):
         """learnable_alpha: (1-g) x + g h, g raw (no sigmoid); sigmoid_scalar:
@@ -446,11 +462,12 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
             return h
         return (1 - g) * x + g * h
 
-    def additive(i, s, x, srcs):
-        """Delta modes: x + route(null? + srcs); x alone when there is no source."""
+    def additive(i, s, x, srcs, r=None):
+        """Delta modes: x + route(null? + srcs); x alone when there is no source.
+        r: the value router's tensors ("v"), with s's null source and gate."""
         if use_null:
             srcs = [P[lp(i) + f"{s}_null_source"].expand_as(x)] + srcs
-        h = x + routed(i, s, srcs) if srcs else x
+        h = x + routed(i, s, srcs, r) if srcs else x
         return gate(i, s, x, h)
 
     e = embed_table(E, bf16)[ids]                             # (B,T,d)
@@ -530,6 +547,31 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
                 a1 = a
             x = x + a
             x = x + mlp_of(i, routed(i, "mlp", [x, a1]) if i >= 2 else x)
+        h = x
+
+    elif mode == "delta_v":
+        outs, x = [], e   # a_0, m_0, ...: the outputs so far (e is not a source)
+        for i in range(L):
+            hq = additive(i, "attn", x, outs)
+            hv = additive(i, "attn", x, outs, "v")
+            a = attn_of(i, hq, hv)
+            x = x + a
+            outs = outs + [a]
+            m = mlp_of(i, additive(i, "mlp", x, outs))
+            x = x + m
+            outs = outs + [m]
+        h = x
+
+    elif mode == "full_v":
+        states, x = [], e   # the stream after each sublayer; the stream itself is the last source too
+        for i in range(L):
+            srcs = states + [x]
+            hq = gate(i, "attn", x, routed(i, "attn", srcs))
+            hv = gate(i, "attn", x, routed(i, "attn", srcs, "v"))
+            x = x + attn_of(i, hq, hv)
+            states = states + [x]
+            x = x + mlp_of(i, gate(i, "mlp", x, routed(i, "mlp", states + [x])))
+            states = states + [x]
         h = x
 
     elif mode == "delta":
