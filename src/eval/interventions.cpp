@@ -57,6 +57,16 @@ RouteIntervention ablate_one(const std::vector<Router>& routers, int r, int p) {
   return RouteIntervention::ablate(r, std::move(keep));
 }
 
+// Router r with every position that reads source j (an index in the model)
+// removed: a router may list one source twice (full_v: the stream is also
+// the last state), and removing a source removes all of it.
+RouteIntervention ablate_source(const std::vector<Router>& routers, int r, int j) {
+  std::vector<int> keep;
+  for (int q = 0; q < static_cast<int>(routers[r].index.size()); ++q)
+    if (routers[r].index[q] != j) keep.push_back(q);
+  return RouteIntervention::ablate(r, std::move(keep));
+}
+
 Effect effect_of(const Job& j, int64_t windows, int64_t tokens) {
   Effect e;
   e.dloss = j.sum_tokens / static_cast<double>(tokens);
@@ -158,13 +168,14 @@ InterventionResult measure_interventions(Model& model, const TokenFile& data, co
         e.at.push_back({static_cast<int>(r), static_cast<int>(p)});
       }
     for (const auto& [index, e] : readers) {
-      if (e.at.size() < 2) continue;
       Job j{Job::What::kWhole, static_cast<int>(res.whole_sources.size()), 0, 2 * model.config().L, {}};
       for (const auto& [r, p] : e.at) {
-        j.iv.push_back(ablate_one(routers, r, p));
+        if (!j.iv.empty() && j.iv.back().router == r) continue;  // its other positions: removed with the first
+        j.iv.push_back(ablate_source(routers, r, index));
         j.start = std::min(j.start, routers[r].k);
       }
-      res.whole_sources.push_back({e.name, static_cast<int64_t>(e.at.size()), {}});
+      if (j.iv.size() < 2) continue;  // one router's: its per-router ablation says it
+      res.whole_sources.push_back({e.name, static_cast<int64_t>(j.iv.size()), {}});
       jobs.push_back(std::move(j));
     }
   }

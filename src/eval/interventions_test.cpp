@@ -185,7 +185,8 @@ TEST(Interventions, NoneFromAnyPrefixIsThePlainForwardsBits) {
 // A model at initialisation, whose routers' queries are zero: every router
 // weights its sources 1/S whatever the token, so mean and uniform routing
 // change nothing, exactly (Δ 0 with standard error 0), in every routed mode
-// and with routing heads.
+// and with routing heads.  Whole sources too, where one router lists a
+// source twice (full_v: the stream is its last state; once "given twice").
 TEST(Interventions, ContentIndependentRoutingMadeSoChangesNothing) {
   Context& ctx = testing::test_context();
   testing::TempDir tmp("interventions");
@@ -194,7 +195,9 @@ TEST(Interventions, ContentIndependentRoutingMadeSoChangesNothing) {
   const std::string data = tmp.path() + "/t.bin";
   write_token_file(data, toks);
   const TokenFile file(data);
-  for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh"}) {
+  for (const ModeName& name : mode_names()) {
+    if (!mode_spec(name.mode).routed()) continue;
+    const char* mode = name.name;
     const Config c = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 3}, {"num_attention_heads", 2},
                                         {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
                                         {"vocab_size", 40}, {"attnres_mode", mode}, {"attnres_num_blocks", 2}},
