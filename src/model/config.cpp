@@ -258,16 +258,14 @@ void Config::validate(const std::string& where) const {
     fail(where, ": attnres_num_heads ", routing_heads, " with attnres_mode ", mode_name(mode),
          ", which has no depth routing (routing heads need a routed mode)");
   name_row();  // an Error where reference_mh is set on a mode without an _mh name
-  if (mode == Mode::kFirstLayer) {
-    // The reference's first_layer routes between the stream and layer 1's
-    // attention output from layer 2 on, and applies no gate.
-    if (L < 3)
-      fail(where, ": attnres_mode first_layer routes from layer 2 on (between the stream and layer 1's attention ",
-           "output): it needs num_hidden_layers >= 3, got ", L);
-    if (gate != Gate::kBias)
-      fail(where, ": attnres_mode first_layer applies no gate in the reference code; attnres_gate_type must be ",
-           "\"bias\", got \"", name_of(kGateNames, gate), "\"");
-  }
+  // The reference's first_layer routes between the stream and layer 1's
+  // attention output from layer 2 on; its first_layer and pre_gated branches apply no gate.
+  if (mode == Mode::kFirstLayer && L < 3)
+    fail(where, ": attnres_mode first_layer routes from layer 2 on (between the stream and layer 1's attention ",
+         "output): it needs num_hidden_layers >= 3, got ", L);
+  if ((mode == Mode::kFirstLayer || mode == Mode::kPreGated) && gate != Gate::kBias)
+    fail(where, ": attnres_mode ", mode_name(mode), " applies no gate in the reference code; attnres_gate_type must be ",
+         "\"bias\", got \"", name_of(kGateNames, gate), "\"");
   if (H % KV != 0)
     fail(where, ": num_attention_heads (", H, ") must be a multiple of num_key_value_heads (", KV, ")");
   if (hd % 2 != 0) fail(where, ": head_dim must be even for RoPE, got ", hd);

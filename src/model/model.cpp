@@ -95,6 +95,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   for (auto& r : routers_) {
     if (!r.logits_kept) r.logits = shared_logits_;
     if (shared_gate_g_ && r.w->gate_proj) r.gate_g = shared_gate_g_;
+    if (shared_src_gate_ && r.w->pre_gate) r.src_gate = shared_src_gate_;
   }
   token_loss_ = ops_.alloc(static_cast<size_t>(N) * sizeof(float));
   token_greedy_ = ops_.alloc(static_cast<size_t>(N));
@@ -162,6 +163,14 @@ void Model::bind_(const ArenaEntry& e, float* p) {
     case Buf::kU: u_ = p; return;
     case Buf::kDU: dU_ = p; return;
     case Buf::kDUv: dUv_ = p; return;
+    case Buf::kSrcGate:
+      if (e.index >= 0) routers_[e.index].src_gate = p;
+      else shared_src_gate_ = p;
+      return;
+    case Buf::kSrcGateIn: routers_[e.index].src_gate_in = p; return;
+    case Buf::kGatedV: gated_[e.index].v = p; return;
+    case Buf::kGatedRstd: gated_[e.index].rstd = p; return;
+    case Buf::kGatedDv: gated_[e.index].dv = p; return;
     case Buf::kXb: xb_ = p; return;
     case Buf::kNullRstd: null_rstd_ = p; return;
     case Buf::kRouterLogits: routers_[e.index].logits = p; return;
@@ -196,6 +205,16 @@ void Model::resolve_routers_() {
       } else {
         R.src.push_back({sources_[j].v, sources_[j].rstd, false});
         R.dsrc.push_back(sources_[j].dv);
+      }
+    }
+    if (R.w->pre_gate) {  // pre_gated: the routing ops read the gated slots; the gate reads the sources
+      R.raw_src = std::move(R.src);
+      R.raw_dsrc = std::move(R.dsrc);
+      R.src.clear();
+      R.dsrc.clear();
+      for (size_t q = 0; q < R.raw_src.size(); ++q) {
+        R.src.push_back({gated_[q].v, gated_[q].rstd, false});
+        R.dsrc.push_back(gated_[q].dv);
       }
     }
   }
@@ -249,6 +268,7 @@ void Model::resolve_routers_() {
 // plan's sources as empty slots, carved by the constructor.
 void Model::attach_routers_() {
   sources_.resize(plan_.sources.size());
+  gated_.resize(plan_.source_gates ? static_cast<size_t>(plan_.max_router_sources) : 0);
   for (const PlanRouter& p : plan_.routers) {
     Router R;
     R.name = p.name;
@@ -525,6 +545,7 @@ float* Model::stored_input_(int64_t k) { return k % 2 ? layer_[k / 2].x_mlp : la
 
 void Model::route_(int r, float* out, const float* base) {
   const Router& R = routers_[r];
+  if (R.w->pre_gate) gate_sources_(r, base);  // the sources it reads, gated by the stream (base)
   if (const RouteOverride* o = overrides_[r]) {  // an intervention (eval/intervened_forward.h)
     const RouteOverride& a = *o;
     if (a.weights)
@@ -558,6 +579,36 @@ void Model::vector_gate_(int r, float* out, const float* x_g) {
   }
   ops_.matmul_forward(R.gate_g, x_g, W_(R.w->gate_proj), N, d, d);
   ops_.gate_vector_forward(out, R.gate_g, R.gate_diff, R.w->gate_bias, x_g, N, d);
+}
+
+// pre_gated: router r reads its sources gated by the stream x,
+//   pre = x·Wᵀ (a product: bf16 under --precision bf16),  g = σ(pre + b),
+//   y_i = g∘v_i and their rstd (the keys are normalised from the gated values),
+// into the shared slots gated_.  Training keeps x and g for the backward.
+void Model::gate_sources_(int r, const float* x) {
+  const Router& R = routers_[r];
+  const int64_t N = rows(), d = cfg_.d;
+  if (R.src_gate_in) ops_.copy(R.src_gate_in, x, N * d);
+  ops_.matmul_forward(R.src_gate, x, W_(R.w->pre_gate), N, d, d);
+  ops_.sigmoid_gate_forward(R.src_gate, R.src_gate, R.w->pre_gate_bias, N, d);
+  for (size_t q = 0; q < R.raw_src.size(); ++q)
+    ops_.gated_source_forward(gated_[q].v, gated_[q].rstd, R.src_gate, R.raw_src[q].v, N, d,
+                              static_cast<float>(cfg_.rms_norm_eps));
+}
+
+// Its backward, with each dy_i in gated_[i].dv (the router's backward):
+//   dv_i (= or +=) g∘dy_i,  dg = Σ_i v_i∘dy_i,  d(pre) = dg∘g(1 − g),  db += Σ_n d(pre),
+//   dW += d(pre)ᵀ·x,  dx += d(pre)·W.
+void Model::gate_sources_backward_(int r, bool first) {
+  const Router& R = routers_[r];
+  const int64_t N = rows(), d = cfg_.d;
+  ops_.fill(dgate_pre_, 0.0f, N * d);
+  for (size_t q = 0; q < R.raw_src.size(); ++q)
+    ops_.gated_source_backward(R.raw_dsrc[q], dgate_pre_, gated_[q].dv, R.src_gate, R.raw_src[q].v, N, d,
+                               /*accumulate_dv=*/!first);
+  ops_.sigmoid_gate_backward(dgate_pre_, R.g->pre_gate_bias, dgate_pre_, R.src_gate, N, d);
+  ops_.matmul_backward(dgate_base_, R.g->pre_gate, dgate_pre_, R.src_gate_in, W_(R.w->pre_gate), N, d, d);
+  ops_.add_inplace(dx_, dgate_base_, N * d);
 }
 
 void Model::route_mix_(int r, float* out, const float* base) {
@@ -602,11 +653,19 @@ void Model::route_backward_(int r, bool first, float* dU) {
     ops_.gate_vector_backward(dU, dgate_pre_, R.g->gate_bias, dgate_base_, dU, R.gate_g, R.gate_diff, N, d);
   // The entropy term's weight per token, head and router (sublayer routers only, not a value router).
   const float entropy_scale = R.k < plan_.K && !R.value ? entropy_scale_ : 0.0f;
+  // pre_gated: the gated sources again (from the kept g), their gradients
+  // assigned into the slots, then sent on through the gate.
+  if (R.w->pre_gate)
+    for (size_t q = 0; q < R.raw_src.size(); ++q)
+      ops_.gated_source_forward(gated_[q].v, gated_[q].rstd, R.src_gate, R.raw_src[q].v, N, d,
+                                static_cast<float>(cfg_.rms_norm_eps));
   ops_.route_backward(R.dsrc_list, dbase, R.g->proj, R.g->norm, R.dgate, dU, R.logits_kept ? R.logits : nullptr,
                       R.src_list,
                       static_cast<int64_t>(R.src.size()), cfg_.routing_heads, R.w->proj, R.w->norm, gate_base_(r), R.gate,
                       combine_,
-                      rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first, entropy_scale);
+                      rows(), cfg_.d, rb.out ? &rb : nullptr, /*accumulate_src=*/!first && !R.w->pre_gate,
+                      entropy_scale);
+  if (R.w->pre_gate) gate_sources_backward_(r, first);
   // sigmoid_scalar: dθ += d(σ(θ))·σ(θ)(1 − σ(θ))
   if (sigmoid_gate) ops_.sigmoid_backward(R.g->gate_logit, R.dgate, R.gate, 1);
   if (R.gate_g) {  // after the router's backward, which may assign its last source's gradient

@@ -180,6 +180,13 @@ struct Router {
                                           // share one buffer and the backward computes them again
   double* stats = nullptr;                // route_stats_size(S) sums of its routing statistics (backend memory)
   bool value = false;                     // V-stream routing: the value router of attention sublayer k
+  // pre_gated: the router reads its sources gated, y_i = g∘v_i with
+  // g = σ(x·Wᵀ + b), made into the model's shared slots (src/dsrc above point
+  // there) as it runs; raw_src / raw_dsrc are the sources themselves.
+  float* src_gate = nullptr;              // (N, d) g (training: this router's; inference: shared)
+  float* src_gate_in = nullptr;           // (N, d) x, the gate's input (training)
+  std::vector<RouteSource> raw_src;       // (S)
+  std::vector<float*> raw_dsrc;           // (S) training
 };
 
 class Model {
@@ -355,6 +362,8 @@ class Model {
   float* u_ = nullptr;            // (N, d)   sublayer input built by a router (modes that rebuild inputs)
   float* dU_ = nullptr;           // (N, d)   gradient of a routed input (training)
   float* dUv_ = nullptr;          // (N, d)   V-stream routing: gradient of the value input u_v (training)
+  std::vector<Source> gated_;     // pre_gated: the slots of a router's gated sources (max sources of a router)
+  float* shared_src_gate_ = nullptr;  // (N, d) pre_gated, inference: every router's g
   float* xb_ = nullptr;           // (N, d)   delta_block "true": stream at the last block start
   float* null_rstd_ = nullptr;    // (2L)     rstd of each router's null source
   float* shared_logits_ = nullptr;  // (N, H, S_max) the logits of every router that does not keep its own
@@ -421,6 +430,8 @@ class Model {
   void route_backward_(int r, bool first, float* dU);  // dU: the gradient of its output (dU_ or dUv_)
   const float* gate_base_(int r) const;  // kReplace with gate: the router's last source
   void vector_gate_(int r, float* u, const float* x_g);  // sigmoid_vector: u = x_g + g∘(h − x_g), u holding h
+  void gate_sources_(int r, const float* x);  // pre_gated: router r's gated sources into gated_
+  void gate_sources_backward_(int r, bool first);  // their gradients into the sources, W, b and dx_
 };
 
 }  // namespace attnres

@@ -240,9 +240,10 @@ TEST(LearnableAlpha, OneIsBiasInEveryMode) {
 // steps (source gradients, running partial sums, α).
 TEST(Routing, RepeatableGradients) {
   for (const char* mode : {"block", "full", "delta", "delta_block", "block_mh", "full_mh", "delta_mh", "full_additive",
-                           "delta_replace", "first_layer", "delta_v", "full_v"}) {
-    // first_layer has no gate (the reference applies none there).
+                           "delta_replace", "first_layer", "delta_v", "full_v", "pre_gated"}) {
+    // first_layer and pre_gated have no gate (the reference applies none there).
     const char* gate = std::string(mode) == "first_layer" ? "bias" : "learnable_alpha";
+    if (std::string(mode) == "pre_gated") gate = "bias";
     Model m(testing::test_context(), tiny(mode, {{"attnres_use_null_source", true}, {"attnres_gate_type", gate}}), kB, kT);
     randomise(m, 10);
     set_gates(m, 0.6f);
@@ -333,6 +334,10 @@ TEST(Routing, GradientBookkeepingReadsNoBufferBeforeWritingIt) {
   for (bool recompute : {false, true}) variants.push_back({"full_v", alpha, recompute, false});
   variants.push_back({"full_v", bias, false, true});
   variants.push_back({"full_v", {{"attnres_gate_type", "sigmoid_vector"}, {"attnres_num_heads", 2}}, false, false, 0.3});
+  // pre_gated: the gated slots' gradients (assigned by each router), the gate's d(pre) and d(x).
+  for (bool recompute : {false, true}) variants.push_back({"pre_gated", bias, recompute, false});
+  variants.push_back({"pre_gated", bias, false, true});
+  variants.push_back({"pre_gated", {{"attnres_num_heads", 4}}, false, false, 0.3});
   for (const Variant& v : variants) {
     const Config c = tiny(v.mode, v.extra);
     ModelOptions o{kB, kT};

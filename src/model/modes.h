@@ -26,7 +26,7 @@
 
 namespace attnres {
 
-enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive, kDeltaReplace, kFirstLayer, kDeltaV, kFullV };
+enum class Mode { kBaseline, kBlock, kFull, kDelta, kDeltaBlock, kBlockAdd, kFullAdditive, kDeltaReplace, kFirstLayer, kDeltaV, kFullV, kPreGated };
 
 // What the routers of a mode read.
 enum class Sources {
@@ -55,7 +55,9 @@ struct ModeSpec {
                        // whose routers read every earlier output (K²/2 of them): its backward computes them again
   bool compared;       // in `attnres compare`'s default --modes (full, O(L²) in its routing, is not)
   bool value_router;   // each attention sublayer has a third router, over the same sources, whose
-                       // input feeds the value projection alone (V-stream routing; delta_v)
+                       // input feeds the value projection alone (V-stream routing; delta_v, full_v)
+  bool source_gates;   // each router gates its sources before the softmax, v_i -> σ(x·Wᵀ + b)∘v_i, a d×d
+                       // linear and bias per router (pre_gated)
 
   constexpr bool routed() const { return sources != Sources::kNone; }
   // Facts that follow from the row.  Each reads `sources` through a switch
@@ -118,37 +120,42 @@ struct ModeSpec {
 };
 
 inline constexpr ModeSpec kModeSpecs[] = {
-    // mode            name (paper's name)            sources               combine            stream final  null   stores logits compared value
-    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  false, true, false},
-    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true,  true, false},
-    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false, false, false},
-    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true,  true, false},
-    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true,  true, false},
+    // mode            name (paper's name)            sources               combine            stream final  null   stores logits compared value gates
+    {Mode::kBaseline,   "baseline",    /* standard residual */ Sources::kNone,        Combine::kAdd,     true,  false, false, true,  false, true, false, false},
+    {Mode::kBlock,      "block",       /* AttnRes (Block)   */ Sources::kPartialSums, Combine::kReplace, false, true,  false, false, true,  true, false, false},
+    {Mode::kFull,       "full",        /* Full AttnRes      */ Sources::kOutputs,     Combine::kReplace, false, true,  false, false, false, false, false, false},
+    {Mode::kDelta,      "delta",       /* Delta AttnRes     */ Sources::kOutputs,     Combine::kAdd,     true,  false, true,  false, true,  true, false, false},
+    {Mode::kDeltaBlock, "delta_block", /* Delta Block       */ Sources::kBlockDeltas, Combine::kAdd,     true,  false, true,  true,  true,  true, false, false},
     // Not in the papers: block's sources (the partial block sums) combined as
     // the delta modes combine (added to a residual stream), the pair of the
     // two axes the named modes leave out (--sources partial_sums --combine add).
-    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false, false},
+    {Mode::kBlockAdd,   "block_add",   /* (ours)            */ Sources::kPartialSums, Combine::kAdd,     true,  false, true,  true,  true,  false, false, false},
     // The reference code's full_additive: the stream after each sublayer so
     // far (its cumulative states; e is not one), added to the stream.
-    {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false, false},
+    {Mode::kFullAdditive, "full_additive", /* (reference)   */ Sources::kStates,      Combine::kAdd,     true,  false, true,  true,  true,  false, false, false},
     // The reference code's delta_replace: every sublayer output so far and the
     // current stream (last), the routed sum replacing the input; the stream
     // still adds each output, and the final norm reads it.
-    {Mode::kDeltaReplace, "delta_replace", /* (reference)   */ Sources::kOutputsAndStream, Combine::kReplace, true, false, false, false, true, false, false},
+    {Mode::kDeltaReplace, "delta_replace", /* (reference)   */ Sources::kOutputsAndStream, Combine::kReplace, true, false, false, false, true, false, false, false},
     // The reference code's first_layer: from layer 2 on, a softmax mix of the
     // stream and layer 1's attention output replaces the input; before, the
     // input is the stream.  No gate, no null source.
-    {Mode::kFirstLayer, "first_layer", /* (reference)       */ Sources::kStreamAndA1, Combine::kReplace, true,  false, false, true,  true,  false, false},
+    {Mode::kFirstLayer, "first_layer", /* (reference)       */ Sources::kStreamAndA1, Combine::kReplace, true,  false, false, true,  true,  false, false, false},
     // The reference code's delta_v: delta's additive routing over the
     // sublayer outputs (not e), and a third router per attention sublayer
     // (sharing its null source and gate) whose input feeds only the value
     // projection; Q and K read the usual routed input.
-    {Mode::kDeltaV,     "delta_v",     /* (reference)       */ Sources::kSublayerOutputs, Combine::kAdd, true,  false, true,  true,  true,  false, true},
+    {Mode::kDeltaV,     "delta_v",     /* (reference)       */ Sources::kSublayerOutputs, Combine::kAdd, true,  false, true,  true,  true,  false, true, false},
     // The reference code's full_v: routing over the stream after each
     // sublayer so far and the current stream (the last state, listed twice),
     // replacing the input, with delta_v's value router; the stream adds each
     // output and the final norm reads it.
-    {Mode::kFullV,      "full_v",      /* (reference)       */ Sources::kCumulativeStates, Combine::kReplace, true, false, false, true, true, false, true},
+    {Mode::kFullV,      "full_v",      /* (reference)       */ Sources::kCumulativeStates, Combine::kReplace, true, false, false, true, true, false, true, false},
+    // The reference code's pre_gated: delta_v's sources (the outputs, not e),
+    // each multiplied by a per-router gate σ(x·Wᵀ + b) before the softmax
+    // (the keys normalised from the gated values), added to the stream.
+    // No gate after it, no null source.
+    {Mode::kPreGated,   "pre_gated",   /* (reference)       */ Sources::kSublayerOutputs, Combine::kAdd, true,  false, false, true,  true,  false, false, true},
 };
 
 inline constexpr size_t kNumModes = sizeof(kModeSpecs) / sizeof(kModeSpecs[0]);
@@ -169,6 +176,7 @@ constexpr size_t mode_row(Mode m) {
     case Mode::kFirstLayer: return 8;
     case Mode::kDeltaV: return 9;
     case Mode::kFullV: return 10;
+    case Mode::kPreGated: return 11;
   }
   return kNumModes;
 }
@@ -222,6 +230,7 @@ inline constexpr ModeName kModeNames[] = {
     {"first_layer", Mode::kFirstLayer, false, 1,      false, false},
     {"delta_v",     Mode::kDeltaV,     false, 1,      false, false},
     {"full_v",      Mode::kFullV,      false, 1,      false, false},
+    {"pre_gated",   Mode::kPreGated,   false, 1,      false, false},
     {"block_mh",    Mode::kBlock,      true,  8,    false, false},
     {"full_mh",     Mode::kFull,       true,  8,    true,  false},
     {"delta_mh",    Mode::kDeltaBlock, true,  8,    false, true},
@@ -245,8 +254,6 @@ inline constexpr UnrunName kUnrunModes[] = {
                 "is block with unused v_res_* tensors (use attnres_mode block)"},
     {"delta_block_v", "the reference's modeling code never gives its routers a source: every router returns the "
                       "stream, a plain Qwen3 with unused routing tensors (use attnres_mode baseline)"},
-    {"pre_gated", "routing over sigmoid-gated sublayer outputs (a d x d gate per router) is not implemented in "
-                  "attnres yet"},
     {"delta_centered_reset", "the reference's modeling code has no branch for it and runs full exactly, final router "
                              "included (use attnres_mode full)"},
     {"delta_sublayer", kNoBranch},

@@ -42,7 +42,7 @@ TEST(Modes, TheCommandsListTheTable) {
   EXPECT_EQ(compared_modes(), "baseline,block,delta,delta_block");
   EXPECT_EQ(mode_name_list(false),
             "baseline, block, full, delta, delta_block, block_add, full_additive, delta_replace, first_layer, "
-            "delta_v, full_v");
+            "delta_v, full_v, pre_gated");
   EXPECT_EQ(mode_name_list(true, ","), "block_mh,full_mh,delta_mh");
   std::string all;
   for (const ModeName& m : mode_names()) all += cat(all.empty() ? "" : ", ", m.name);
@@ -50,7 +50,7 @@ TEST(Modes, TheCommandsListTheTable) {
 }
 
 TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
-  EXPECT_EQ(kNumModes, 11u);
+  EXPECT_EQ(kNumModes, 12u);
   for (const ModeSpec& m : kModeSpecs) {
     SCOPED_TRACE(m.name);
     EXPECT_EQ(parse_mode_name(m.name).mode, m.mode);
@@ -80,7 +80,9 @@ TEST(Modes, EveryRowMatchesWhatTheModelBuilds) {
       // Every sublayer has a router, but the delta modes' layer-0 attention
       // without a null source (no output or block source exists yet; block_add
       // has P_0 = e) and first_layer's first two layers, plus the final router.
-      const bool first_empty = m.null_source && !null && m.sources != Sources::kPartialSums;
+      // (pre_gated has no null source: its layer-0 attention has no router either.)
+      const bool first_empty =
+          (m.null_source || m.source_gates) && !(m.null_source && null) && m.sources != Sources::kPartialSums;
       const int unrouted = m.sources == Sources::kStreamAndA1 ? 4 : first_empty ? 1 : 0;
       // V-stream routing: a value router beside every routed attention sublayer.
       const int values = m.value_router ? L - (first_empty ? 1 : 0) : 0;
@@ -283,16 +285,18 @@ TEST(Modes, FirstLayerRefusesWhatTheReferenceDoesNotRun) {
               "c.json: attnres_mode first_layer routes from layer 2 on (between the stream and layer 1's attention "
               "output): it needs num_hidden_layers >= 3, got 2");
   }
-  for (const char* gate : {"learnable_alpha", "sigmoid_scalar", "sigmoid_vector"}) {
-    try {
-      Config::from_json(config(4, gate), "c.json");
-      ADD_FAILURE() << gate << " accepted";
-    } catch (const Error& e) {
-      EXPECT_EQ(std::string(e.what()),
-                cat("c.json: attnres_mode first_layer applies no gate in the reference code; attnres_gate_type must "
-                    "be \"bias\", got \"", gate, "\""));
-    }
-  }  // A config whose mode is set in code after it was read is held to the same
+  for (const char* mode : {"first_layer", "pre_gated"})  // neither branch of the reference applies a gate
+    for (const char* gate : {"learnable_alpha", "sigmoid_scalar", "sigmoid_vector"}) {
+      nlohmann::json j = config(4, gate);
+      j["attnres_mode"] = mode;
+      try {
+        Config::from_json(j, "c.json");
+        ADD_FAILURE() << mode << " " << gate << " accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(std::string(e.what()), cat("c.json: attnres_mode ", mode, " applies no gate in the reference code; ",
+                                             "attnres_gate_type must be \"bias\", got \"", gate, "\""));
+      }
+    }  // A config whose mode is set in code after it was read is held to the same
   // rules when a model of it is planned (once a segfault, not an error).
   nlohmann::json two = config(2, "bias");
   two["attnres_mode"] = "delta";

@@ -32,6 +32,10 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
       t(prefix + kind + "_res_alpha", {}, false, Init::kZeros, r.alpha);
     if (with_extras && c.gate == Gate::kSigmoidScalar)
       t(prefix + kind + "_res_gate_logit", {}, false, Init::kGateLogit, r.gate_logit);
+    if (with_extras && mode.source_gates) {  // pre_gated: an nn.Linear(d, d) with W = 0, b = 0 at init (g = 0.5)
+      t(prefix + kind + "_pre_gate.weight", {d, d}, true, Init::kZeros, r.pre_gate);
+      t(prefix + kind + "_pre_gate.bias", {d}, false, Init::kZeros, r.pre_gate_bias);
+    }
     if (with_extras && c.gate == Gate::kSigmoidVector) {  // an nn.Linear(d, d) with W = 0, b = −2 at init
       t(prefix + kind + "_res_gate_proj.weight", {d, d}, true, Init::kZeros, r.gate_proj);
       t(prefix + kind + "_res_gate_proj.bias", {d}, false, Init::kGateLogit, r.gate_bias);
@@ -119,7 +123,7 @@ void init_params(const ParamLayout& layout, const Config& c, float* params, Rng&
 
 bool is_routing_param(const std::string& name) {
   for (const char* key : {"_res_proj.", "_res_norm.", "_null_source", "_res_alpha", "_res_gate_logit",
-                          "_res_gate_proj."})
+                          "_res_gate_proj.", "_pre_gate."})
     if (name.find(key) != std::string::npos) return true;
   return false;
 }

@@ -51,6 +51,8 @@ struct RouterWeights {
   float* gate_logit = nullptr;   // ()   sigmoid_scalar's θ, g = σ(θ), a 0-dim scalar on disk
   float* gate_proj = nullptr;    // (d, d) sigmoid_vector's W, g = σ(x_g·Wᵀ + b) per token and dimension
   float* gate_bias = nullptr;    // (d)    its b
+  float* pre_gate = nullptr;     // (d, d) pre_gated's source gate W, g = σ(x·Wᵀ + b) multiplies each source
+  float* pre_gate_bias = nullptr;  // (d)  its b
 };
 
 struct LayerWeights {

@@ -113,6 +113,28 @@ void carve_arena(RoutingPlan& p, const Config& c, const ModelOptions& o) {
     p.max_router_sources = std::max(p.max_router_sources, S);
   }
   if (shares_logits) take(Buf::kSharedLogits, -1, "shared_logits", N * c.routing_heads * p.max_router_sources);
+  // pre_gated: the gated sources' slots (a router's y_i = g∘v_i and their
+  // rstd, and in training their gradients), and per router its g and its x
+  // (training; inference one g that every router shares).
+  if (p.source_gates) {
+    for (int64_t i = 0; i < p.max_router_sources; ++i) {
+      const std::string at = cat("gated.", i, ".");
+      take(Buf::kGatedV, i, at + "v", N * d);
+      take(Buf::kGatedRstd, i, at + "rstd", N);
+      if (train) take(Buf::kGatedDv, i, at + "dv", N * d);
+    }
+    if (!train) take(Buf::kSrcGate, -1, "source_gate", N * d);
+    for (size_t r = 0; train && r < p.routers.size(); ++r) {
+      const std::string at = "routers." + p.routers[r].name + ".";
+      take(Buf::kSrcGate, static_cast<int64_t>(r), at + "source_gate", N * d);
+      take(Buf::kSrcGateIn, static_cast<int64_t>(r), at + "source_gate_in", N * d);
+    }
+    if (train) {
+      take(Buf::kDGatePre, -1, "dgate_pre", N * d);
+      take(Buf::kDGateBase, -1, "dgate_base", N * d);
+    }
+    return;
+  }
   // sigmoid_vector: per sublayer router (the final router has no gate) its
   // gate's input x_g, g and h − x_g for the backward; inference one g that
   // every router shares.  The backward's two scratch rows: d(pre) and d(x_g).
@@ -147,6 +169,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
   const int64_t K = p.K, Bl = p.layers_per_block;
   p.sublayers.assign(static_cast<size_t>(K), {});
   p.vector_gates = mode.routed() && c.gate == Gate::kSigmoidVector;
+  p.source_gates = mode.source_gates;
   p.stores_inputs = mode.stores_inputs || p.vector_gates;
   if (!mode.routed()) {  // the residual stream alone, kept as the sublayers' inputs
     p.stream_in_inputs = true;
@@ -235,6 +258,7 @@ RoutingPlan RoutingPlan::build(const Config& c, const ModelOptions& o) {
         index.push_back(static_cast<int>(k - 3));
         index.push_back(0);
         break;
+      case Mode::kPreGated:  // out_0 … out_{k−1} (each gated as the router runs); layer 0's attention: none
       case Mode::kDeltaV:  // [null] + out_0 … out_{k−1}; layer 0's attention: [null] only
         if (null) index.push_back(-1);
         for (int64_t j = 0; j < k; ++j) index.push_back(static_cast<int>(j));

@@ -41,6 +41,7 @@ struct ArenaEntry {
     kSourceV, kSourceRstd, kSourceDv,                                              // a routing source's
     kU, kDU, kXb, kNullRstd, kRouterLogits, kSharedLogits,                         // routing's own
     kGateIn, kGateG, kGateDiff, kDGatePre, kDGateBase,                             // sigmoid_vector's gates
+    kSrcGate, kSrcGateIn, kGatedV, kGatedRstd, kGatedDv,                           // pre_gated's source gates
   };
   std::string what;
   Buffer buffer = Buffer::kTokens;
@@ -132,6 +133,10 @@ struct RoutingPlan {
   // sigmoid_vector: each sublayer router's gate g = σ(x_g·Wᵀ + b) per token
   // and channel; training keeps, per router, its x_g, g and h − x_g (N, d each).
   bool vector_gates = false;
+  // pre_gated: each router's sources gated, σ(x·Wᵀ + b)∘v_i, into shared
+  // scratch slots (max_router_sources of them) that the router reads;
+  // training keeps, per router, its g and x (N, d each).
+  bool source_gates = false;
 
   // Sublayer k starts a block: an attention sublayer whose layer is a block's first.
   bool starts_block(int64_t k) const { return k % 2 == 0 && (k / 2) % layers_per_block == 0; }

@@ -174,6 +174,12 @@ const Expected kExpected[] = {
      "layers.3.v[1,2,3,4,5,6,6] layers.3.mlp[1,2,3,4,5,6,7,7]",
      -1, -1, "0,1,2,3,4,5,6,7", true,
      "r0v1*>+x,S1 r2*>+x,S2 r3v4*>+x,S3 r5*>+x,S4 r6v7*>+x,S5 r8*>+x,S6 r9v10*>+x,S7 r11*>+x", 0},
+    // pre_gated: delta_v's sources and routers, no value routers, no null source (layer 0's attention reads x).
+    {"pre_gated", false,
+     "layers.0.attn layers.0.mlp layers.1.attn layers.1.mlp layers.2.attn layers.2.mlp layers.3.attn",
+     "layers.0.mlp[0] layers.1.attn[0,1] layers.1.mlp[0,1,2] layers.2.attn[0,1,2,3] layers.2.mlp[0,1,2,3,4] "
+     "layers.3.attn[0,1,2,3,4,5] layers.3.mlp[0,1,2,3,4,5,6]",
+     -1, 6, "", true, "x*>+x,o0 r0*>+x,o1 r1*>+x,o2 r2*>+x,o3 r3*>+x,o4 r4*>+x,o5 r5*>+x,o6 r6*>+x", -1},
     {"delta_mh", false, "block.0 block.1",  // delta_mh always has the null source
      "layers.0.attn[-1] layers.0.mlp[-1,0] layers.1.attn[-1,0] layers.1.mlp[-1,0] layers.2.attn[-1,0] "
      "layers.2.mlp[-1,0,1] layers.3.attn[-1,0,1] layers.3.mlp[-1,0,1]",
@@ -249,7 +255,8 @@ TEST(Plan, TheArenaKeepsWhatTheModelHeaderSays) {
                          Keeps{"delta_replace", 0, 2 * K - 1, 2 * K - 1, true, false, true},
                          Keeps{"first_layer", K, K - 3, K - 3, true, false, false},
                          Keeps{"delta_v", K, K - 1, K - 1, true, false, false},
-                         Keeps{"full_v", K, K, K, true, false, false}}) {
+                         Keeps{"full_v", K, K, K, true, false, false},
+                         Keeps{"pre_gated", K, K - 1, K - 1, true, false, false}}) {
     SCOPED_TRACE(k.mode);
     const RoutingPlan p = RoutingPlan::build(shape(k.mode, false), ModelOptions{2, 4});
     EXPECT_EQ(count(p, "layers.", ".x_attn") + count(p, "layers.", ".x_mlp"), k.inputs);

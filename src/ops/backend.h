@@ -511,6 +511,29 @@ class Backend {
     not_implemented(Op::k_gate_vector_backward);
   }
 
+  // pre_gated's source gate (docs/routing.md "pre_gated"), per token n and
+  // channel c: g = σ(pre + b) (g may alias pre; b (d)), and its backward
+  // dpre = dg∘g(1 − g) (assigned; may alias dg), dbias += Σ_n dpre (chunk
+  // partials in double, thread-independent).
+  virtual void sigmoid_gate_forward_impl(float* g, const float* pre, const float* bias, int64_t N, int64_t d) {
+    not_implemented(Op::k_sigmoid_gate_forward);
+  }
+  virtual void sigmoid_gate_backward_impl(float* dpre, float* dbias, const float* dg, const float* g, int64_t N,
+                                          int64_t d) {
+    not_implemented(Op::k_sigmoid_gate_backward);
+  }
+  // A gated source y = g∘v (N, d) and its keys' rstd per token,
+  // y_rstd = (mean_c y² + eps)^−½ (as source_rstd); its backward
+  // dv (= or +=, accumulate_dv) g∘dy and dg += v∘dy.
+  virtual void gated_source_forward_impl(float* y, float* y_rstd, const float* g, const float* v, int64_t N, int64_t d,
+                                         float eps) {
+    not_implemented(Op::k_gated_source_forward);
+  }
+  virtual void gated_source_backward_impl(float* dv, float* dg, const float* dy, const float* g, const float* v,
+                                          int64_t N, int64_t d, bool accumulate_dv) {
+    not_implemented(Op::k_gated_source_backward);
+  }
+
   // ---- optimizer ----
   // One AdamW update of n elements of a tensor (see AdamWUpdate); p16, when
   // not null, receives bf16(p) of the updated values in the same pass (the

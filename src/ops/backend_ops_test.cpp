@@ -409,6 +409,37 @@ std::vector<OpCase> cases() {
                                           N, d);
                  return Outputs{dh.host(), dpre.host(), db.host(), dx.host()};
                }});
+  k.push_back({Op::k_sigmoid_gate_forward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 auto pre = dev(ops, randn(N * d, 72, 2.0)), b = dev(ops, randn(d, 73));
+                 DeviceVec<float> g(ops, N * d);
+                 ops.sigmoid_gate_forward(g.data(), pre.data(), b.data(), N, d);
+                 return Outputs{g.host()};
+               }});
+  k.push_back({Op::k_sigmoid_gate_backward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 ops.context().reserve(4 * N * d);
+                 std::vector<float> g0 = randn(N * d, 74);
+                 for (float& e : g0) e = 1.0f / (1.0f + std::exp(-e));
+                 auto g = dev(ops, g0), dg = dev(ops, randn(N * d, 75)), db = dev(ops, randn(d, 76));
+                 DeviceVec<float> dpre(ops, N * d);
+                 ops.sigmoid_gate_backward(dpre.data(), db.data(), dg.data(), g.data(), N, d);
+                 return Outputs{dpre.host(), db.host()};
+               }});
+  k.push_back({Op::k_gated_source_forward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 auto g = dev(ops, randn(N * d, 77)), v = dev(ops, randn(N * d, 78));
+                 DeviceVec<float> y(ops, N * d), r(ops, N);
+                 ops.gated_source_forward(y.data(), r.data(), g.data(), v.data(), N, d, 1e-6f);
+                 return Outputs{y.host(), r.host()};
+               }});
+  k.push_back({Op::k_gated_source_backward, "", kFp32, [](Backend& ops) {
+                 const int64_t N = 70, d = 7;
+                 auto g = dev(ops, randn(N * d, 79)), v = dev(ops, randn(N * d, 80)), dy = dev(ops, randn(N * d, 81)),
+                      dv = dev(ops, randn(N * d, 82)), dg = dev(ops, randn(N * d, 83));
+                 ops.gated_source_backward(dv.data(), dg.data(), dy.data(), g.data(), v.data(), N, d, true);
+                 return Outputs{dv.host(), dg.host()};
+               }});
   // ---- optimizer ----
   for (bool copy16 : {false, true}) {  // the float32 state, then the bf16 copy (kBf16: a rounding of it)
     k.push_back({Op::k_adamw_update, copy16 ? "bf16 copy" : "", copy16 ? kBf16 : kFp32, [copy16](Backend& ops) {

@@ -237,6 +237,30 @@ void Backend::check_gate_vector_backward(float* dh, float* dpre, float* dbias, f
                 "gate_vector_backward: every gradient, du, g and diff are needed");
 }
 
+void Backend::check_sigmoid_gate_forward(float* g, const float* pre, const float* bias, int64_t N, int64_t d) const {
+  sizes("sigmoid_gate_forward", {N, d});
+  ATTNRES_CHECK(N == 0 || (g && pre && bias), "sigmoid_gate_forward: g, pre and the bias are needed");
+}
+
+void Backend::check_sigmoid_gate_backward(float* dpre, float* dbias, const float* dg, const float* g, int64_t N,
+                                          int64_t d) const {
+  sizes("sigmoid_gate_backward", {N, d});
+  ATTNRES_CHECK(N == 0 || (dpre && dbias && dg && g), "sigmoid_gate_backward: dpre, dbias, dg and g are needed");
+}
+
+void Backend::check_gated_source_forward(float* y, float* y_rstd, const float* g, const float* v, int64_t N, int64_t d,
+                                         float eps) const {
+  sizes("gated_source_forward", {N, d});
+  ATTNRES_CHECK(N == 0 || (y && y_rstd && g && v), "gated_source_forward: y, its rstd, g and v are needed");
+  ATTNRES_CHECK(eps > 0, "gated_source_forward: eps must be positive");
+}
+
+void Backend::check_gated_source_backward(float* dv, float* dg, const float* dy, const float* g, const float* v,
+                                          int64_t N, int64_t d, bool) const {
+  sizes("gated_source_backward", {N, d});
+  ATTNRES_CHECK(N == 0 || (dv && dg && dy && g && v), "gated_source_backward: dv, dg, dy, g and v are needed");
+}
+
 void Backend::check_adamw_update(float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate&,
                                  bf16*) const {
   sizes("adamw_update", {n});

@@ -117,6 +117,16 @@
     (float* dh, float* dpre, float* dbias, float* dbase, const float* du, const float* g, const float* diff,          \
      int64_t N, int64_t d),                                                                                           \
     (dh, dpre, dbias, dbase, du, g, diff, N, d))                                                                      \
+  X(Routing, void, sigmoid_gate_forward, (float* g, const float* pre, const float* bias, int64_t N, int64_t d),       \
+    (g, pre, bias, N, d))                                                                                             \
+  X(Routing, void, sigmoid_gate_backward,                                                                             \
+    (float* dpre, float* dbias, const float* dg, const float* g, int64_t N, int64_t d), (dpre, dbias, dg, g, N, d))   \
+  X(Routing, void, gated_source_forward,                                                                              \
+    (float* y, float* y_rstd, const float* g, const float* v, int64_t N, int64_t d, float eps),                       \
+    (y, y_rstd, g, v, N, d, eps))                                                                                     \
+  X(Routing, void, gated_source_backward,                                                                             \
+    (float* dv, float* dg, const float* dy, const float* g, const float* v, int64_t N, int64_t d, bool accumulate_dv), \
+    (dv, dg, dy, g, v, N, d, accumulate_dv))                                                                          \
   X(Optimizer, void, adamw_update,                                                                                    \
     (float* p, const float* g, float* m, float* v, int64_t n, const AdamWUpdate& u, bf16* p16),                       \
     (p, g, m, v, n, u, p16))

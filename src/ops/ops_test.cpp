@@ -921,6 +921,75 @@ TEST_P(GateVector, ForwardAndBackward) {
 
 ATTNRES_ON_BACKENDS(GateVector);
 
+// ---- pre_gated's source gate ------------------------------------------------------
+
+class SourceGate : public testing::OnBackend {};
+
+// g = σ(pre + b), y_i = g∘v_i and y_i's rstd against the formulas; the
+// backward (d(pre), db accumulated, every dv_i, assigned and accumulated)
+// against finite differences of L = Σ_i Σ G_i∘y_i + Σ r_i·H_i (the rstd has
+// no backward: the router's backward takes the keys' gradient into dy), over
+// 70 tokens (a full 64-token chunk of the bias sum and a partial one) of 5
+// channels and two sources.
+TEST_P(SourceGate, ForwardAndBackward) {
+  const int64_t N = 70, d = 5, n = N * d;
+  const float eps = 1e-6f;
+  auto pre = randn(n, 41, 2.0), b = randn(d, 42), v0 = randn(n, 43), v1 = randn(n, 44), G0 = randn(n, 45),
+       G1 = randn(n, 46);
+  auto pre_d = dev(ops, pre), b_d = dev(ops, b), v0_d = dev(ops, v0), v1_d = dev(ops, v1), G0_d = dev(ops, G0),
+       G1_d = dev(ops, G1);
+  DeviceVec<float> g(ops, n), y0(ops, n), y1(ops, n), r0(ops, N), r1(ops, N);
+  ops.context().reserve(4 * n);
+  auto forward = [&] {
+    ops.sigmoid_gate_forward(g.data(), pre_d.data(), b_d.data(), N, d);
+    ops.gated_source_forward(y0.data(), r0.data(), g.data(), v0_d.data(), N, d, eps);
+    ops.gated_source_forward(y1.data(), r1.data(), g.data(), v1_d.data(), N, d, eps);
+  };
+  forward();
+  const auto g_h = g.host(), y0_h = y0.host(), r0_h = r0.host();
+  for (int64_t t = 0; t < N; ++t) {
+    double ss = 0;
+    for (int64_t c = 0; c < d; ++c) {
+      const int64_t i = t * d + c;
+      const double gi = 1 / (1 + std::exp(-(static_cast<double>(pre[i]) + b[c])));
+      EXPECT_NEAR(g_h[i], gi, 1e-7) << i;
+      EXPECT_NEAR(y0_h[i], gi * v0[i], 1e-6) << i;
+      ss += gi * v0[i] * gi * v0[i];
+    }
+    EXPECT_NEAR(r0_h[t], 1 / std::sqrt(ss / d + eps), 1e-4 * r0_h[t]) << t;
+  }
+  // The backward of L = Σ G0∘y0 + Σ G1∘y1: dy_i = G_i.
+  const auto db0 = randn(d, 47), dv1_0 = randn(n, 48);
+  auto db = dev(ops, db0), dv1 = dev(ops, dv1_0);
+  DeviceVec<float> dv0(ops, n), dg(ops, n), dpre(ops, n);
+  ops.fill(dg.data(), 0.0f, n);
+  ops.gated_source_backward(dv0.data(), dg.data(), G0_d.data(), g.data(), v0_d.data(), N, d, false);
+  ops.gated_source_backward(dv1.data(), dg.data(), G1_d.data(), g.data(), v1_d.data(), N, d, true);
+  ops.sigmoid_gate_backward(dpre.data(), db.data(), dg.data(), g.data(), N, d);
+  auto loss = [&] {
+    forward();
+    return dot(y0, G0) + dot(y1, G1);
+  };
+  EXPECT_TRUE(all_close(to_double(dpre.host()), fd_gradient(pre_d, loss), kFdAtol, kFdRtol));
+  EXPECT_TRUE(all_close(to_double(dv0.host()), fd_gradient(v0_d, loss), kFdAtol, kFdRtol));
+  auto got_dv1 = to_double(dv1.host());
+  for (int64_t i = 0; i < n; ++i) got_dv1[i] -= dv1_0[i];
+  EXPECT_TRUE(all_close(got_dv1, fd_gradient(v1_d, loss), kFdAtol, kFdRtol));
+  auto got_db = to_double(db.host());
+  for (int64_t c = 0; c < d; ++c) got_db[c] -= db0[c];
+  EXPECT_TRUE(all_close(got_db, fd_gradient(b_d, loss), kFdAtol, kFdRtol));
+  // dpre may alias dg (the model passes one buffer as both); g as the first
+  // backward read it (the differences left the last input perturbed).
+  forward();
+  DeviceVec<float> dg2(ops, n);
+  ops.copy(dg2.data(), dg.data(), n);
+  ops.sigmoid_gate_backward(dpre.data(), db.data(), dg.data(), g.data(), N, d);
+  ops.sigmoid_gate_backward(dg2.data(), db.data(), dg2.data(), g.data(), N, d);
+  EXPECT_EQ(dg2.host(), dpre.host());
+}
+
+ATTNRES_ON_BACKENDS(SourceGate);
+
 // ---- embedding ---------------------------------------------------------------------
 
 class Embedding : public testing::OnBackend {};

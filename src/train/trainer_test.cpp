@@ -728,12 +728,14 @@ void expect_thread_count_does_not_change_the_arithmetic(Precision precision) {
   uint64_t x = 3;
   for (auto& t : toks) t = static_cast<uint32_t>((x = x * 6364136223846793005ull + 1442695040888963407ull) >> 55);
   write_token_file(dir + "/train.bin", toks);
-  for (const char* mode : {"baseline", "block", "full", "delta", "delta_block"}) {
+  for (const ModeSpec& spec : kModeSpecs) {  // every mode of the table
+    const char* mode = spec.name;
+    const int64_t layers = spec.mode == Mode::kFirstLayer ? 3 : 2;  // first_layer routes from layer 2
     std::string model[2];
     double loss[2];
     for (int k = 0; k < 2; ++k) {
       TrainOptions o;
-      o.model = Config::from_json({{"hidden_size", 128}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+      o.model = Config::from_json({{"hidden_size", 128}, {"num_hidden_layers", layers}, {"num_attention_heads", 4},
                                    {"num_key_value_heads", 2}, {"head_dim", 32}, {"intermediate_size", 256},
                                    {"vocab_size", 512}, {"attnres_mode", mode}, {"attnres_num_blocks", 2}},
                                   "test");

@@ -143,7 +143,7 @@ def reference_state_dict(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=torch.float64).numpy()
         if name.endswith("_alpha"):
             t = 0.5 + 0.15 * n
-        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias"):
+        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias") or name.endswith("_pre_gate.bias"):
             t = 0.5 * n            # g = sigmoid(theta) about 0.5: the routing matters
         elif name.endswith("_null_source"):
             t = 0.2 * n
@@ -297,6 +297,8 @@ def reference_to_attnres(run, data, ids):
         # full_v: the states and the stream (the last state twice), replacing, with the value router.
         ("full_v", "full_v", 8, "bias", False, True, False, None),
         ("full_v_alpha_sharded", "full_v", 8, "learnable_alpha", False, True, True, None),
+        # pre_gated: a d x d source gate per router (*_pre_gate.{weight,bias}).
+        ("pre_gated_sharded", "pre_gated", 8, "bias", False, True, True, None),
     ]
     for k, (name, mode, nb, gate, null, with_mode, sharded, heads) in enumerate(cases):
         d = os.path.join(run.tmp, "ref_" + name)
@@ -421,6 +423,7 @@ def attnres_to_reference(run, data, ids, train_data):
         ("delta_v", {"attnres_mode": "delta_v", "attnres_use_null_source": True,
                      "attnres_gate_type": "sigmoid_scalar"}, 1),
         ("full_v", {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha"}, 1),
+        ("pre_gated", {"attnres_mode": "pre_gated"}, 1),
     ]
     for name, keys, heads in heads_runs:
         ckpt = train_checkpoint(run, name, dict(BASE, **keys), train_data)

@@ -112,6 +112,10 @@ CASES = {
     # with learnable_alpha (against the stream) and 4 routing heads.
     "full_v": {"attnres_mode": "full_v"},
     "full_v_alpha_h4": {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha", "attnres_num_heads": 4},
+    # pre_gated: the outputs gated per router (sigma(x W^T + b), a d x d linear) before the softmax; plain, and
+    # with 4 routing heads.
+    "pre_gated": {"attnres_mode": "pre_gated"},
+    "pre_gated_h4": {"attnres_mode": "pre_gated", "attnres_num_heads": 4},
     "full_additive_null_h4": {"attnres_mode": "full_additive", "attnres_use_null_source": True,
                               "attnres_num_heads": 4},
     "delta_sigmoid": {"attnres_mode": "delta", "attnres_use_null_source": True,
@@ -162,7 +166,7 @@ def init_weights(cfg, seed):
         n = torch.randn(shape, generator=g, dtype=F64)
         if name.endswith("_alpha"):
             t = ALPHA_MEAN + ALPHA_STD * n
-        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias"):
+        elif name.endswith("_gate_logit") or name.endswith("_gate_proj.bias") or name.endswith("_pre_gate.bias"):
             t = GATE_LOGIT_MEAN + GATE_LOGIT_STD * n
         elif name.endswith("_null_source"):
             t = STD_NULL * n
@@ -406,6 +410,10 @@ def check_finite_differences():
          {"attnres_mode": "full_v", "attnres_gate_type": "learnable_alpha"},
          ["model.layers.3.v_res_proj.weight", "model.layers.2.attn_res_alpha", "model.layers.4.mlp_res_norm.weight",
           "model.embed_tokens.weight"]),
+        ("pre_gated",
+         {"attnres_mode": "pre_gated"},
+         ["model.layers.2.attn_pre_gate.weight", "model.layers.3.mlp_pre_gate.bias", "model.layers.1.mlp_res_proj.weight",
+          "model.layers.4.attn_res_norm.weight", "model.embed_tokens.weight"]),
         ("first_layer",
          {"attnres_mode": "first_layer"},
          ["model.layers.2.attn_res_proj.weight", "model.layers.5.mlp_res_norm.weight",

@@ -101,7 +101,7 @@ ATTNRES_DEFAULTS = {
 }
 
 MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full_additive", "delta_replace",
-         "first_layer", "delta_v", "full_v")
+         "first_layer", "delta_v", "full_v", "pre_gated")
 # block_add (not in the papers): block's sources (the partial block sums) added
 # to a residual stream as the delta modes add their routed sum.
 # full_additive (the reference code's, not in the papers): the stream after each
@@ -116,6 +116,9 @@ MODES = ("baseline", "full", "block", "delta", "delta_block", "block_add", "full
 # full_v (the reference code's): routing over the stream after each sublayer so
 # far and the current stream (the last state again; e alone at first), replacing
 # the input, with delta_v's value router; the stream adds each output.
+# pre_gated (the reference code's): delta_v's sources (the outputs, not e), each
+# multiplied by g = sigmoid(x W^T + b) (a d x d linear per router) before the
+# softmax, the keys normalised from the gated values, added to the stream; no gate.
 # The reference's multi-head names (DESIGN.md section 2, "Multi-head routing"):
 # each is one of the modes above with 8 heads by default; block_mh has no
 # final router, delta_mh always has the null source and the reference's block deltas.
@@ -183,6 +186,9 @@ def param_shapes(cfg):
             for s in ("attn", "mlp"):
                 out += [(p + f"{s}_res_proj.weight", (1, d)),
                         (p + f"{s}_res_norm.weight", (d,))]
+            if mode == "pre_gated":
+                for s in ("attn", "mlp"):
+                    out += [(p + f"{s}_pre_gate.weight", (d, d)), (p + f"{s}_pre_gate.bias", (d,))]
             if mode in ("delta_v", "full_v"):
                 out += [(p + "v_res_proj.weight", (1, d)), (p + "v_res_norm.weight", (d,))]
             if cfg["attnres_use_null_source"] and mode in ("delta", "delta_block", "block_add", "full_additive",
@@ -572,6 +578,23 @@ def forward(P, cfg, ids, probe=None, bf16=False, intervene=None, entropy=None):
             states = states + [x]
             x = x + mlp_of(i, gate(i, "mlp", x, routed(i, "mlp", states + [x])))
             states = states + [x]
+        h = x
+
+    elif mode == "pre_gated":
+        def pregated(i, s, x, srcs):
+            """x + route over g * v_i, g = sigmoid(x W^T + b) (the product bf16 like the others)."""
+            if not srcs:
+                return x
+            g = torch.sigmoid(linear(x, P[lp(i) + f"{s}_pre_gate.weight"], bf16) + P[lp(i) + f"{s}_pre_gate.bias"])
+            return x + routed(i, s, [g * v for v in srcs])
+        outs, x = [], e   # a_0, m_0, ...: the outputs so far (e is not a source)
+        for i in range(L):
+            a = attn_of(i, pregated(i, "attn", x, outs))
+            x = x + a
+            outs = outs + [a]
+            m = mlp_of(i, pregated(i, "mlp", x, outs))
+            x = x + m
+            outs = outs + [m]
         h = x
 
     elif mode == "delta":

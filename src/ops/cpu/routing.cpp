@@ -550,29 +550,92 @@ void CpuKernels::gate_vector_forward_impl(float* u, float* g, float* diff, const
   }
 }
 
-void CpuKernels::gate_vector_backward_impl(float* dh, float* dpre, float* dbias, float* dbase, const float* du,
-                                           const float* g, const float* diff, int64_t N, int64_t d) {
+namespace {
+
+// dbias[c] += Σ_n f(i = n·d + c) over N tokens, through 64-token chunk
+// partials (double) added in chunk order, so the sum does not depend on the
+// thread count; f also writes the element's other outputs.  part: the
+// workspace, 2·num_chunks(N)·pad16(d) floats.
+template <class F>
+void bias_sum_by_chunks(float* dbias, double* part, int threads, int64_t N, int64_t d, F f) {
   const int64_t nc = num_chunks(N);
-  double* part = reinterpret_cast<double*>(ctx_.workspace(2 * nc * pad16(d)));
-#pragma omp parallel for schedule(static) num_threads(threads()) if (nc > 1)
+#pragma omp parallel for schedule(static) num_threads(threads) if (nc > 1)
   for (int64_t ch = 0; ch < nc; ++ch) {
     double* db = part + ch * pad16(d);
     for (int64_t c = 0; c < d; ++c) db[c] = 0.0;
     const int64_t n1 = (ch + 1) * kChunk < N ? (ch + 1) * kChunk : N;
     for (int64_t n = ch * kChunk; n < n1; ++n)
-      for (int64_t c = 0; c < d; ++c) {
-        const int64_t i = n * d + c;
-        const float gi = g[i], dui = du[i];
-        const float dp = dui * diff[i] * gi * (1.0f - gi);
-        dpre[i] = dp;
-        dbase[i] = (1.0f - gi) * dui;
-        dh[i] = gi * dui;
-        db[c] += dp;
-      }
+      for (int64_t c = 0; c < d; ++c) db[c] += f(n * d + c);
   }
   for (int64_t ch = 1; ch < nc; ++ch)
     for (int64_t c = 0; c < d; ++c) part[c] += part[ch * pad16(d) + c];
   for (int64_t c = 0; c < d; ++c) dbias[c] += static_cast<float>(part[c]);
+}
+
+}  // namespace
+
+void CpuKernels::gate_vector_backward_impl(float* dh, float* dpre, float* dbias, float* dbase, const float* du,
+                                           const float* g, const float* diff, int64_t N, int64_t d) {
+  double* part = reinterpret_cast<double*>(ctx_.workspace(2 * num_chunks(N) * pad16(d)));
+  bias_sum_by_chunks(dbias, part, threads(), N, d, [&](int64_t i) {
+    const float gi = g[i], dui = du[i];
+    const float dp = dui * diff[i] * gi * (1.0f - gi);
+    dpre[i] = dp;
+    dbase[i] = (1.0f - gi) * dui;
+    dh[i] = gi * dui;
+    return dp;
+  });
+}
+
+// ---- pre_gated's source gate -------------------------------------------------------
+//
+// Elementwise per token; the bias gradient's sum over tokens goes through
+// 64-token chunk partials (double) added in chunk order, as gate_vector's.
+void CpuKernels::sigmoid_gate_forward_impl(float* g, const float* pre, const float* bias, int64_t N, int64_t d) {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < d; ++c) {
+      const int64_t i = n * d + c;
+      g[i] = static_cast<float>(1.0 / (1.0 + std::exp(-(static_cast<double>(pre[i]) + bias[c]))));
+    }
+}
+
+void CpuKernels::sigmoid_gate_backward_impl(float* dpre, float* dbias, const float* dg, const float* g, int64_t N,
+                                            int64_t d) {
+  double* part = reinterpret_cast<double*>(ctx_.workspace(2 * num_chunks(N) * pad16(d)));
+  bias_sum_by_chunks(dbias, part, threads(), N, d, [&](int64_t i) {
+    const float gi = g[i];
+    const float dp = dg[i] * gi * (1.0f - gi);  // dpre may alias dg: read before written
+    dpre[i] = dp;
+    return dp;
+  });
+}
+
+void CpuKernels::gated_source_forward_impl(float* y, float* y_rstd, const float* g, const float* v, int64_t N,
+                                           int64_t d, float eps) {
+#pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
+  for (int64_t n = 0; n < N; ++n) {
+    float* yn = y + n * d;
+    const float* gn = g + n * d;
+    const float* vn = v + n * d;
+    double ss = 0.0;
+    for (int64_t c = 0; c < d; ++c) {
+      yn[c] = gn[c] * vn[c];
+      ss += static_cast<double>(yn[c]) * yn[c];
+    }
+    y_rstd[n] = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(d) + eps));
+  }
+}
+
+void CpuKernels::gated_source_backward_impl(float* dv, float* dg, const float* dy, const float* g, const float* v,
+                                            int64_t N, int64_t d, bool accumulate_dv) {
+  const int64_t n = N * d;
+#pragma omp parallel for simd schedule(static) num_threads(threads()) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const float gdy = g[i] * dy[i];
+    dv[i] = accumulate_dv ? dv[i] + gdy : gdy;
+    dg[i] += v[i] * dy[i];
+  }
 }
 
 // ---- the entropy term ----------------------------------------------------------
