@@ -84,4 +84,24 @@ class Buffer {
   }
 };
 
+// Zeroes host memory [p, p + bytes) of a Buffer's mapping and gives back
+// the whole pages inside it (madvise: they read as zeros and stop counting
+// as resident until touched again); the partial pages at its ends are
+// zeroed in place, as they hold other data.  What a sharded run does with
+// the weights and gradients it held for one layer (distributed/zero3.h).
+inline void discard(void* p, size_t bytes) {
+  if (bytes == 0) return;
+  constexpr uintptr_t kPage = 4096;
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = a + bytes;
+  const uintptr_t pa = (a + kPage - 1) & ~(kPage - 1), pb = b & ~(kPage - 1);
+  if (pa >= pb) {
+    std::memset(p, 0, bytes);
+    return;
+  }
+  std::memset(p, 0, pa - a);
+  std::memset(reinterpret_cast<void*>(pb), 0, b - pb);
+  if (::madvise(reinterpret_cast<void*>(pa), pb - pa, MADV_DONTNEED) != 0)
+    std::memset(reinterpret_cast<void*>(pa), 0, pb - pa);  // not a private mapping: zeroed, still resident
+}
+
 }  // namespace attnres

@@ -235,26 +235,36 @@ void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) 
 }
 
 // An arena too large for int counts and displacements (more than 2^31 - 1
-// floats: models beyond ~2 B parameters) is all-gathered as one broadcast per
-// rank range (from its owner) and piece of at most max_count_ floats.
-void Comm::all_gather(float* buf, const Shards& s, const std::string& what) {
+// values: models beyond ~2 B parameters) is all-gathered as one broadcast per
+// rank range (from its owner) and piece of at most max_count_ values.
+#ifdef ATTNRES_HAVE_MPI
+namespace {
+template <class T>
+int all_gather_mpi(T* buf, const Shards& s, int size, int64_t max_count, MPI_Datatype type, const std::string& what) {
+  if (s.bounds.back() > max_count)
+    return for_each_piece(s, size, max_count, [&](int r, int64_t a, int n) {
+      return MPI_Bcast(buf + a, n, type, r, MPI_COMM_WORLD);
+    });
+  const Counts c(s, size, what);
+  return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.n.data(), c.at.data(), type, MPI_COMM_WORLD);
+}
+}  // namespace
+#endif
+
+void Comm::all_gather(float* buf, const Shards& s, const std::string& what) { all_gather_(buf, 4, s, what); }
+
+void Comm::all_gather(uint16_t* buf, const Shards& s, const std::string& what) { all_gather_(buf, 2, s, what); }
+
+void Comm::all_gather_(void* buf, int width, const Shards& s, const std::string& what) {
   if (size_ == 1) return;
 #ifdef ATTNRES_HAVE_MPI
-  if (s.bounds.back() > max_count_) {
-    begin(what);
-    const int rc = for_each_piece(s, size_, max_count_, [&](int r, int64_t a, int n) {
-      return MPI_Bcast(buf + a, n, MPI_FLOAT, r, MPI_COMM_WORLD);
-    });
-    end();
-    check_mpi(rc, what);
-    return;
-  }
-  const Counts c(s, size_, what);
   begin(what);
-  const int rc =
-      MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, c.n.data(), c.at.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  const int rc = width == 4 ? all_gather_mpi(static_cast<float*>(buf), s, size_, max_count_, MPI_FLOAT, what)
+                            : all_gather_mpi(static_cast<uint16_t*>(buf), s, size_, max_count_, MPI_UINT16_T, what);
   end();
   check_mpi(rc, what);
+#else
+  (void)buf, (void)width, (void)s, (void)what;
 #endif
 }
 

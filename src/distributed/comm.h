@@ -79,6 +79,8 @@ class Comm {
   void reduce_scatter(float* buf, const Shards& s, const std::string& what);
   // buf[lo(q), hi(q)) ← rank q's buf[lo(q), hi(q)) for every q (in place).
   void all_gather(float* buf, const Shards& s, const std::string& what);
+  // The same over 16-bit values (bfloat16 weights: half the bytes).
+  void all_gather(uint16_t* buf, const Shards& s, const std::string& what);
   // Point to point (a RangeReader's pieces): n floats to / from one rank.
   // Messages of one tag between two ranks arrive in the order sent.
   void send(const float* p, int64_t n, int to, int tag, const std::string& what);
@@ -97,6 +99,7 @@ class Comm {
  private:
   Comm() = default;
   struct Watchdog;
+  void all_gather_(void* buf, int width, const Shards& s, const std::string& what);  // 4: floats, 2: 16-bit
   void begin(const std::string& what);
   void end();
   int rank_ = 0, size_ = 1, local_size_ = 1;

@@ -31,6 +31,19 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
     if (!which || which(s)) w.add_f32(prefix + s.name, s.shape, {base + s.offset, static_cast<size_t>(s.numel)});
 }
 
+// The shape tensor `name` has in `files`, checked against the spec's: a
+// 0-dim scalar (the reference's gates) is also accepted as [1].
+std::span<const int64_t> file_shape(const WeightFiles& files, const std::string& name, const TensorSpec& s) {
+  static const std::vector<int64_t> one = {1};
+  const TensorInfo& t = files.info(name);
+  const bool scalar_as_1 = s.shape.empty() && t.shape == one;
+  const std::span<const int64_t> shape = scalar_as_1 ? std::span<const int64_t>(one) : s.shape;
+  if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
+    fail(files.file_of(name).path(), ": tensor ", name, " has shape ", shape_str(t.shape),
+         ", but the model's config implies ", shape_str(shape), " (config.json and the weights disagree)");
+  return shape;
+}
+
 // Reads every tensor of the layout from `files` (names prefixed), into the
 // float32 arena at `base`, or — for the matrices, when `base16` is given —
 // into the bf16 arena at the same offsets.  With a range [lo, hi) of the
@@ -52,14 +65,7 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
       ++kept;
       continue;
     }
-    const TensorInfo& t = files.info(name);
-    // A 0-dim scalar (the reference's gates) is also accepted as [1].
-    const std::vector<int64_t> one = {1};
-    const bool scalar_as_1 = s.shape.empty() && t.shape == one;
-    const std::span<const int64_t> shape = scalar_as_1 ? std::span<const int64_t>(one) : s.shape;
-    if (!std::equal(shape.begin(), shape.end(), t.shape.begin(), t.shape.end()))
-      fail(files.file_of(name).path(), ": tensor ", name, " has shape ", shape_str(t.shape),
-           ", but the model's config implies ", shape_str(shape), " (config.json and the weights disagree)");
+    const std::span<const int64_t> shape = file_shape(files, name, s);
     // Weights with NaN or Inf are refused on load (one parallel pass).
     int bad = 0;
     const int nt = s.numel >= (1 << 16) ? files.threads() : 1;
@@ -95,7 +101,7 @@ bool is_dir(const std::string& p) {
 }  // namespace
 
 int write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
-                      bool bf16, int64_t max_shard_bytes) {
+                      bool bf16, int64_t max_shard_bytes, const ArenaFetch& fetch) {
   write_file_atomic(dir + "/config.json", c.to_json(bf16 ? "bfloat16" : "float32").dump(2) + "\n");
   const int64_t width = bf16 ? 2 : 4;
   // Shards: runs of tensors in layout order, each at most max_shard_bytes.
@@ -122,6 +128,15 @@ int write_model_files(const std::string& dir, const Config& c, const ParamLayout
     SafeTensorsWriter w;
     w.set_metadata("format", "pt");
     for (const TensorSpec* s : shards[static_cast<size_t>(k)]) {
+      if (fetch) {
+        SafeTensorsWriter::Producer produce = [&fetch, at = s->offset](size_t first, std::span<float> out) {
+          fetch(at + static_cast<int64_t>(first), out);
+        };
+        if (bf16) w.add_bf16(s->name, s->shape, std::move(produce));
+        else w.add_f32(s->name, s->shape, std::move(produce));
+        weight_map[s->name] = shard_name(k);
+        continue;
+      }
       const std::span<const float> v(params + s->offset, static_cast<size_t>(s->numel));
       if (bf16) w.add_bf16(s->name, s->shape, v);
       else w.add_f32(s->name, s->shape, v);
@@ -179,6 +194,41 @@ int64_t load_params(const std::string& path, const ParamLayout& layout, float* p
                     bool keep_missing_routing, int threads) {
   WeightFiles files(path, threads);
   return read_arena(files, layout, params, "", params16, keep_missing_routing);
+}
+
+namespace {
+// read_arena over each of `ranges`, into arenas indexed by arena offset.
+int64_t read_ranges(const WeightFiles& files, const ParamLayout& layout, float* base, const std::string& prefix,
+                    std::span<const ArenaRange> ranges, bool keep_missing_routing,
+                    const std::function<bool(const TensorSpec&)>& which, bool non_negative) {
+  for (const ArenaRange& r : ranges)
+    read_arena(files, layout, base + r.lo, prefix, nullptr, keep_missing_routing, which, r.lo, r.hi, non_negative);
+  int64_t kept = 0;
+  if (keep_missing_routing)
+    for (const TensorSpec& s : layout.specs()) kept += is_routing_param(s.name) && !files.has(prefix + s.name);
+  return kept;
+}
+}  // namespace
+
+int64_t load_params(const std::string& path, const ParamLayout& layout, float* params,
+                    std::span<const ArenaRange> ranges, bool keep_missing_routing, int threads) {
+  WeightFiles files(path, threads);
+  return read_ranges(files, layout, params, "", ranges, keep_missing_routing, nullptr, false);
+}
+
+ArenaFetch weight_reader(const WeightFiles& files, const ParamLayout& layout) {
+  for (const TensorSpec& s : layout.specs()) file_shape(files, s.name, s);  // every tensor there, in its shape
+  return [&files, &layout](int64_t at, std::span<float> out) {
+    const auto& specs = layout.specs();
+    const auto it = std::upper_bound(specs.begin(), specs.end(), at,
+                                     [](int64_t a, const TensorSpec& t) { return a < t.offset; });
+    ATTNRES_CHECK(it != specs.begin(), "weight_reader: float ", at, " before the first tensor");
+    const TensorSpec& s = *(it - 1);
+    ATTNRES_CHECK(at + static_cast<int64_t>(out.size()) <= s.offset + s.numel, "weight_reader: a read across ", s.name);
+    files.read_float(s.name, file_shape(files, s.name, s), static_cast<size_t>(at - s.offset), out);
+    for (float x : out)
+      if (!std::isfinite(x)) fail(files.file_of(s.name).path(), ": tensor ", s.name, " holds non-finite values (NaN or Inf)");
+  };
 }
 
 bool parse_save_dtype(const std::string& dtype, const char* flag) {
@@ -258,7 +308,7 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 
   // What this save writes; a failure (a full disk) removes it and says how much it needed.
   try {
-    write_model_files(tmp_dir, c, layout, params, so.bf16);
+    write_model_files(tmp_dir, c, layout, params, so.bf16, 0, so.fetch_params);
     if (so.optimizer) {
       SafeTensorsWriter opt;
       if (so.fetch_moments) {  // tensor by tensor from their owners, in arena order
@@ -331,6 +381,19 @@ TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, 
   WeightFiles opt(dir + "/optimizer.safetensors", threads);
   read_arena(opt, layout, m, "exp_avg.", nullptr, false, trained, lo, hi);
   read_arena(opt, layout, v, "exp_avg_sq.", nullptr, false, trained, lo, hi, /*non_negative=*/true);
+  return read_trainer_state(dir);
+}
+
+TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
+                             const std::function<bool(const TensorSpec&)>& trained, int threads,
+                             std::span<const ArenaRange> ranges) {
+  load_params(dir, layout, params, ranges, false, threads);
+  if (!fs::exists(dir + "/optimizer.safetensors"))
+    fail(dir, ": holds no optimizer state (saved weights-only), so a run cannot resume from it; "
+              "fine-tune from it with --init instead");
+  WeightFiles opt(dir + "/optimizer.safetensors", threads);
+  read_ranges(opt, layout, m, "exp_avg.", ranges, false, trained, false);
+  read_ranges(opt, layout, v, "exp_avg_sq.", ranges, false, trained, /*non_negative=*/true);
   return read_trainer_state(dir);
 }
 

@@ -35,8 +35,18 @@ namespace attnres {
 // (tensors in layout order, a shard closed before it would pass the limit;
 // a tensor larger than the limit gets a shard of its own) and
 // model.safetensors.index.json.  Returns the number of weight files.
+// With `fetch`, params is not read: fetch(at, out) fills out with floats
+// [at, at + out.size()) of the parameter arena, asked for in increasing `at`
+// (a sharded run's rank 0 receives them from their owners while it writes).
+using ArenaFetch = std::function<void(int64_t at, std::span<float> out)>;
 int write_model_files(const std::string& dir, const Config& c, const ParamLayout& layout, const float* params,
-                      bool bf16 = false, int64_t max_shard_bytes = 0);
+                      bool bf16 = false, int64_t max_shard_bytes = 0, const ArenaFetch& fetch = nullptr);
+class WeightFiles;
+// The weights of `files` for write_model_files' fetch, read a piece at a time
+// as it asks for them (export: its memory is a piece, not the model).  Every
+// tensor's presence and shape is checked here, its values (finite) as read.
+// `files` and `layout` must outlive the fetch.
+ArenaFetch weight_reader(const WeightFiles& files, const ParamLayout& layout);
 // The tokenizer and generation files of a model directory, which travel with it.
 std::vector<std::string> companion_files(const std::string& dir);
 // Loads every tensor of `layout` from `path` (a model directory — one
@@ -49,6 +59,12 @@ std::vector<std::string> companion_files(const std::string& dir);
 // checkpoint into a routed model for fine-tuning.  Returns how many were kept.
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16 = nullptr,
                     bool keep_missing_routing = false, int threads = 1);
+// A rank of a sharded run (ZeRO-3): only the floats within `ranges` (sorted,
+// disjoint arena ranges), into params at their arena offsets; each range
+// read from the memory-mapped files, nothing else.  Routing tensors kept
+// (keep_missing_routing) are counted once per tensor.
+int64_t load_params(const std::string& path, const ParamLayout& layout, float* params,
+                    std::span<const ArenaRange> ranges, bool keep_missing_routing, int threads);
 
 class Model;
 // Loads every tensor of a model from `path` (as load_params) into what the
@@ -91,6 +107,10 @@ struct SaveOptions {
   // `at`, every exp_avg piece before the first exp_avg_sq one.  When set,
   // save_checkpoint's m and v are not read.
   std::function<void(int k, int64_t at, std::span<float> out)> fetch_moments;
+  // Weights that no process holds whole (ZeRO-3): write_model_files' fetch;
+  // save_checkpoint's params are then not read.  Every weight is asked for
+  // before the first moment.
+  ArenaFetch fetch_params;
 };
 
 // Writes <out>/step_<step>/ atomically and repoints <out>/latest; returns the path.
@@ -104,6 +124,11 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
                              const std::function<bool(const TensorSpec&)>& trained = nullptr, int threads = 1,
                              int64_t lo = 0, int64_t hi = INT64_MAX);
+// The same for a rank of a sharded run (ZeRO-3): parameters and moments of
+// the arena `ranges` only, into arenas indexed by arena offset.
+TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,
+                             const std::function<bool(const TensorSpec&)>& trained, int threads,
+                             std::span<const ArenaRange> ranges);
 // The step, data position, generator state and run settings of a checkpoint.
 TrainerState read_trainer_state(const std::string& dir);
 // Removes the temporary directories (.step_N.tmp.PID) that saves killed

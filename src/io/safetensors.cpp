@@ -299,6 +299,12 @@ void SafeTensorsWriter::add_f32(const std::string& name, std::vector<int64_t> sh
   add(name, "F32", std::move(shape), nullptr, bytes, false);
   entries_.back().produce = std::move(produce);
 }
+void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, Producer produce) {
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * 2;
+  add(name, "BF16", std::move(shape), nullptr, bytes, false);
+  entries_.back().produce = std::move(produce);
+  entries_.back().f32_to_bf16 = true;
+}
 void SafeTensorsWriter::add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> data) {
   add(name, "BF16", std::move(shape), data.data(), data.size() * 2, false);
   entries_.back().f32_to_bf16 = true;
@@ -334,12 +340,18 @@ void SafeTensorsWriter::write(const std::string& path) const {
     constexpr size_t kPiece = 1 << 18;
     for (const auto& e : entries_) {
       if (e.produce) {
-        const size_t n = e.bytes / 4;
+        const size_t n = e.bytes / (e.f32_to_bf16 ? 2 : 4);
         made.resize(std::min(n, kPiece));
+        if (e.f32_to_bf16) piece.resize(made.size());
         for (size_t i0 = 0; i0 < n; i0 += kPiece) {
           const size_t m = std::min(kPiece, n - i0);
           e.produce(i0, {made.data(), m});
-          write_all(fd, made.data(), m * 4, path);
+          if (!e.f32_to_bf16) {
+            write_all(fd, made.data(), m * 4, path);
+            continue;
+          }
+          for (size_t i = 0; i < m; ++i) piece[i] = float_to_bf16(made[i]);
+          write_all(fd, piece.data(), m * 2, path);
         }
         continue;
       }

@@ -92,6 +92,8 @@ class SafeTensorsWriter {
   // pieces; the tensors of one file are produced in the order they were added).
   using Producer = std::function<void(size_t first, std::span<float> out)>;
   void add_f32(const std::string& name, std::vector<int64_t> shape, Producer produce);
+  // The same, written as BF16 (rounded to nearest even while streaming).
+  void add_bf16(const std::string& name, std::vector<int64_t> shape, Producer produce);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }

@@ -55,7 +55,8 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
   // copies (lazily backed: the vectors' slots stay untouched).  An inference
   // model then holds only the vectors in the float32 arena (lazily backed too).
   const bool b16 = o.precision == Precision::kBF16;
-  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/b16 && !train);
+  if (o.sharded_weights && !train) fail("sharded weights are for training models");
+  params_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/(b16 && !train) || o.sharded_weights);
   if (b16) params16_ = ops_.alloc(static_cast<size_t>(total) * sizeof(bf16), /*lazy=*/true);
   w_ = layout_.bind(params_.data());
   if (o.freeze_base && (!train || !plan_.routed()))
@@ -64,7 +65,7 @@ Model::Model(Context& ctx, const Config& c, const ModelOptions& o)
     // Frozen tensors get no gradient: their views are null, so the backward
     // skips their weight-gradient products, and their part of the (lazily
     // backed) arena is never touched, so it costs no memory.
-    grads_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/o.freeze_base);
+    grads_ = ops_.alloc(static_cast<size_t>(total) * sizeof(float), /*lazy=*/o.freeze_base || o.sharded_weights);
     g_ = layout_.bind(grads_.data());
     if (o.freeze_base) {
       g_.embed = g_.final_norm = g_.lm_head = nullptr;
@@ -361,20 +362,16 @@ void Model::init(Rng& rng) {
   const HostView<float> params(ops_, params_.data(), n);
   const HostView<bf16> params16(ops_, params16_.as<bf16>(), n);
   Rng routing = routing_stream(rng);
-  std::vector<float> tmp;
   for (const auto& s : layout_.specs()) {
+    Rng& r = s.routing() ? routing : rng;
     if (!s.matrix) {
-      init_tensor(s, cfg_, params.data() + s.offset, s.routing() ? routing : rng);
+      init_tensor(s, cfg_, params.data() + s.offset, r);
       continue;
     }
-    constexpr int64_t kPiece = 1 << 16;
-    for (int64_t i0 = 0; i0 < s.numel; i0 += kPiece) {
-      TensorSpec piece = s;
-      piece.numel = std::min(kPiece, s.numel - i0);
-      tmp.resize(static_cast<size_t>(piece.numel));
-      init_tensor(piece, cfg_, tmp.data(), s.routing() ? routing : rng);  // (sigmoid_vector's W: zeros)
-      for (int64_t i = 0; i < piece.numel; ++i) params16.data()[s.offset + i0 + i] = float_to_bf16(tmp[i]);
-    }
+    init_tensor_in_pieces(s, cfg_, r, [&](int64_t i0, std::span<const float> piece) {  // (sigmoid_vector's W: zeros)
+      bf16* out = params16.data() + s.offset + i0;
+      for (size_t i = 0; i < piece.size(); ++i) out[i] = float_to_bf16(piece[i]);
+    });
   }
 }
 
@@ -889,11 +886,14 @@ void Model::begin_forward(const int32_t* inputs, int64_t B, int64_t T, const KvC
     const double zero = 0.0;
     ops_.upload(entropy_sum_.data(), &zero, sizeof zero);
   }
+  need_(0);
   embed_();
+  if (units_) units_->forward_done(0);
 }
 
 void Model::run_sublayer_(int64_t k) {
   const int64_t l = k / 2;
+  if (k % 2 == 0) need_(static_cast<int>(1 + l));
   if (k % 2 == 0) {
     const float* u = sublayer_input_(k);  // before the value router: the router order of the plan
     attention_forward_(l, u, sublayer_out_(k), value_input_(k));
@@ -901,6 +901,7 @@ void Model::run_sublayer_(int64_t k) {
     mlp_forward_(l, sublayer_input_(k), sublayer_out_(k));
   }
   sublayer_output_(k);
+  if (k % 2 == 1 && units_) units_->forward_done(static_cast<int>(1 + l));
 }
 
 void Model::run_sublayers(int64_t from, int64_t to) {
@@ -909,6 +910,7 @@ void Model::run_sublayers(int64_t from, int64_t to) {
 }
 
 void Model::finish_forward() {
+  need_(static_cast<int>(cfg_.L + 1));
   final_input_();
   ops_.rmsnorm_forward(xf_, rstd_f_, stream_, w_.final_norm, rows(), cfg_.d, static_cast<float>(cfg_.rms_norm_eps));
 }
@@ -953,6 +955,7 @@ Model::LossSum Model::loss_of_forward(const int32_t* targets) {
   r.count = upload_targets_(targets, N);
   r.sum = ops_.lm_head_loss(nullptr, nullptr, xf_, W_(w_.lm_head), targets_, N, cfg_.d, cfg_.V, 1.0f,
                             token_loss_.data(), token_greedy_.as<uint8_t>());
+  if (units_) units_->forward_done(static_cast<int>(cfg_.L + 1));
   return r;
 }
 
@@ -961,9 +964,13 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bo
   const int64_t B = opt_.batch, T = opt_.seq_len, N = B * T;
   forward(inputs, B, T);
   const int64_t count = upload_targets_(targets, N);
-  if (count == 0) return 0.0;
-  // d(mean loss)/d(logits) = (softmax − onehot)/count, times the accumulation scale.
-  const float scale = grad_scale / static_cast<float>(count);
+  if (count == 0 && !(units_ && backward)) {
+    if (units_) units_->forward_done(static_cast<int>(cfg_.L + 1));
+    return 0.0;
+  }
+  // d(mean loss)/d(logits) = (softmax − onehot)/count, times the accumulation scale
+  // (0 when no target counts: a sharded run's backward that adds nothing).
+  const float scale = count > 0 ? grad_scale / static_cast<float>(count) : 0.0f;
   const double sum = ops_.lm_head_loss(backward ? dln_ : nullptr, g_.lm_head, xf_, W_(w_.lm_head), targets_, N,
                                        cfg_.d, cfg_.V, scale, token_loss_.data());
   // The entropy term: −λ·E with E the mean over the 2L sublayers, the N
@@ -972,7 +979,8 @@ double Model::forward_backward(const int32_t* inputs, const int32_t* targets, bo
   entropy_scale_ = static_cast<float>(grad_scale * opt_.entropy_lambda /
                                       (static_cast<double>(plan_.K) * static_cast<double>(N) * cfg_.routing_heads));
   if (backward) this->backward();
-  return sum / static_cast<double>(count);
+  else if (units_) units_->forward_done(static_cast<int>(cfg_.L + 1));
+  return count > 0 ? sum / static_cast<double>(count) : 0.0;
 }
 
 double Model::route_entropy() const {
@@ -994,6 +1002,7 @@ void Model::backward() {
   // stream (dx_), or into the final router's output (dU_):
   ops_.rmsnorm_backward(plan_.final_router >= 0 ? dU_ : dx_, g_.final_norm, dln_, stream_, w_.final_norm, rstd_f_, N, d);
   final_input_backward_();
+  if (units_) units_->backward_done(static_cast<int>(c.L + 1));
   // Baseline: the sublayer adds the gradient of its input straight into dx_
   // (it reads dout = dx_ in its first op, before it accumulates, so the alias
   // is safe).  Routed: it writes dU_, which sublayer_input_backward_ sends on.
@@ -1003,6 +1012,7 @@ void Model::backward() {
   // to a scratch buffer that is dead at that point: dh_, then h_); the
   // kernels are deterministic, so the gradients are the same bits.
   for (int64_t l = c.L - 1; l >= 0; --l) {
+    need_(static_cast<int>(1 + l));
     const float* dout = sublayer_output_backward_(2 * l + 1);
     const float* x = sublayer_input_recompute_(2 * l + 1);
     if (opt_.recompute) mlp_forward_(l, x, dh_);
@@ -1014,8 +1024,10 @@ void Model::backward() {
     if (opt_.recompute) attention_forward_(l, x, h_, xv);
     attention_backward_(l, dout, x, dinp, !routed, xv, xv ? dUv_ : nullptr);
     sublayer_input_backward_(2 * l);
+    if (units_) units_->backward_done(static_cast<int>(1 + l));
   }
   embed_backward_();
+  if (units_) units_->backward_done(0);
 }
 
 // Logits of `count` rows of the last forward, rows first_row + i·row_stride,

@@ -189,6 +189,25 @@ struct Router {
   std::vector<float*> raw_dsrc;           // (S) training
 };
 
+// A sharded run's weights (ZeRO stage 3, distributed/zero3.h).  The passes
+// of a training model say when they are about to read the weights of a unit
+// (TensorSpec::unit: 0 the embedding, 1 + l layer l, L + 1 the head) and
+// when they are done with them, so that only the units in use are held whole:
+//   forward:  need(0) … forward_done(0), need(1) … forward_done(1), …,
+//             need(L + 1) (the head, and the tied embedding when tied);
+//             then forward_done(L + 1) when no backward follows;
+//   backward: backward_done(L + 1), need(L) … backward_done(L), …,
+//             need(1) … backward_done(1), backward_done(0) (the embedding's
+//             gradient; its weights are not read).
+// backward_done(u) comes once u's gradients are all added (this micro-batch's).
+class WeightUnits {
+ public:
+  virtual ~WeightUnits() = default;
+  virtual void need(int unit) = 0;
+  virtual void forward_done(int unit) = 0;
+  virtual void backward_done(int unit) = 0;
+};
+
 class Model {
  public:
   Model(Context& ctx, const Config& c, const ModelOptions& o);
@@ -228,6 +247,12 @@ class Model {
   void init(Rng& rng);
   // Weights from files: load_weights (io/checkpoint.h).
   void zero_grad();
+  // A sharded run's hooks (null: none; see WeightUnits).  With them, a
+  // micro-batch whose targets are all ignored still runs its backward (zero
+  // gradients), so that every rank takes part in the same collectives.
+  void set_weight_units(WeightUnits* units) { units_ = units; }
+  // The activation arena's bytes (a memory plan's working set).
+  int64_t activation_bytes() const { return static_cast<int64_t>(acts_.bytes()); }
 
   // ---- training (at the built B × T) ----
   // Forward on inputs (B, T); returns the mean cross-entropy over targets
@@ -385,6 +410,10 @@ class Model {
   const KvCacheView* cache_ = nullptr;
   std::vector<const RouteOverride*> overrides_;  // (routers)
   uint64_t forwards_ = 0;
+  WeightUnits* units_ = nullptr;
+  void need_(int u) {
+    if (units_) units_->need(u);
+  }
   int64_t rows() const { return cur_B_ * cur_T_; }
 
   // A weight matrix as its products read it: the float32 master, or in bf16

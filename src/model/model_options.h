@@ -30,6 +30,10 @@ struct ModelOptions {
   // while the loss a forward returns stays the cross-entropy (E: route_entropy()).
   // 0 = none; needs a routed mode.
   double entropy_lambda = 0.0;
+  // Training: a sharded run's model (ZeRO stage 3, distributed/zero3.h): the
+  // weight, bf16-copy and gradient arenas are lazily backed, so that a rank
+  // holds only what it owns and the units in use (Model::set_weight_units).
+  bool sharded_weights = false;
 };
 
 }  // namespace attnres

@@ -1,6 +1,8 @@
 // params.cpp — see params.h.
 #include "model/params.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/shape.h"
 #include "model/modes.h"
@@ -14,8 +16,10 @@ namespace {
 template <class Fn>
 void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
   const int64_t d = c.d;
+  int unit = 0;  // of the tensors visited next
   auto t = [&](std::string name, std::vector<int64_t> shape, bool matrix, Init init, float*& slot) {
     TensorSpec s;
+    s.unit = unit;
     s.name = std::move(name);
     s.shape = std::move(shape);
     s.numel = shape_numel(s.shape);
@@ -46,6 +50,7 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
   w.layers.resize(static_cast<size_t>(c.L));
   for (int64_t i = 0; i < c.L; ++i) {
     LayerWeights& l = w.layers[static_cast<size_t>(i)];
+    unit = static_cast<int>(1 + i);
     const std::string p = cat("model.layers.", i, ".");
     t(p + "input_layernorm.weight", {d}, false, Init::kOnes, l.ln1);
     t(p + "self_attn.q_proj.weight", {c.q_dim(), d}, true, Init::kNormal, l.wq);
@@ -64,6 +69,7 @@ void visit_tensors(const Config& c, Weights& w, Fn&& fn) {
       if (mode.value_router) router(p, "v", l.v_router, false);
     }
   }
+  unit = static_cast<int>(c.L + 1);
   t("model.norm.weight", {d}, false, Init::kOnes, w.final_norm);
   if (c.final_router()) router("model.", "final", w.final_router, false);
   if (!c.tied) t("lm_head.weight", {c.V, d}, true, Init::kNormal, w.lm_head);
@@ -110,6 +116,19 @@ void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng) {
   }
 }
 
+void init_tensor_in_pieces(const TensorSpec& s, const Config& c, Rng& rng,
+                           const std::function<void(int64_t first, std::span<const float> values)>& f) {
+  constexpr int64_t kPiece = 1 << 16;
+  std::vector<float> piece;
+  for (int64_t i0 = 0; i0 < s.numel; i0 += kPiece) {
+    TensorSpec part = s;
+    part.numel = std::min(kPiece, s.numel - i0);
+    piece.resize(static_cast<size_t>(part.numel));
+    init_tensor(part, c, piece.data(), rng);
+    f(i0, piece);
+  }
+}
+
 // The routing tensors draw from a stream of their own (seeded from the
 // generator's state, without drawing from it): the base tensors get the same
 // values in every mode, so runs of different modes with one seed start from
@@ -119,6 +138,29 @@ Rng routing_stream(const Rng& rng) { return Rng(rng.state()[0] ^ 0x5851F42D4C957
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng) {
   Rng routing = routing_stream(rng);
   for (const auto& s : layout.specs()) init_tensor(s, c, params + s.offset, s.routing() ? routing : rng);
+}
+
+void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng,
+                 std::span<const ArenaRange> keep) {
+  Rng routing = routing_stream(rng);
+  size_t first = 0;  // the first range that may meet the next tensor (both in arena order)
+  for (const TensorSpec& s : layout.specs()) {
+    Rng& r = s.routing() ? routing : rng;
+    const int64_t a = s.offset, b = s.offset + s.numel;
+    while (first < keep.size() && keep[first].hi <= a) ++first;
+    if (first < keep.size() && keep[first].lo <= a && b <= keep[first].hi) {  // wholly kept
+      init_tensor(s, c, params + a, r);
+      continue;
+    }
+    // Drawn in pieces (every value, in order), each piece's kept floats stored.
+    init_tensor_in_pieces(s, c, r, [&](int64_t i0, std::span<const float> piece) {
+      const int64_t p0 = a + i0, p1 = p0 + static_cast<int64_t>(piece.size());
+      for (size_t k = first; k < keep.size() && keep[k].lo < p1; ++k) {
+        const int64_t x0 = std::max(p0, keep[k].lo), x1 = std::min(p1, keep[k].hi);
+        if (x0 < x1) std::copy(piece.data() + (x0 - p0), piece.data() + (x1 - p0), params + x0);
+      }
+    });
+  }
 }
 
 bool is_routing_param(const std::string& name) {

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,11 @@ struct TensorSpec {
   // as bfloat16, and what a bf16 inference model holds in bfloat16 only.
   bool matrix = false;
   Init init = Init::kNormal;
+  // Which part of the model reads it (a sharded run gathers a unit's
+  // matrices before it runs, distributed/zero3.h): 0 the embedding, 1 + l
+  // layer l (its routers included), L + 1 the head (the final norm and
+  // router, an untied lm_head).
+  int unit = 0;
   // AdamW weight decay applies: exactly to the matrices of the base model
   // (no decay of norms, routing vectors and gates, sigmoid_vector's matrix included).
   bool decay() const { return matrix && !routing(); }
@@ -88,6 +94,8 @@ class ParamLayout {
   explicit ParamLayout(const Config& c);
   const std::vector<TensorSpec>& specs() const { return specs_; }
   int64_t total() const { return total_; }
+  // The units of TensorSpec::unit: L + 2.
+  int units() const { return static_cast<int>(cfg_.L) + 2; }
   Weights bind(float* base) const;  // typed views of an arena with this layout
 
  private:
@@ -96,14 +104,28 @@ class ParamLayout {
   int64_t total_ = 0;
 };
 
+// A range [lo, hi) of floats of an arena.
+struct ArenaRange {
+  int64_t lo = 0, hi = 0;
+};
+
 // Initialises parameters: matrices N(0, 0.02), norms 1, null sources and
 // gates 0, pseudo-queries 0 or N(0, 0.02) (attnres_query_init).
 void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng);
+// The same draws as init_params, storing only the floats within `keep`
+// (sorted, disjoint): a rank of a sharded run initialises the part it holds,
+// with the values one process would give it.
+void init_params(const ParamLayout& layout, const Config& c, float* params, Rng& rng,
+                 std::span<const ArenaRange> keep);
 // The generator the routing tensors draw from: seeded from rng's state
 // without drawing from it (init_params says why).  Every initialisation
 // (float32, or a bf16 inference model's a piece at a time) takes it.
 Rng routing_stream(const Rng& rng);
 // One tensor of that init, into p (s.numel floats), drawing from rng in the same order.
 void init_tensor(const TensorSpec& s, const Config& c, float* p, Rng& rng);
+// The same draws a piece of at most 2^16 floats at a time: f(first, values)
+// for each piece, in order (a tensor made where it is not held whole).
+void init_tensor_in_pieces(const TensorSpec& s, const Config& c, Rng& rng,
+                           const std::function<void(int64_t first, std::span<const float> values)>& f);
 
 }  // namespace attnres

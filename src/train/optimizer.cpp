@@ -23,14 +23,14 @@ void clip_gradients(Backend& ops, float* g, int64_t n, double norm, double max_n
 
 double sum_squares(Backend& ops, const AdamW& adamw, const float* g) {
   // The whole range in one call when every tensor trains (fixed chunks: the same bits as before sharding).
-  if (!adamw.freeze_base()) return ops.sum_squares(g + adamw.lo(), adamw.hi() - adamw.lo());
+  if (!adamw.freeze_base() && adamw.owned().empty()) return ops.sum_squares(g + adamw.lo(), adamw.hi() - adamw.lo());
   double sum = 0;
   adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { sum += ops.sum_squares(g + at, n); });
   return sum;
 }
 
 void clip_gradients(Backend& ops, const AdamW& adamw, float* g, double norm, double max_norm) {
-  if (!adamw.freeze_base()) return clip_gradients(ops, g + adamw.lo(), adamw.hi() - adamw.lo(), norm, max_norm);
+  if (!adamw.freeze_base() && adamw.owned().empty()) return clip_gradients(ops, g + adamw.lo(), adamw.hi() - adamw.lo(), norm, max_norm);
   adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { clip_gradients(ops, g + at, n, norm, max_norm); });
 }
 
@@ -50,6 +50,26 @@ AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool free
       ops.fill(v_.data() + (at - lo_), 0.0f, n);
     });
   }
+}
+
+AdamW::AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base, std::vector<ArenaRange> owned)
+    : ops_(ops),
+      layout_(layout),
+      cfg_(cfg),
+      freeze_base_(freeze_base),
+      lo_(0),
+      hi_(layout.total()),
+      owned_(std::move(owned)),
+      m_(ops.alloc(static_cast<size_t>(hi_) * sizeof(float), /*lazy=*/true)),
+      v_(ops.alloc(static_cast<size_t>(hi_) * sizeof(float), /*lazy=*/true)) {
+  for (size_t k = 0; k < owned_.size(); ++k)
+    ATTNRES_CHECK(0 <= owned_[k].lo && owned_[k].lo < owned_[k].hi && owned_[k].hi <= hi_ &&
+                      (k == 0 || owned_[k - 1].hi <= owned_[k].lo),
+                  "sharded optimizer: ranges not sorted and disjoint within the arena");
+  for_each_range([&](const TensorSpec&, int64_t at, int64_t n) {  // lazily backed: zero the moments that are used
+    ops.fill(m_.data() + at, 0.0f, n);
+    ops.fill(v_.data() + at, 0.0f, n);
+  });
 }
 
 void AdamW::step(float* params, const float* grads, double lr_base, int64_t t, double lr_routing, bf16* params16) {

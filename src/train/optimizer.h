@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/buffer.h"
 #include "model/params.h"
@@ -47,6 +48,11 @@ class AdamW {
  public:
   AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base = false, int64_t lo = 0,
         int64_t hi = -1);
+  // Sharded (ZeRO stage 3, distributed/zero3.h): an optimizer of the arena
+  // ranges `owned` (sorted, disjoint) updates those parameters only, and keeps
+  // their moments at the arena's own offsets (lo() = 0: m()[at] is element
+  // at's) in lazily backed arenas, so that only the owned ranges cost memory.
+  AdamW(Backend& ops, const ParamLayout& layout, AdamWConfig cfg, bool freeze_base, std::vector<ArenaRange> owned);
   // One update at 1-based step t, at rate lr (lr_routing for the routing
   // group; < 0: lr), of every trained tensor:  p ← p·(1 − lr·wd) (decayed tensors only);
   // m ← β1 m + (1−β1) g;  v ← β2 v + (1−β2) g²;
@@ -59,13 +65,25 @@ class AdamW {
   bool freeze_base() const { return freeze_base_; }
   int64_t lo() const { return lo_; }
   int64_t hi() const { return hi_; }
-  // Calls f(offset, count) for each trained tensor's part within [lo, hi), in layout order.
+  // The ranges of a sharded optimizer (empty: [lo, hi)).
+  const std::vector<ArenaRange>& owned() const { return owned_; }
+  // Calls f(offset, count) for each trained tensor's part within [lo, hi)
+  // (a sharded optimizer: within its ranges), in layout order.
   template <class F>
   void for_each_range(F&& f) const {
+    size_t k = 0;
     for (const TensorSpec& s : layout_.specs()) {
       if (!trains(s)) continue;
       const int64_t a = std::max(lo_, s.offset), b = std::min(hi_, s.offset + s.numel);
-      if (a < b) f(s, a, b - a);
+      if (owned_.empty()) {
+        if (a < b) f(s, a, b - a);
+        continue;
+      }
+      while (k < owned_.size() && owned_[k].hi <= a) ++k;
+      for (size_t j = k; j < owned_.size() && owned_[j].lo < b; ++j) {
+        const int64_t x0 = std::max(a, owned_[j].lo), x1 = std::min(b, owned_[j].hi);
+        if (x0 < x1) f(s, x0, x1 - x0);
+      }
     }
   }
   float* m() { return m_.data(); }  // (hi − lo) moments of the range
@@ -78,6 +96,7 @@ class AdamW {
   AdamWConfig cfg_;
   bool freeze_base_ = false;
   int64_t lo_, hi_;
+  std::vector<ArenaRange> owned_;
   Buffer m_, v_;
 };
 

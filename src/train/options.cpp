@@ -90,6 +90,8 @@ void TrainOptions::validate() const {
   parse_precision(precision);  // an Error naming the flag
   if (on_nan != "stop" && on_nan != "skip") fail("--on-nan must be stop or skip, got '", on_nan, "'");
   if (collective_timeout < 0) fail("--collective-timeout must be 0 (none) or positive");
+  if (zero != 1 && zero != 3) fail("--zero must be 1 or 3, got ", zero);
+  if (!(max_memory >= 0 && std::isfinite(max_memory))) fail("--max-memory must be 0 (the machine's) or a positive GiB count");
   if (data.empty()) fail("--data is required (a token file; see attnres train --help)");
   if (out.empty()) fail("--out is required");
 }

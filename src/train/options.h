@@ -70,6 +70,8 @@ struct TrainOptions {
   double peak_gflops;       // MFU's denominator; 0 = measure this machine's products (of the precision) at start
   std::string on_nan;       // "stop" or "skip" a step whose loss or gradient is not finite
   double collective_timeout;  // seconds a rank waits for the others (0 = forever)
+  int64_t zero;               // ZeRO stage of a data-parallel run: 1 (moments sharded) or 3 (everything; train/zero3.h)
+  double max_memory;          // GiB one rank may plan to use (0 = the machine's available memory shared by its ranks)
 
   int world = 1;  // ranks of the run (not a flag: mpirun -np says it); the global batch is world × batch × accum
 
@@ -140,6 +142,12 @@ struct TrainOptions {
     visit(o.collective_timeout, "collective_timeout", "300", R::kFree,
           "seconds a rank waits for the others in a collective before it stops with an error (a rank died or "
           "hangs; 0 = forever); must exceed a checkpoint save");
+    visit(o.zero, "zero", "1", R::kFree,
+          "ZeRO stage over the ranks: 1 shards the AdamW moments; 3 also the weights, their bf16 copies and "
+          "gradients, gathering each layer's while it runs (docs/distributed.md); checkpoints are the same either way");
+    visit(o.max_memory, "max_memory", "0", R::kFree,
+          "GiB a rank may use by the start-up memory plan, which refuses a run beyond it before allocating (0 = the "
+          "machine's available memory, shared by the ranks on it)");
   }
 
   AdamWConfig adamw() const { return {beta1, beta2, eps, weight_decay}; }

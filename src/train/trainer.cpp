@@ -29,6 +29,8 @@
 #include "ops/timed_backend.h"
 #include "train/data_loader.h"
 #include "train/loop_parts.h"
+#include "train/memory_plan.h"
+#include "train/zero3.h"
 
 namespace attnres {
 
@@ -156,7 +158,8 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   inputs.resize(static_cast<size_t>(N));
   targets.resize(static_cast<size_t>(N));
   StepStats st;
-  model.zero_grad();
+  if (so.zero3) so.zero3->zero_grad(adamw);
+  else model.zero_grad();
   const float scale = 1.0f / static_cast<float>(so.accum * ranks);
   double loss = 0;  // this rank's mean over its micro-batches
   const bool entropy = model.options().entropy_lambda > 0;
@@ -179,7 +182,10 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   Backend& ops = model.context().ops();
   float* grads = model.grads();
   if (so.gradient_fault) {
-    StepGradients g{loss, ops, grads, adamw.lo(), adamw.hi()};
+    // Its range: this rank's own gradients (under ZeRO-3, the first range it holds).
+    const bool pieces = so.zero3 && !so.zero3->owned().empty();
+    StepGradients g{loss, ops, grads, pieces ? so.zero3->owned().front().lo : adamw.lo(),
+                    pieces ? so.zero3->owned().front().hi : adamw.hi()};
     so.gradient_fault(g);
   }
   double sum_sq = 0;
@@ -191,7 +197,12 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
     const std::string at = cat("step ", so.t, ": ");
     const size_t total = static_cast<size_t>(model.layout().total());
     double my_sum_sq;
-    if (!adamw.freeze_base()) {
+    if (so.zero3) {
+      // The matrices' gradients are in pieces already (each layer's backward
+      // ended with their reduce-scatter); the vectors' are summed now.
+      so.zero3->sum_vector_gradients(adamw, at + "the vectors' gradient sum");
+      my_sum_sq = so.zero3->sum_squares(adamw);
+    } else if (!adamw.freeze_base()) {
       {  // MPI reads and writes the gradient arena as host memory
         const HostView<float> host_grads(ops, grads, total);
         so.comm->reduce_scatter(host_grads.data(), *so.shards, at + "the gradient reduce-scatter");
@@ -243,7 +254,7 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
   }
   clip_gradients(ops, adamw, grads, st.grad_norm, so.clip);
   adamw.step(model.params(), grads, so.lr, so.t, so.lr_routing, model.params_bf16());
-  if (ranks > 1 && !adamw.freeze_base()) {
+  if (ranks > 1 && !adamw.freeze_base() && !so.zero3) {
     ops.synchronize();
     {
       const HostView<float> params(ops, model.params(), static_cast<size_t>(model.layout().total()));
@@ -368,6 +379,7 @@ class Run {
   std::unique_ptr<TokenFile> val_;
   std::unique_ptr<Context> ctx_;
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Zero3> zero3_;  // --zero 3 (after model_: gone before it)
   std::unique_ptr<Shards> shards_;
   std::unique_ptr<AdamW> adamw_;
   int64_t start_ = 0;  // the step the run starts at (a resume's)
@@ -391,6 +403,7 @@ class Run {
   void open_log();
   void save_options();
   void print_start();
+  void check_memory(const ModelOptions& mo);
   void log_line(const nlohmann::json& j);
   void validate(int64_t step_done);
   void save(int64_t step_done);
@@ -488,26 +501,44 @@ void Run::build() {
     if (saved.d != c_.d || saved.L != c_.L || saved.H != c_.H || saved.KV != c_.KV || saved.hd != c_.hd ||
         saved.F != c_.F || saved.V != c_.V || saved.tied != c_.tied)
       fail(plan_.init_dir, ": its model shape (config.json) differs from the model being trained");
-    if (saved.to_json() != c_.to_json() && !quiet_) report_conversion(*ctx_, opt_, saved, plan_.init_dir, rng_, data_rng_);
+    if (saved.to_json() != c_.to_json() && !quiet_) {
+      if (opt_.zero == 3)  // it runs two whole models in one process: what ZeRO-3 is there to avoid
+        std::printf("conversion %s -> %s: not measured under --zero 3 (it would hold two whole models on rank 0)\n",
+                    saved.mode_label(), c_.mode_label());
+      else
+        report_conversion(*ctx_, opt_, saved, plan_.init_dir, rng_, data_rng_);
+    }
   }
   ModelOptions mo{opt_.batch, opt_.seq_len};
   mo.precision = precision;
   mo.freeze_base = opt_.freeze_base;
   mo.recompute = opt_.recompute;
   mo.entropy_lambda = opt_.entropy_lambda;
+  mo.sharded_weights = opt_.zero == 3;
+  check_memory(mo);
   model_ = std::make_unique<Model>(*ctx_, c_, mo);
-  // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena
-  // (with a frozen base, the few routing parameters' moments are not sharded).
-  shards_ = std::make_unique<Shards>(model_->layout().total(), opt_.freeze_base ? 1 : ranks_);
-  const int shard = opt_.freeze_base ? 0 : rank_;
-  adamw_ = std::make_unique<AdamW>(ctx_->ops(), model_->layout(), opt_.adamw(), opt_.freeze_base, shards_->lo(shard),
-                                   shards_->hi(shard));
+  if (opt_.zero == 3) {
+    // ZeRO stage 3: each rank holds its piece of every matrix and every vector
+    // (train/zero3.h); its AdamW updates those.
+    zero3_ = std::make_unique<Zero3>(*model_, comm_);
+    shards_ = std::make_unique<Shards>(model_->layout().total(), 1);
+    adamw_ = std::make_unique<AdamW>(ctx_->ops(), model_->layout(), opt_.adamw(), opt_.freeze_base, zero3_->owned());
+  } else {
+    // ZeRO stage 1: each rank keeps the AdamW moments of its range of the arena
+    // (with a frozen base, the few routing parameters' moments are not sharded).
+    shards_ = std::make_unique<Shards>(model_->layout().total(), opt_.freeze_base ? 1 : ranks_);
+    const int shard = opt_.freeze_base ? 0 : rank_;
+    adamw_ = std::make_unique<AdamW>(ctx_->ops(), model_->layout(), opt_.adamw(), opt_.freeze_base,
+                                     shards_->lo(shard), shards_->hi(shard));
+  }
   if (!plan_.resume_dir.empty()) {
     const std::string& dir = plan_.resume_dir;
     // Every rank reads the weights and its own range of the moments (the
     // checkpoint is the same for any number of ranks).
     TrainerState st;
-    {  // the arenas as host memory while the checkpoint is read into them
+    if (zero3_) {
+      st = zero3_->load_checkpoint(dir, *adamw_, [&](const TensorSpec& s) { return trained(s); });
+    } else {  // the arenas as host memory while the checkpoint is read into them
       Backend& ops = ctx_->ops();
       const size_t moments = static_cast<size_t>(adamw_->hi() - adamw_->lo());
       const HostView<float> params(ops, model_->params(), static_cast<size_t>(model_->layout().total()));
@@ -515,8 +546,8 @@ void Run::build() {
       st = load_checkpoint(dir, model_->layout(), params.data(), m.data(), v.data(),
                            [&](const TensorSpec& s) { return trained(s); }, ctx_->threads(), adamw_->lo(),
                            adamw_->hi());
+      model_->refresh_bf16();
     }
-    model_->refresh_bf16();
     for (const std::string& note : plan_.resume_notes)
       if (!quiet_) std::printf("resume: %s\n", note.c_str());
     start_ = st.step;
@@ -524,13 +555,15 @@ void Run::build() {
     data_rng_.set_state(st.rng);
     if (!quiet_) std::printf("resumed from %s at step %lld\n", dir.c_str(), static_cast<long long>(start_));
   } else {
-    model_->init(rng_);  // the same draws on every rank: the same weights
+    if (zero3_) zero3_->init(rng_);  // each rank its part of the same draws
+    else model_->init(rng_);         // the same draws on every rank: the same weights
     if (!plan_.init_dir.empty()) {
       const std::string& dir = plan_.init_dir;
       // Routing tensors missing from a plain checkpoint keep their init (zero
       // queries, unit norms, zero gates): a pretrained model converts in place.
       const double t0 = now_seconds();
-      const int64_t kept = load_weights(*model_, dir, /*keep_missing_routing=*/true);
+      const int64_t kept = zero3_ ? zero3_->load_weights(dir, /*keep_missing_routing=*/true)
+                                  : load_weights(*model_, dir, /*keep_missing_routing=*/true);
       if (!quiet_)
         std::printf("initialised from %s in %.1f s%s\n", dir.c_str(), now_seconds() - t0,
                     kept ? cat(" (", kept, " routing tensors not in the checkpoint start from their init)").c_str()
@@ -556,6 +589,41 @@ void Run::build() {
   tokens_per_step_ = opt_.batch * opt_.seq_len * opt_.accum * ranks_;
   print_start();
   save_options();
+}
+
+// The memory plan (train/memory_plan.h), printed, and a run beyond the
+// limit refused before the model allocates anything.
+void Run::check_memory(const ModelOptions& mo) {
+  const MemoryPlan plan = plan_memory(c_, mo, ranks_, static_cast<int>(opt_.zero));
+  std::string why;
+  const int64_t limit = memory_limit(opt_.max_memory, comm_.local_size(), &why);
+  if (!quiet_) std::printf("memory plan (ZeRO-%lld): %s\n", static_cast<long long>(opt_.zero), plan.line().c_str());
+  // Every rank decides together (their machines' limits may differ).
+  const bool fits = limit < 0 || plan.total() <= limit;
+  const std::vector<double> all = comm_.all_gather({fits ? 1.0 : 0.0}, "the start: the memory plan of each rank");
+  if (fits) {
+    for (int r = 0; r < ranks_; ++r)
+      if (all[static_cast<size_t>(r)] == 0.0)
+        fail("rank ", r, "'s memory plan exceeds what it may use (its error says why); nothing was allocated");
+    return;
+  }
+  std::string change;
+  if (opt_.zero == 1 && ranks_ > 1) {
+    change = cat("--zero 3 plans ", plan_memory(c_, mo, ranks_, 3).line());
+  } else {
+    // The fewest ranks (up to 1024) whose ZeRO-3 plan fits.
+    int need = 0;
+    for (int n = std::max(2, ranks_ + 1); n <= 1024 && !need; n *= 2)
+      if (plan_memory(c_, mo, n, 3).total() <= limit) need = n;
+    change = need ? cat("--zero 3 over ", need, " ranks plans ", plan_memory(c_, mo, need, 3).line())
+                  : std::string("the model state alone does not fit under ZeRO-3 over 1024 ranks");
+    if (opt_.zero == 1 && ranks_ == 1) change = cat("run it over several ranks with --zero 3 (", change, ")");
+  }
+  const bool acts = plan.activations > plan.total() / 3;
+  fail("the memory plan of this run needs ", plan.line(), ", over the ", static_cast<double>(limit) / (1 << 30),
+       " GiB a rank may use (", why, "); ", change,
+       acts ? "; its activations are a large part: a smaller --batch or --seq-len, or --recompute, shrink them" : "",
+       " (nothing was allocated)");
 }
 
 void Run::open_log() {
@@ -602,8 +670,13 @@ void Run::print_start() {
               static_cast<long long>(model_->num_params()), static_cast<long long>(tokens_per_step_),
               static_cast<long long>(loader_->total_tokens()));
   if (ranks_ > 1) {
-    char moments[160];
-    if (opt_.freeze_base)
+    char moments[240];
+    if (zero3_)
+      std::snprintf(moments, sizeof moments,
+                    "ZeRO-3: weights, gradients and moments in pieces (%.1f MiB of weights per rank instead of %.1f; "
+                    "each layer gathered while it runs)",
+                    4.0 * zero3_->owned_floats() / (1 << 20), 4.0 * model_->layout().total() / (1 << 20));
+    else if (opt_.freeze_base)
       std::snprintf(moments, sizeof moments, "frozen base: the routing parameters' gradients are summed, packed");
     else
       std::snprintf(moments, sizeof moments, "AdamW moments sharded (%.1f MiB per rank instead of %.1f)",
@@ -657,10 +730,23 @@ void Run::save(int64_t step_done) {
   TrainerState st{step_done, loader_->position(), data_rng_.state(), settings_};
   // Never write a diverged model: one pass over the weights (the same on
   // every rank, so every rank stops) before anything is written.
-  if (!std::isfinite(ctx_->ops().sum_squares(model.params(), model.layout().total())))
+  const std::string finite_what = cat("step ", step_done, ": the check that the parameters are finite");
+  if (zero3_ ? !zero3_->params_finite(finite_what)
+             : !std::isfinite(ctx_->ops().sum_squares(model.params(), model.layout().total())))
     fail("step ", step_done, ": the parameters are not finite (NaN or Inf): training diverged (try a lower --lr); "
          "no checkpoint written", result_.last_checkpoint.empty() ? "" : ", the last good one is ",
          result_.last_checkpoint);
+  if (zero3_) {  // every rank's pieces stream to rank 0 as it writes (train/zero3.h)
+    const int64_t chunk = hooks_.moment_chunk > 0 ? hooks_.moment_chunk : int64_t{1} << 22;
+    try {
+      const std::string path = zero3_->save(opt_.out, c_, adamw, st, save_options_, chunk);
+      if (root_) result_.last_checkpoint = path;
+    } catch (const Error& e) {
+      if (!root_) throw;
+      stop_after_failed_write(e.what());
+    }
+    return;
+  }
   Backend& ops = ctx_->ops();
   ops.synchronize();
   // The arenas as host memory while they are written (MPI reads the moments too).
@@ -761,6 +847,7 @@ void Run::step_loop() {
       sopt.gradient_fault = [this, done](StepGradients& g) { hooks_.gradient_fault(rank_, done, g); };
     sopt.comm = &comm_;
     sopt.shards = shards_.get();
+    sopt.zero3 = zero3_.get();
     // Where the data stood before the step: an abandoned step puts it back, so
     // that the checkpoint of the last whole step resumes bit-identically.
     const LoaderPosition pos_before = loader_->position();

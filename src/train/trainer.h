@@ -71,6 +71,7 @@ class Backend;
 class Model;
 class AdamW;
 struct Shards;
+class Zero3;
 
 // One optimizer step of one rank.  The step's global batch is ranks × accum
 // micro-batches; this rank computes `accum` of them (next_batch(inputs,
@@ -83,6 +84,10 @@ struct Shards;
 //   clip to `clip`, AdamW on this rank's range at 1-based step t with rate lr
 //   (lr_routing for the routing parameters; < 0: lr),
 //   all-gather of the parameters.
+// ZeRO-3 (so.zero3): the matrices' gradients were reduce-scattered as each
+// layer's backward ended; the vectors' are summed here; the norm, clip and
+// AdamW are of this rank's pieces and every vector; nothing is gathered after
+// the update (the next forward gathers each layer as it runs).
 // With one rank the collectives are no-ops and this is plain training.
 // This rank's side of a step once its micro-batches are done: its mean loss,
 // and its gradient range [lo, hi) of the arena `grads` (backend memory) —
@@ -103,7 +108,8 @@ struct StepOptions {
   std::function<int()> received_signal;
   std::function<void(StepGradients&)> gradient_fault;  // tests (TrainTestHooks); empty in production
   Comm* comm = nullptr;          // null: one process
-  const Shards* shards = nullptr;  // the ranks' ranges of the arena (with comm)
+  const Shards* shards = nullptr;  // the ranks' ranges of the arena (with comm, ZeRO-1)
+  Zero3* zero3 = nullptr;          // ZeRO-3 (train/zero3.h): the model's weights in pieces over the ranks
 };
 struct StepStats {
   double loss = 0, grad_norm = 0;  // global, before clipping

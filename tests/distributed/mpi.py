@@ -361,9 +361,9 @@ def test_resume_across_world_sizes(r):
           "resume on 3 ranks (8 windows do not split in 3) is refused, naming the global batch")
 
 
-def stop_test(r, name, send):
+def stop_test(r, name, send, extra=()):
     out = f"stop-{name}"
-    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4"], seq_len=64))
+    proc = r.start(2, r.args(out, steps=100000, extra=["--batch", "4"] + list(extra), seq_len=64))
     if not check(wait_for_steps(r, out, 3, proc), f"{name}: the run trains"):
         proc.kill()
         return
@@ -445,21 +445,150 @@ def test_hung_rank(r):
           f"hung rank: the other stops with the timeout error in {took:.1f} s")
 
 
-def test_nan(r):
+def test_nan(r, extra=(), tag=""):
     env = dict(ENV, ATTNRES_TEST_NAN="1:3")
-    p = r.run(2, r.args("nan-stop", steps=6, extra=["--batch", "4"]), env=env)
+    extra = list(extra)
+    p = r.run(2, r.args(f"nan-stop{tag}", steps=6, extra=["--batch", "4"] + extra), env=env)
     check(p.returncode != 0 and "step 3: loss nan" in p.stderr and "rank 0 of 2" in p.stderr
           and "rank 1 of 2" in p.stderr, "NaN on rank 1 at step 3: every rank stops there with the error")
-    check(not os.path.exists(os.path.join(r.tmp, "nan-stop", "step_00000003")), "NaN: no checkpoint of the bad step")
-    p = r.run(2, r.args("nan-skip", steps=6, extra=["--batch", "4", "--on-nan", "skip"]), env=env)
+    check(not os.path.exists(os.path.join(r.tmp, f"nan-stop{tag}", "step_00000003")), "NaN: no checkpoint of the bad step")
+    p = r.run(2, r.args(f"nan-skip{tag}", steps=6, extra=["--batch", "4", "--on-nan", "skip"] + extra), env=env)
     if not check(p.returncode == 0, "--on-nan skip: the run goes on"):
         print(p.stdout[-1500:], p.stderr[-3000:])
         return
-    with open(os.path.join(r.tmp, "nan-skip", "log.jsonl")) as f:
+    with open(os.path.join(r.tmp, f"nan-skip{tag}", "log.jsonl")) as f:
         lines = [json.loads(x) for x in f]
     check(any(j.get("step") == 3 and "skipped" in j for j in lines), "--on-nan skip: step 3 logged as skipped")
-    got = r.losses("nan-skip")
+    got = r.losses(f"nan-skip{tag}")
     check(all(s in got for s in (4, 5, 6)), "--on-nan skip: steps 4-6 train with finite losses")
+
+
+# ---- ZeRO-3: weights, gradients and moments in pieces over the ranks (train/zero3.h) ----
+
+ZERO3_MODES = MODES + ["block_add", "full_additive", "delta_v", "pre_gated", "block_mh"]
+
+
+def test_zero3(r):
+    # Exactness: at the same global batch, --zero 3 over 1, 2 and 4 ranks gives --zero 1's losses on one
+    # process.  fp32: as test_equivalence, the ranks split only the weight gradients' float32 sums (the
+    # reduce-scatter of each layer's pieces instead of the arena's ranges): <= 1.2e-7 measured, 1e-5 on
+    # every CPU.  Every routing mode; with --accum 2 the pieces add each micro-batch's sum to the last.
+    for mode in ZERO3_MODES:
+        runs = {"z1-1x8": (1, ["--batch", "8"]), "z3-1x8": (1, ["--batch", "8", "--zero", "3"]),
+                "z3-2x4": (2, ["--batch", "4", "--zero", "3"]), "z3-4x2": (4, ["--batch", "2", "--zero", "3"])}
+        if mode == "delta_block":
+            runs["z3-2x2x2"] = (2, ["--batch", "2", "--accum", "2", "--zero", "3"])
+        for name, (ranks, extra) in runs.items():
+            p = r.run(ranks, r.args(f"z3-{mode}-{name}", mode, steps=10, extra=extra))
+            if not check(p.returncode == 0, f"zero3 {mode}: {name} trains"):
+                print(p.stdout[-1500:], p.stderr[-3000:])
+                return
+        ref = r.losses(f"z3-{mode}-z1-1x8")
+        for name in runs:
+            if name == "z1-1x8":
+                continue
+            got = r.losses(f"z3-{mode}-{name}")
+            ok = len(got) == 10 and len(ref) == 10
+            rel = max_rel(got, ref, range(1, 11)) if ok else float("inf")
+            check(rel <= 1e-5, f"zero3 {mode}: {name} vs --zero 1 1x8: max relative loss difference {rel:.2e} <= 1e-5")
+    # A frozen base: the routing vectors and the frozen matrices' pieces; only the routing gradients move.
+    p = r.run(1, r.args("z3-fb-base", "baseline", steps=5, extra=["--batch", "8"]))
+    if check(p.returncode == 0, "zero3 frozen base: a baseline checkpoint"):
+        init = ["--init", os.path.join(r.tmp, "z3-fb-base"), "--freeze-base", "--lr-routing", "1e-2"]
+        for name, ranks, extra in (("1x8", 1, ["--batch", "8"]), ("2x4", 2, ["--batch", "4", "--zero", "3"])):
+            p = r.run(ranks, r.args(f"z3-fb-{name}", steps=8, extra=extra + init))
+            check(p.returncode == 0, f"zero3 frozen base: {name} trains")
+        a, b = r.losses("z3-fb-1x8"), r.losses("z3-fb-2x4")
+        rel = max_rel(b, a, range(1, 9)) if len(a) == len(b) == 8 else float("inf")
+        check(rel <= 1e-5, f"zero3 frozen base: 2 ranks x B4 vs 1 rank x B8 (--zero 1): {rel:.2e} <= 1e-5")
+    # bf16: the gathers move the bf16 copies; the bound is test_bf16's (4 x bf16's own gap to fp32).
+    runs = {"1x8": (1, ["--batch", "8", "--precision", "bf16"]), "2x4": (2, ["--batch", "4", "--precision", "bf16",
+                                                                             "--zero", "3"]),
+            "f32": (1, ["--batch", "8"])}
+    for name, (ranks, extra) in runs.items():
+        p = r.run(ranks, r.args(f"z3-bf-{name}", extra=extra))
+        if "no bfloat16 matrix instructions" in p.stderr:
+            print("skip zero3 bf16: " + p.stderr.strip().splitlines()[-1])
+            break
+        if not check(p.returncode == 0, f"zero3 bf16: {name} trains"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            break
+    else:
+        a, b, f = r.losses("z3-bf-1x8"), r.losses("z3-bf-2x4"), r.losses("z3-bf-f32")
+        steps = range(1, 21)
+        gap = max_rel(a, f, steps)
+        rel = max_rel(b, a, steps)
+        check(0 < gap and rel <= 4 * gap, f"zero3 bf16: 2 ranks x B4 vs 1 rank x B8: {rel:.2e} <= 4 x bf16's gap "
+              f"to fp32 ({gap:.2e})")
+    # The guarded device (memory locked outside the op interface; the gathers and releases through views):
+    # the cpu's bits, losses and checkpoint bytes.
+    for device in ("cpu", "cpu-guarded"):
+        p = r.run(2, r.args(f"z3-gd-{device}", steps=4, extra=["--batch", "4", "--zero", "3", "--device", device]))
+        check(p.returncode == 0, f"zero3 guarded: 2 ranks train on {device}")
+    check(r.losses("z3-gd-cpu") == r.losses("z3-gd-cpu-guarded") and len(r.losses("z3-gd-cpu")) == 4,
+          "zero3 guarded: every step's loss is the same bits as on cpu")
+    for f in ("model.safetensors", "optimizer.safetensors"):
+        with open(os.path.join(r.tmp, "z3-gd-cpu", "step_00000004", f), "rb") as x, \
+                open(os.path.join(r.tmp, "z3-gd-cpu-guarded", "step_00000004", f), "rb") as y:
+            check(x.read() == y.read(), f"zero3 guarded: step_00000004/{f} is the same bytes")
+
+
+def test_zero3_checkpoints(r):
+    # A 2-rank ZeRO-3 run's checkpoint is an ordinary one: rank 0 writes it while rank 1 streams its pieces
+    # (pieces of 1000 floats give the same bytes); it resumes on 1 rank under ZeRO-1 and on 4 under ZeRO-3;
+    # and a ZeRO-1 checkpoint resumes under ZeRO-3.
+    full = "z3rs-full"
+    p = r.run(2, r.args(full, extra=["--batch", "4", "--ckpt-every", "10", "--zero", "3"]))
+    if not check(p.returncode == 0, "zero3 resume: a 2-rank ZeRO-3 run with a checkpoint at step 10"):
+        print(p.stdout[-1500:], p.stderr[-3000:])
+        return
+    ref = r.losses(full)
+    p = r.run(2, r.args("z3rs-pieces", extra=["--batch", "4", "--ckpt-every", "10", "--zero", "3"]),
+              env=dict(ENV, ATTNRES_TEST_MOMENT_CHUNK="1000"))
+    if check(p.returncode == 0, "zero3 resume: the same run with the pieces sent 1000 floats at a time"):
+        for step in ("step_00000010", "step_00000020"):
+            for f in ("model.safetensors", "optimizer.safetensors"):
+                with open(os.path.join(r.tmp, full, step, f), "rb") as x, \
+                        open(os.path.join(r.tmp, "z3rs-pieces", step, f), "rb") as y:
+                    check(x.read() == y.read(), f"zero3 resume: {step}/{f} is the same bytes either way")
+    ckpt = os.path.join(r.tmp, full, "step_00000010")
+    for ranks, zero in ((1, "1"), (4, "3")):
+        out = f"z3rs-{ranks}"
+        p = r.run(0 if ranks == 1 else ranks, ["train", "--resume", ckpt, "--out", os.path.join(r.tmp, out),
+                                               "--threads", "1", "--zero", zero])
+        if not check(p.returncode == 0, f"zero3 resume: the step-10 checkpoint resumes on {ranks} rank(s), ZeRO-{zero}"):
+            print(p.stdout[-1500:], p.stderr[-3000:])
+            continue
+        got = r.losses(out)
+        steps = range(11, 21)
+        rel = max_rel(got, ref, steps) if all(s in got for s in steps) else float("inf")
+        check(rel <= 1e-5, f"zero3 resume on {ranks} rank(s), ZeRO-{zero}: steps 11-20 equal the run's ({rel:.2e})")
+    z1 = "z3rs-z1"
+    p = r.run(2, r.args(z1, extra=["--batch", "4", "--ckpt-every", "10"]))
+    if check(p.returncode == 0, "zero3 resume: a ZeRO-1 run with a checkpoint at step 10"):
+        p = r.run(2, ["train", "--resume", os.path.join(r.tmp, z1, "step_00000010"), "--out",
+                      os.path.join(r.tmp, "z3rs-z1to3"), "--threads", "1", "--zero", "3"])
+        got, want = r.losses("z3rs-z1to3"), r.losses(z1)
+        steps = range(11, 21)
+        rel = max_rel(got, want, steps) if p.returncode == 0 and all(s in got for s in steps) else float("inf")
+        check(rel <= 1e-5, f"zero3 resume: a ZeRO-1 checkpoint resumes under ZeRO-3 ({rel:.2e})")
+    # The memory plan refuses, before allocating, a run whose plan exceeds --max-memory, naming what fits.
+    big = ["train", "--config", "qwen3-0.6b", "--data", r.data, "--batch", "1", "--seq-len", "512", "--precision",
+           "bf16", "--max-memory", "5", "--steps", "1", "--threads", "1", "--out", os.path.join(r.tmp, "z3-mem-z1")]
+    p = r.run(4, big)
+    check(p.returncode != 0 and "the memory plan of this run needs" in p.stderr and "--zero 3 plans" in p.stderr
+          and "nothing was allocated" in p.stderr,
+          "memory: a 0.6B-shaped run over 4 ranks under ZeRO-1 with --max-memory 5 is refused, naming --zero 3's plan")
+
+
+def test_zero3_stops(r):
+    # A stop on one rank, every rank's stop, and a NaN: seen by all ranks as under ZeRO-1.
+    def term_one_rank(proc):
+        os.kill(rank_pids(proc.pid)[-1], signal.SIGTERM)
+
+    stop_test(r, "zero3 SIGTERM to one rank", term_one_rank, ["--zero", "3"])
+    stop_test(r, "zero3 SIGUSR1 to mpirun", lambda proc: proc.send_signal(signal.SIGUSR1), ["--zero", "3"])
+    test_nan(r, ["--zero", "3"], "-z3")
 
 
 class Hosts:
@@ -562,7 +691,8 @@ def main():
             print("SKIP: attnres was built without MPI")
             return 77
         tests = {"equivalence": test_equivalence, "pieces": test_pieces, "profile": test_profile, "frozen": test_frozen_base, "guarded": test_guarded, "compare": test_compare, "bf16": test_bf16, "resume": test_resume_across_world_sizes, "signals": test_signals,
-                 "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts}
+                 "kill": test_kill_one_rank, "hang": test_hung_rank, "nan": test_nan, "hosts": test_hosts,
+                 "zero3": test_zero3, "zero3_checkpoints": test_zero3_checkpoints, "zero3_stops": test_zero3_stops}
         for name, t in tests.items():
             if not a.only or name in a.only.split(","):
                 t0 = time.time()
