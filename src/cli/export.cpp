@@ -15,6 +15,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "io/checkpoint.h"
+#include "io/weight_files.h"
 #include "core/file_util.h"
 
 namespace attnres {
@@ -79,8 +80,11 @@ int cmd_export(int argc, char** argv) {
 
   const Config c = Config::load(src + "/config.json");
   ParamLayout layout(c);
-  Buffer params = Buffer::host_bytes(static_cast<size_t>(layout.total()) * sizeof(float));
-  load_params(src, layout, params.data(), nullptr, false, static_cast<int>(std::thread::hardware_concurrency()));
+  // Each tensor read from the memory-mapped files as it is written, a piece at
+  // a time: the export's memory is a piece, not the model (a sharded run's
+  // checkpoint of a model larger than one process exports on any machine).
+  const WeightFiles weights(src, static_cast<int>(std::thread::hardware_concurrency()));
+  const ArenaFetch fetch = weight_reader(weights, layout);
   // Written into a temporary directory beside --out and renamed into place
   // (over an empty directory too), like a checkpoint: a failure leaves nothing.
   fs::path out_path = fs::absolute(out).lexically_normal();
@@ -98,7 +102,7 @@ int cmd_export(int argc, char** argv) {
   try {
     fs::remove_all(tmp, ec);
     if (!fs::create_directory(tmp, ec)) fail(tmp, ": cannot create: ", ec.message());
-    files = write_model_files(tmp, c, layout, params.data(), bf16, max_shard);
+    files = write_model_files(tmp, c, layout, nullptr, bf16, max_shard, fetch);
     for (const std::string& file : companion_files(src)) {
       const std::string name = fs::path(file).filename().string();
       write_file_atomic(tmp + "/" + name, read_file(file));
