@@ -15,10 +15,12 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
+#include "core/parse_value.h"
 #include "distributed/comm.h"
 #include "io/checkpoint.h"
 #include "model/presets.h"
 #include "ops/timed_backend.h"
+#include "train/memory_plan.h"
 #include "train/trainer.h"
 
 namespace attnres {
@@ -91,7 +93,7 @@ std::string mode_of_axes(const std::string& sources, const std::string& combine)
 
 void add_config_flags(OptionList& opts, ConfigFlags& m) {
   opts.add(m.config, {"config", "tiny",
-                      "preset name (tiny, tiny-deep, bench-small, qwen3-0.6b) or path to a config.json "
+                      "preset name (tiny, tiny-deep, bench-small, qwen3-0.6b, qwen3-1.7b, qwen3-4b) or path to a config.json "
                       "(default with --init/--resume: the checkpoint's)"});
   opts.add(m.mode, {"mode", "",
                     cat("override attnres_mode: ", mode_name_list(false), ", or the reference's multi-head ",
@@ -121,7 +123,8 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
 }
 
 // Everything after the flags and the join: may throw on any rank.
-int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Comm& comm) {
+int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Comm& comm,
+              const std::string& plan_ranks) {
   o.world = comm.size();
   std::set<std::string> given;
   TrainOptions::each(o, [&](auto&, const char* key, const char*, OnResume, const char*) {
@@ -161,6 +164,20 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
     fail("--null-source false: delta_mh always has the null source (without one: --mode delta_block "
          "--block-delta reference --routing-heads H)");
   o.validate();
+  if (!plan_ranks.empty()) {  // --plan-ranks: the memory plans, nothing trained
+    if (comm.root())
+      for (size_t at = 0; at <= plan_ranks.size();) {
+        const size_t comma = std::min(plan_ranks.find(',', at), plan_ranks.size());
+        int64_t n = 0;
+        parse_value(n, "--plan-ranks", plan_ranks.substr(at, comma - at));
+        at = comma + 1;
+        if (n < 1 || n > 1 << 20) fail("--plan-ranks: ", n, " is not a number of ranks (1 to 2^20)");
+        for (int zero : {1, 3})
+          std::printf("memory plan, %lld rank%s, ZeRO-%d: %s\n", static_cast<long long>(n), n == 1 ? "" : "s", zero,
+                      plan_memory(o.model, o.model_options(), static_cast<int>(n), zero).line().c_str());
+      }
+    return 0;
+  }
 
   // The start-up table once the run is accepted: a refused run prints its error alone.
   auto started = [&] {
@@ -192,12 +209,16 @@ int cmd_train(int argc, char** argv) {
                          "a new run into an --out that holds a run deletes that run's log and checkpoints first "
                          "(without it such an --out is refused)"});
   opts.add(o.profile, {"profile", "false", profile_help() + " (train: at the end of the run)"});
+  std::string plan_ranks;
+  opts.add(plan_ranks, {"plan-ranks", "",
+                        "print this run's memory plan per rank under ZeRO-1 and ZeRO-3 for each of these numbers of "
+                        "ranks (e.g. 8,16) and exit without training"});
   if (!opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
   std::unique_ptr<Comm> comm = Comm::join();
   try {
-    return run_train(o, m, opts, *comm);
+    return run_train(o, m, opts, *comm, plan_ranks);
   } catch (const std::exception& e) {
     if (comm->size() == 1) throw;
     // One rank's error ends the job: the others may be waiting for this one.

@@ -172,6 +172,12 @@ double Comm::take_seconds() {
   return s;
 }
 
+int64_t Comm::take_bytes() {
+  const int64_t b = bytes_;
+  bytes_ = 0;
+  return b;
+}
+
 void Comm::begin(const std::string& what) {
   t0_ = now_seconds();
   if (watchdog_ && timeout_s_ > 0) watchdog_->arm(what, timeout_s_);
@@ -223,6 +229,7 @@ constexpr int64_t kReducePiece = int64_t{1} << 20;
 
 void Comm::reduce_scatter(float* buf, const Shards& s, const std::string& what) {
   if (size_ == 1) return;
+  bytes_ += (s.bounds.back() - s.size(rank_)) * static_cast<int64_t>(sizeof(float));
 #ifdef ATTNRES_HAVE_MPI
   begin(what);
   const int rc = for_each_piece(s, size_, std::min(max_count_, kReducePiece), [&](int r, int64_t a, int n) {
@@ -257,6 +264,7 @@ void Comm::all_gather(uint16_t* buf, const Shards& s, const std::string& what) {
 
 void Comm::all_gather_(void* buf, int width, const Shards& s, const std::string& what) {
   if (size_ == 1) return;
+  bytes_ += (s.bounds.back() - s.size(rank_)) * width;
 #ifdef ATTNRES_HAVE_MPI
   begin(what);
   const int rc = width == 4 ? all_gather_mpi(static_cast<float*>(buf), s, size_, max_count_, MPI_FLOAT, what)

@@ -70,6 +70,10 @@ class Comm {
   void limit_count_for_testing(int64_t n) { max_count_ = n > 0 ? n : max_count_; }
   // Seconds spent inside collectives since the last call (then reset).
   double take_seconds();
+  // Bytes of the weight and gradient collectives since the last call (then
+  // reset): what this rank sent in reduce-scatters and received in
+  // all-gathers — the other ranks' parts, not its own.
+  int64_t take_bytes();
 
   // Every collective names what it is for (`what`, e.g. "step 12: gradient
   // reduce-scatter"), which the timeout's error line repeats.
@@ -105,6 +109,7 @@ class Comm {
   int rank_ = 0, size_ = 1, local_size_ = 1;
   bool mpi_ = false;
   double timeout_s_ = 0, seconds_ = 0, t0_ = 0;
+  int64_t bytes_ = 0;
   int64_t max_count_ = INT32_MAX;  // floats in one MPI call (its counts are int)
   std::unique_ptr<Watchdog> watchdog_;
 };

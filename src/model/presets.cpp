@@ -32,6 +32,10 @@ const std::vector<Preset>& presets() {
       {"bench-small", qwen3(256, 12, 4, 2, 64, 768, 8192)},
       // The shape of Qwen3-0.6B as published (random weights when benchmarked).
       {"qwen3-0.6b", qwen3(1024, 28, 16, 8, 128, 3072, 151936, 40960)},
+      // The shapes of Qwen3-1.7B and Qwen3-4B as published: models whose training
+      // state outgrows one machine here (ZeRO-3's memory plans, docs/distributed.md).
+      {"qwen3-1.7b", qwen3(2048, 28, 16, 8, 128, 6144, 151936, 40960)},
+      {"qwen3-4b", qwen3(2560, 36, 32, 8, 128, 9728, 151936, 40960)},
   };
   return p;
 }

@@ -46,6 +46,16 @@ TrainOptions::TrainOptions() {
   each(*this, [](auto& field, const char* key, const char* def, OnResume, const char*) { parse_option(field, key, def); });
 }
 
+ModelOptions TrainOptions::model_options() const {
+  ModelOptions mo{batch, seq_len};
+  mo.precision = parse_precision(precision);
+  mo.freeze_base = freeze_base;
+  mo.recompute = recompute;
+  mo.entropy_lambda = entropy_lambda;
+  mo.sharded_weights = zero == 3;
+  return mo;
+}
+
 void TrainOptions::validate() const {
   if (steps <= 0) fail("--steps must be positive");
   if (batch <= 0 || seq_len <= 0 || accum <= 0) fail("--batch, --seq-len and --accum must be positive");

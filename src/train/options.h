@@ -24,6 +24,7 @@
 #include "core/parse_value.h"
 #include "core/precision.h"
 #include "model/config.h"
+#include "model/model_options.h"
 #include "ops/backend.h"
 #include "train/optimizer.h"
 
@@ -151,6 +152,8 @@ struct TrainOptions {
   }
 
   AdamWConfig adamw() const { return {beta1, beta2, eps, weight_decay}; }
+  // The training model these options build (micro-batch, precision, what it keeps).
+  ModelOptions model_options() const;
   // --lr without --lr-min: the cosine ends a tenth of the way down from the
   // peak given (the defaults' 3e-3 → 3e-4), never above it (a fine-tune at
   // --lr 5e-5 used to "decay" up to the default 3e-4).  train and compare

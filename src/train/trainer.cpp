@@ -397,6 +397,7 @@ class Run {
   TrainResult result_;
   double run_start_ = 0, step_seconds_ = 0, last_val_seconds_ = 0;
   int64_t step_ = 0, schedule_ = 0;
+  int64_t comm_bytes_ = 0, comm_steps_ = 0;  // the steps' weight and gradient collectives (Comm::take_bytes)
   int stopped_by_ = 0;  // the signal that ended the run early, if one did
 
   void next_batch(int32_t* in, int32_t* tg);
@@ -494,7 +495,10 @@ void Run::build() {
   ContextOptions co{plan_.threads, opt_.device, precision};
   co.time_ops = opt_.profile;
   ctx_ = open_context(co);
-  // A conversion is measured first, with models of its own that are gone
+  // The memory plan first: a run that cannot fit allocates nothing.
+  const ModelOptions mo = opt_.model_options();
+  check_memory(mo);
+  // A conversion is measured next, with models of its own that are gone
   // before the trained one (and its optimizer) take their memory.
   if (!plan_.init_dir.empty()) {
     const Config saved = Config::load(plan_.init_dir + "/config.json");
@@ -509,13 +513,6 @@ void Run::build() {
         report_conversion(*ctx_, opt_, saved, plan_.init_dir, rng_, data_rng_);
     }
   }
-  ModelOptions mo{opt_.batch, opt_.seq_len};
-  mo.precision = precision;
-  mo.freeze_base = opt_.freeze_base;
-  mo.recompute = opt_.recompute;
-  mo.entropy_lambda = opt_.entropy_lambda;
-  mo.sharded_weights = opt_.zero == 3;
-  check_memory(mo);
   model_ = std::make_unique<Model>(*ctx_, c_, mo);
   if (opt_.zero == 3) {
     // ZeRO stage 3: each rank holds its piece of every matrix and every vector
@@ -833,6 +830,7 @@ void Run::step_loop() {
     const int64_t step = step_, done = step + 1;
     const double t0 = now_seconds();
     comm_.take_seconds();
+    comm_.take_bytes();
     const bool routing_step = log_routing && done % opt_.routing_every == 0;
     if (routing_step) model.collect_routing_stats(true);
     StepOptions sopt;
@@ -873,6 +871,10 @@ void Run::step_loop() {
       log_line({{"step", done}, {"routing", routing.to_json()}});
     }
     const double comm_s = comm_.take_seconds();
+    if (!st.skipped) {
+      comm_bytes_ += comm_.take_bytes();
+      ++comm_steps_;
+    }
     const double dt = now_seconds() - t0;
     step_seconds_ += dt;
     if (OpTimes* times = op_times(*ctx_)) times->add(OpFamily::kCommunication, comm_s);  // --profile
@@ -985,6 +987,14 @@ TrainResult Run::finish() {
   }
   if (!quiet_) std::printf("%s\n", rss_line.c_str());
   log_line({{"step", step_}, {"peak_rss_bytes_per_rank", per_rank}});
+  if (ranks_ > 1 && comm_steps_ > 0) {  // what a step moves (docs/distributed.md: ZeRO-1 against ZeRO-3)
+    const double per_step = static_cast<double>(comm_bytes_) / static_cast<double>(comm_steps_);
+    if (!quiet_)
+      std::printf("communication per step (rank 0): %.1f MiB = %.2f bytes per parameter (ZeRO-%lld)\n",
+                  per_step / (1 << 20), per_step / static_cast<double>(model_->num_params()),
+                  static_cast<long long>(opt_.zero));
+    log_line({{"step", step_}, {"comm_bytes_per_step", per_step}});
+  }
   if (OpTimes* times = op_times(*ctx_)) report_profile(*times);
   if (!quiet_) std::printf("checkpoint: %s\n", result_.last_checkpoint.c_str());
   std::fflush(stdout);

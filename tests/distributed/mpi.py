@@ -659,6 +659,15 @@ def test_hosts(r):
         rel = max_rel(b, a, range(1, 21)) if len(b) == 20 else float("inf")
         # Both hosts are one machine's namespaces, fp32: as test_equivalence.
         check(rel <= 1e-5, f"hosts: 2 hosts x B4 vs 1 process x B8: max relative loss difference {rel:.2e}")
+        # ZeRO-3 over the two hosts: each layer's pieces gathered and its gradients reduce-scattered over TCP.
+        p = subprocess.run(h.cmd(r.attnres, r.args("mh-z3", extra=["--batch", "4", "--zero", "3"])),
+                           capture_output=True, text=True, env=ENV, timeout=300)
+        if check(p.returncode == 0 and "ZeRO-3" in p.stdout, "hosts: 2 hosts x B4 train under --zero 3"):
+            c = r.losses("mh-z3")
+            rel = max_rel(c, a, range(1, 21)) if len(c) == 20 else float("inf")
+            check(rel <= 1e-5, f"hosts: ZeRO-3 over 2 hosts vs 1 process x B8: max relative loss difference {rel:.2e}")
+        else:
+            print(p.stdout[-1500:], p.stderr[-3000:])
         # -x carries a variable to the other host: a NaN injected there stops both hosts at that step.
         env = dict(ENV, ATTNRES_TEST_NAN="1:3")
         p = subprocess.run(h.cmd(r.attnres, r.args("mh-nan", steps=6, extra=["--batch", "4"]), ["ATTNRES_TEST_NAN"]),
