@@ -7,6 +7,7 @@
 # print the table, and write an HTML report.
 #
 # Usage: scripts/main_job.sh [--minutes M] [--tokens N] [--modes LIST] [--seeds S] [--config C] [--precision P]
+#                            [--ranks R] [--zero Z]
 #   --minutes M   wall-clock limit of the whole job (default 15); it only guards the
 #                 limit: a run that would pass it is cut, its learning-rate decay completed
 #   --tokens N    training tokens per run (default 524288: 128 steps of 16 × 256)
@@ -14,11 +15,13 @@
 #   --seeds S     runs per mode (default 2: the table says whether a difference is beyond the seeds' spread)
 #   --config C    model preset or config.json (default tiny-deep: 12 layers of d 128)
 #   --precision P fp32, bf16 or auto (default: bf16 where the CPU has bf16 matrix instructions)
+#   --ranks R     train each run over R MPI ranks (compare --ranks; default 1)
+#   --zero Z      with --ranks: ZeRO stage 1 or 3 (docs/distributed.md; default 1)
 # A rerun resumes an unfinished job; a finished one is kept and a new
 # directory (runs/main-DATE-TIME) is used.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=15 TOKENS=524288 MODES=baseline,block,delta_block SEEDS=2 CONFIG=tiny-deep PRECISION=auto
+MINUTES=15 TOKENS=524288 MODES=baseline,block,delta_block SEEDS=2 CONFIG=tiny-deep PRECISION=auto RANKS=1 ZERO=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) MINUTES="$2"; shift 2 ;;
@@ -27,7 +30,10 @@ while [ $# -gt 0 ]; do
     --seeds) SEEDS="$2"; shift 2 ;;
     --config) CONFIG="$2"; shift 2 ;;
     --precision) PRECISION="$2"; shift 2 ;;
-    *) echo "main_job.sh: unknown argument $1 (use --minutes, --tokens, --modes, --seeds, --config, --precision)" >&2
+    --ranks) RANKS="$2"; shift 2 ;;
+    --zero) ZERO="$2"; shift 2 ;;
+    *) echo "main_job.sh: unknown argument $1 (use --minutes, --tokens, --modes, --seeds, --config, --precision," \
+            "--ranks, --zero)" >&2
        exit 2 ;;
   esac
 done
@@ -50,7 +56,7 @@ echo "main_job: comparing $MODES x $SEEDS seeds on $TOKENS tokens each (--precis
 build/attnres compare --config "$CONFIG" --modes "$MODES" --seeds "$SEEDS" --tokens "$TOKENS" --precision "$PRECISION" \
   --data data/default/train.bin --val-data data/default/val.bin --val-tokens 131072 \
   --batch 16 --seq-len 256 --lr 3e-3 --lr-min 3e-4 --interventions 8192 \
-  --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
+  --ranks "$RANKS" --zero "$ZERO" --minutes "$(awk "BEGIN {print $LEFT / 60}")" --out "$RUN"
 # The checkpoints carry the corpus tokenizer: what the last mode's model writes.
 LAST=$(echo "$MODES" | tr ',' '\n' | tail -1)
 echo "main_job: a sample from $LAST (attnres generate, temperature 0.8, top-p 0.95):"
