@@ -25,12 +25,16 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   Progress progress(o.progress ? stderr : nullptr, "eval", static_cast<uint64_t>(windows));
   double sum = 0.0;
   int64_t count = 0;
-  for (int64_t w0 = 0; w0 < windows; w0 += B) {
-    if ((w0 / B) % o.parts != o.part) continue;
-    const int64_t nb = std::min(B, windows - w0);
+  const int64_t batches = (windows + B - 1) / B;
+  // With lockstep, every part takes as many turns as the part with the most.
+  const int64_t turns = o.lockstep ? (batches + o.parts - 1) / o.parts * o.parts : batches;
+  for (int64_t k = 0; k < turns; ++k) {
+    if (k % o.parts != o.part) continue;
+    const int64_t w0 = k * B;
+    const int64_t nb = w0 < windows ? std::min(B, windows - w0) : 1;  // past the end: one empty window
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -1);
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = 0; b < nb && w0 < windows; ++b) {
       const int64_t begin = (w0 + b) * T, len = std::min(T + 1, n - begin);
       file.read(static_cast<size_t>(begin), {window.data(), static_cast<size_t>(len)});
       for (int64_t t = 0; t + 1 < len; ++t) {
@@ -41,7 +45,8 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
     const Model::LossSum r = model.loss_sum(inputs.data(), targets.data(), nb, T);
     sum += r.sum;
     count += r.count;
-    progress.update(static_cast<uint64_t>(w0 + nb), progress.rate(static_cast<uint64_t>(w0 + nb), "windows"));
+    const uint64_t done = static_cast<uint64_t>(std::min(w0 + nb, windows));
+    progress.update(done, progress.rate(done, "windows"));
   }
   progress.finish(progress.rate(static_cast<uint64_t>(windows), "windows"));
   EvalResult r;

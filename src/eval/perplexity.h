@@ -32,6 +32,10 @@ struct EvalOptions {
   // windows are dealt round-robin, batch k to part k mod parts; `sum` and
   // `tokens` are then this part's, to be added up over the parts.
   int part = 0, parts = 1;
+  // Every part runs the same number of forwards: where the batches run out
+  // before its turn, a part runs one with no target (it adds nothing) — a
+  // ZeRO-3 run's forwards are collectives (train/zero3.h).
+  bool lockstep = false;
 };
 
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});

@@ -794,6 +794,7 @@ void Run::validate(int64_t step_done) {
   eo.progress = !quiet_;  // windows and ETA on stderr
   eo.part = rank_;        // the ranks share the windows, in batches dealt round-robin
   eo.parts = ranks_;
+  eo.lockstep = zero3_ != nullptr;  // each forward gathers every layer: every rank runs as many
   EvalResult r = evaluate(*model_, *val_, eo);
   if (ranks_ > 1) {
     const std::vector<double> all = comm_.all_gather({r.sum, static_cast<double>(r.tokens)},

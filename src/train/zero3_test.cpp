@@ -15,6 +15,8 @@
 
 #include "core/buffer.h"
 #include "core/file_util.h"
+#include "eval/perplexity.h"
+#include "ops/context.h"
 #include "io/checkpoint.h"
 #include "io/token_file.h"
 #include "model/params.h"
@@ -154,6 +156,46 @@ TEST(Zero3, OneRankTrainsAsZeroOneAndTheirCheckpointsResumeEachOther) {
       EXPECT_EQ(a.substr(0, 64), b.substr(0, 64)) << f;
     }
   }
+}
+
+TEST(Zero3, ValidationPartsRunAsManyForwardsInLockstep) {
+  // 7 windows in batches of 2: 4 batches, dealt to 3 parts as 2, 1, 1.  In lockstep every part runs 2
+  // forwards (the short ones one with no target), and the parts' sums add up to one part's whole.
+  TempDir tmp("zero3val");
+  std::vector<uint32_t> toks(7 * 16 + 1);
+  for (size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<uint32_t>((i * 7) % 64);
+  write_token_file(tmp / "val.bin", toks);
+  const TokenFile val(tmp / "val.bin");
+  const Config c = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 2}, {"num_attention_heads", 2},
+                                      {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
+                                      {"vocab_size", 64}},
+                                     "test");
+  const std::unique_ptr<Context> ctx = open_context({1, "cpu", Precision::kF32});
+  ModelOptions mo{2, 16};
+  mo.training = false;
+  Model m(*ctx, c, mo);
+  Rng rng(3);
+  m.init(rng);
+  EvalOptions whole;
+  const EvalResult all = evaluate(m, val, whole);
+  double sum = 0;
+  int64_t tokens = 0;
+  for (const bool lockstep : {false, true})
+    for (int part = 0; part < 3; ++part) {
+      EvalOptions o;
+      o.part = part;
+      o.parts = 3;
+      o.lockstep = lockstep;
+      const uint64_t before = m.forwards();
+      const EvalResult r = evaluate(m, val, o);
+      EXPECT_EQ(m.forwards() - before, lockstep ? 2u : part == 0 ? 2u : 1u) << part;
+      if (lockstep) {
+        sum += r.sum;
+        tokens += r.tokens;
+      }
+    }
+  EXPECT_EQ(tokens, all.tokens);
+  EXPECT_NEAR(sum, all.sum, 1e-9 * std::fabs(all.sum));
 }
 
 TEST(Zero3, ARunBeyondItsMemoryIsRefusedBeforeItAllocates) {
