@@ -30,7 +30,8 @@ namespace {
 // The test seams (train/trainer.h) that tests/distributed/mpi.py sets through
 // the environment, which reaches every rank (mpirun -x):
 //   ATTNRES_TEST_NAN=RANK:STEP      that rank's gradient is NaN at that step
-//   ATTNRES_TEST_MOMENT_CHUNK=N     moments travel to rank 0 in pieces of N floats
+//   ATTNRES_TEST_MOMENT_CHUNK=N     moments travel to rank 0 in pieces of N floats (ZeRO-3: writes of N)
+//   ATTNRES_TEST_SAVE_FAULT_RANK=R  under ZeRO-3, rank R cannot write its part of a checkpoint
 //   ATTNRES_TEST_MPI_COUNT=N        at most N floats per MPI call
 // Read here, at the program's edge, and nowhere in the library.
 TrainTestHooks test_hooks_from_environment(Comm& comm) {
@@ -50,6 +51,7 @@ TrainTestHooks test_hooks_from_environment(Comm& comm) {
     if (std::sscanf(e, "%ld:%ld", &h.stop_step, &h.stop_micro) != 2)
       fail("ATTNRES_TEST_STOP_AT_MICRO must be STEP:MICRO, got '", e, "'");
   if (const char* e = std::getenv("ATTNRES_TEST_MOMENT_CHUNK")) h.moment_chunk = std::max<int64_t>(1, std::atoll(e));
+  if (const char* e = std::getenv("ATTNRES_TEST_SAVE_FAULT_RANK")) h.save_fault_rank = std::atoi(e);
   if (const char* e = std::getenv("ATTNRES_TEST_MPI_COUNT")) comm.limit_count_for_testing(std::atoll(e));
   return h;
 }

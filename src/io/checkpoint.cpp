@@ -293,22 +293,91 @@ std::string resolve_model_dir(const std::string& path) {
   fail(path, ": holds neither config.json nor a 'latest' checkpoint pointer");
 }
 
-std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
-                            const float* params, const float* m, const float* v, const TrainerState& st,
+namespace {
+
+std::string step_name(int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(step));
+  return name;
+}
+
+// trainer_state.json and the files copied into a checkpoint, then the directory fsynced.
+void write_state_files(const std::string& tmp_dir, const TrainerState& st, const SaveOptions& so) {
+  nlohmann::json j;
+  j["step"] = st.step;
+  j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
+  j["rng"] = st.rng;
+  j["settings"] = st.settings;
+  write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
+  for (const std::string& f : so.copy_files)
+    write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
+  fsync_dir(tmp_dir);
+}
+
+// A complete temporary checkpoint directory into place as out_dir/<name>.
+// Every state between the steps below is a valid run directory: a checkpoint
+// of the same step (a rerun) is swapped with the new one in one atomic
+// exchange, so its name never stops naming a complete checkpoint, and
+// `latest` moves only once the new one is there.
+std::string move_into_place(const std::string& out_dir, const std::string& tmp_dir, const std::string& name,
                             const SaveOptions& so) {
+  std::error_code ec;
+  const std::string final_dir = out_dir + "/" + name;
+  fault_point(0);
+  if (fs::exists(final_dir)) {
+    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
+      fail(final_dir, ": cannot exchange with the new checkpoint: ", errno_text());
+    fsync_dir(out_dir);
+    fault_point(1);
+    fs::remove_all(tmp_dir, ec);  // now the previous copy
+  } else {
+    fs::rename(tmp_dir, final_dir, ec);
+    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
+    fsync_dir(out_dir);
+  }
+  fault_point(2);
+  write_file_atomic(out_dir + "/latest", name + "\n");
+  fault_point(3);
+  // Older checkpoints beyond the newest `keep` go only after `latest` names the new one.
+  if (so.keep > 0) {
+    std::vector<std::string> all = list_checkpoints(out_dir);
+    for (size_t i = 0; i + static_cast<size_t>(so.keep) < all.size(); ++i)
+      if (all[i] != final_dir) fs::remove_all(all[i], ec);
+  }
+  return final_dir;
+}
+
+}  // namespace
+
+std::string begin_checkpoint(const std::string& out_dir, int64_t step) {
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec || !is_dir(out_dir)) fail(out_dir, ": cannot create output directory: ", ec ? ec.message() : "not a directory");
-  char name[32];
-  std::snprintf(name, sizeof name, "step_%08lld", static_cast<long long>(st.step));
-  const std::string final_dir = out_dir + "/" + name;
-  const std::string tmp_dir = cat(out_dir, "/.", name, ".tmp.", ::getpid());
+  const std::string tmp_dir = cat(out_dir, "/.", step_name(step), ".tmp.", ::getpid());
   fs::remove_all(tmp_dir, ec);
   if (!fs::create_directory(tmp_dir, ec)) fail(tmp_dir, ": cannot create: ", ec.message());
+  return tmp_dir;
+}
 
+std::string commit_checkpoint(const std::string& out_dir, const std::string& tmp_dir, const TrainerState& st,
+                              const SaveOptions& so) {
+  try {
+    write_state_files(tmp_dir, st, so);
+  } catch (const Error& e) {
+    std::error_code ec;
+    fs::remove_all(tmp_dir, ec);
+    fail(e.what(), " (the unfinished checkpoint ", tmp_dir, " was removed; ", space_note(out_dir, 1 << 20), ")");
+  }
+  return move_into_place(out_dir, tmp_dir, step_name(st.step), so);
+}
+
+std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
+                            const float* params, const float* m, const float* v, const TrainerState& st,
+                            const SaveOptions& so) {
+  const std::string tmp_dir = begin_checkpoint(out_dir, st.step);
   // What this save writes; a failure (a full disk) removes it and says how much it needed.
   try {
-    write_model_files(tmp_dir, c, layout, params, so.bf16, 0, so.fetch_params);
+    write_model_files(tmp_dir, c, layout, params, so.bf16);
     if (so.optimizer) {
       SafeTensorsWriter opt;
       if (so.fetch_moments) {  // tensor by tensor from their owners, in arena order
@@ -325,16 +394,9 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
       }
       opt.write(tmp_dir + "/optimizer.safetensors");
     }
-    nlohmann::json j;
-    j["step"] = st.step;
-    j["data"] = {{"shard", st.data.shard}, {"offset", st.data.offset}, {"epoch", st.data.epoch}};
-    j["rng"] = st.rng;
-    j["settings"] = st.settings;
-    write_file_atomic(tmp_dir + "/trainer_state.json", j.dump(2) + "\n");
-    for (const std::string& f : so.copy_files)
-      write_file_atomic(tmp_dir + "/" + fs::path(f).filename().string(), read_file(f));
-    fsync_dir(tmp_dir);
+    write_state_files(tmp_dir, st, so);
   } catch (const Error& e) {
+    std::error_code ec;
     fs::remove_all(tmp_dir, ec);
     int64_t trained = 0;
     for (const auto& s : layout.specs()) trained += !so.trained || so.trained(s) ? s.numel : 0;
@@ -342,33 +404,7 @@ std::string save_checkpoint(const std::string& out_dir, const Config& c, const P
                           (so.optimizer ? static_cast<uint64_t>(trained) * 8 : 0);
     fail(e.what(), " (the unfinished checkpoint ", tmp_dir, " was removed; ", space_note(out_dir, need), ")");
   }
-
-  // Into place.  Every state between the steps below is a valid run
-  // directory: a checkpoint of the same step (a rerun) is swapped with the new
-  // one in one atomic exchange, so its name never stops naming a complete
-  // checkpoint, and `latest` moves only once the new one is there.
-  fault_point(0);
-  if (fs::exists(final_dir)) {
-    if (::renameat2(AT_FDCWD, tmp_dir.c_str(), AT_FDCWD, final_dir.c_str(), RENAME_EXCHANGE) != 0)
-      fail(final_dir, ": cannot exchange with the new checkpoint: ", errno_text());
-    fsync_dir(out_dir);
-    fault_point(1);
-    fs::remove_all(tmp_dir, ec);  // now the previous copy
-  } else {
-    fs::rename(tmp_dir, final_dir, ec);
-    if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
-    fsync_dir(out_dir);
-  }
-  fault_point(2);
-  write_file_atomic(out_dir + "/latest", std::string(name) + "\n");
-  fault_point(3);
-  // Older checkpoints beyond the newest `keep` go only after `latest` names the new one.
-  if (so.keep > 0) {
-    std::vector<std::string> all = list_checkpoints(out_dir);
-    for (size_t i = 0; i + static_cast<size_t>(so.keep) < all.size(); ++i)
-      if (all[i] != final_dir) fs::remove_all(all[i], ec);
-  }
-  return final_dir;
+  return move_into_place(out_dir, tmp_dir, step_name(st.step), so);
 }
 
 TrainerState load_checkpoint(const std::string& dir, const ParamLayout& layout, float* params, float* m, float* v,

@@ -107,16 +107,22 @@ struct SaveOptions {
   // `at`, every exp_avg piece before the first exp_avg_sq one.  When set,
   // save_checkpoint's m and v are not read.
   std::function<void(int k, int64_t at, std::span<float> out)> fetch_moments;
-  // Weights that no process holds whole (ZeRO-3): write_model_files' fetch;
-  // save_checkpoint's params are then not read.  Every weight is asked for
-  // before the first moment.
-  ArenaFetch fetch_params;
 };
 
 // Writes <out>/step_<step>/ atomically and repoints <out>/latest; returns the path.
 std::string save_checkpoint(const std::string& out_dir, const Config& c, const ParamLayout& layout,
                             const float* params, const float* m, const float* v, const TrainerState& st,
                             const SaveOptions& so = {});
+// save_checkpoint in two halves, for a checkpoint whose files several
+// processes write (ZeRO-3, train/zero3.h).  begin_checkpoint makes the
+// temporary directory the files go into and returns it;
+// commit_checkpoint writes trainer_state.json and so.copy_files into it and
+// moves it into place as save_checkpoint does (fsynced, atomic, `latest`,
+// the older ones beyond so.keep removed); returns the checkpoint's path.  A
+// failure removes the temporary directory.
+std::string begin_checkpoint(const std::string& out_dir, int64_t step);
+std::string commit_checkpoint(const std::string& out_dir, const std::string& tmp_dir, const TrainerState& st,
+                              const SaveOptions& so);
 // Loads parameters, moments (of the tensors `trained` accepts; null: all) and
 // trainer state from a checkpoint directory, converting with `threads` threads.
 // With a range [lo, hi) of the arena, m and v receive that part only (m[0]

@@ -321,20 +321,36 @@ void SafeTensorsWriter::add_i32(const std::string& name, std::vector<int64_t> sh
   add(name, "I32", std::move(shape), data.data(), data.size() * sizeof(int32_t), true);
 }
 
-void SafeTensorsWriter::write(const std::string& path) const {
+void SafeTensorsWriter::add_placeholder(const std::string& name, const char* dtype, std::vector<int64_t> shape) {
+  const int64_t width = std::string(dtype) == "BF16" || std::string(dtype) == "F16" ? 2 : 4;
+  const size_t bytes = static_cast<size_t>(shape_numel(shape) * width);
+  add(name, dtype, std::move(shape), nullptr, bytes, false);
+}
+
+SafeTensorsWriter::Layout SafeTensorsWriter::layout() const {
   nlohmann::ordered_json header;
   if (!metadata_.empty()) header["__metadata__"] = metadata_;
   size_t offset = 0;
+  Layout l;
   for (const auto& e : entries_) {
     header[e.name] = {{"dtype", e.dtype}, {"shape", e.shape}, {"data_offsets", {offset, offset + e.bytes}}};
+    l.offsets.push_back(offset);
     offset += e.bytes;
   }
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
   const uint64_t n = h.size();
+  l.head.assign(reinterpret_cast<const char*>(&n), 8);
+  l.head += h;
+  for (uint64_t& o : l.offsets) o += l.head.size();
+  l.size = l.head.size() + offset;
+  return l;
+}
+
+void SafeTensorsWriter::write(const std::string& path) const {
+  const Layout l = layout();
   write_file_atomic(path, [&](int fd) {
-    write_all(fd, &n, 8, path);
-    write_all(fd, h.data(), h.size(), path);
+    write_all(fd, l.head.data(), l.head.size(), path);
     std::vector<uint16_t> piece;
     std::vector<float> made;  // a produced tensor's current piece
     constexpr size_t kPiece = 1 << 18;
@@ -355,6 +371,7 @@ void SafeTensorsWriter::write(const std::string& path) const {
         }
         continue;
       }
+      ATTNRES_CHECK(e.data || !e.owned.empty() || e.bytes == 0, path, ": ", e.name, " is a placeholder (layout() only)");
       if (!e.f32_to_bf16) {
         write_all(fd, e.owned.empty() ? e.data : e.owned.data(), e.bytes, path);
         continue;

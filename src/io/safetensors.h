@@ -96,7 +96,18 @@ class SafeTensorsWriter {
   void add_bf16(const std::string& name, std::vector<int64_t> shape, Producer produce);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> data);
   void add_i32(const std::string& name, std::vector<int64_t> shape, std::vector<int32_t>&& data);
+  // A tensor whose bytes others write (a sharded checkpoint, train/zero3.h):
+  // its place in layout(), nothing to write here.
+  void add_placeholder(const std::string& name, const char* dtype, std::vector<int64_t> shape);
   void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
+  // The file's form without writing it: its head (the 8-byte length and the
+  // header), each tensor's offset in the file in the order added, and the size.
+  struct Layout {
+    std::string head;
+    std::vector<uint64_t> offsets;
+    uint64_t size = 0;
+  };
+  Layout layout() const;
   // The file written atomically (temp, fsync, rename), tensor by tensor.
   void write(const std::string& path) const;
 

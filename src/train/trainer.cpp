@@ -518,6 +518,7 @@ void Run::build() {
     // ZeRO stage 3: each rank holds its piece of every matrix and every vector
     // (train/zero3.h); its AdamW updates those.
     zero3_ = std::make_unique<Zero3>(*model_, comm_);
+    if (hooks_.save_fault_rank == rank_) zero3_->fail_saves_for_testing();
     shards_ = std::make_unique<Shards>(model_->layout().total(), 1);
     adamw_ = std::make_unique<AdamW>(ctx_->ops(), model_->layout(), opt_.adamw(), opt_.freeze_base, zero3_->owned());
   } else {

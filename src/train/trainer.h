@@ -36,7 +36,9 @@ struct TrainTestHooks {
   // the ranks exchange them (e.g. a NaN on one rank: cli/train.cpp's
   // ATTNRES_TEST_NAN).  Empty in production.
   std::function<void(int rank, int64_t step, StepGradients&)> gradient_fault;
-  int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB)
+  int64_t moment_chunk = 0;  // floats per piece of the moments sent to rank 0 in a save (0: 16 MiB);
+                             // under ZeRO-3, per write of a rank's part of a checkpoint
+  int save_fault_rank = -1;  // ZeRO-3: this rank fails to write its part of every checkpoint
   int64_t stop_step = -1;    // SIGTERM to itself once micro-batch stop_micro (1-based) of step stop_step is drawn
   int64_t stop_micro = -1;
 };

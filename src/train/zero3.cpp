@@ -1,11 +1,18 @@
 // zero3.cpp — see zero3.h.
 #include "train/zero3.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <filesystem>
 
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/file_util.h"
+#include "io/safetensors.h"
 #include "core/timer.h"
 
 namespace attnres {
@@ -239,63 +246,26 @@ TrainerState Zero3::load_checkpoint(const std::string& dir, AdamW& adamw,
 
 namespace {
 
-// Rank 0's reading of an arena whose matrices are in pieces over the ranks:
-// read(at, out) in increasing `at`; the vectors and rank 0's pieces are its
-// own, every other piece comes from its owner as it sends it (send_pieces,
-// the same order and chunks), one chunk held at a time.
-class PieceReader {
- public:
-  PieceReader(Comm& comm, const ParamLayout& layout, const std::vector<Shards>& pieces, const float* mine, int tag,
-              int64_t chunk, std::string what)
-      : comm_(comm), layout_(layout), pieces_(pieces), mine_(mine), tag_(tag), chunk_(chunk), what_(std::move(what)) {}
-
-  void read(int64_t at, std::span<float> out) {
-    size_t done = 0;
-    while (done < out.size()) {
-      const int64_t a = at + static_cast<int64_t>(done);
-      const auto& specs = layout_.specs();
-      while (spec_ + 1 < specs.size() && specs[spec_ + 1].offset <= a) ++spec_;
-      const TensorSpec& s = specs[spec_];
-      ATTNRES_CHECK(a >= s.offset && a < s.offset + s.numel, what_, ": float ", a, " is in no tensor");
-      const float* src = nullptr;
-      int64_t avail = 0;
-      const Shards& p = pieces_[spec_];
-      int owner = 0;
-      if (s.matrix)
-        while (owner + 1 < comm_.size() && a - s.offset >= p.hi(owner)) ++owner;
-      if (owner == 0) {  // a vector, or rank 0's piece
-        src = mine_ + a;
-        avail = (s.matrix ? s.offset + p.hi(0) : s.offset + s.numel) - a;
-      } else {
-        if (!(a >= b0_ && a < b1_)) {
-          const int64_t lo = s.offset + p.lo(owner), hi = s.offset + p.hi(owner);
-          ATTNRES_CHECK((a - lo) % chunk_ == 0, what_, ": float ", a, " read out of order");
-          const int64_t n = std::min(chunk_, hi - a);
-          piece_.resize(static_cast<size_t>(chunk_));
-          comm_.recv(piece_.data(), n, owner, tag_, what_);
-          b0_ = a;
-          b1_ = a + n;
-        }
-        src = piece_.data() + (a - b0_);
-        avail = b1_ - a;
-      }
-      const size_t n = std::min(out.size() - done, static_cast<size_t>(avail));
-      std::copy(src, src + n, out.data() + done);
-      done += n;
-    }
+// n bytes at `offset` of the open file, whole (a short or interrupted write continues).
+void pwrite_all(int fd, const void* data, size_t n, uint64_t offset, const std::string& path) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, p, n, static_cast<off_t>(offset));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail(path, ": cannot write: ", errno_text());
+    p += w;
+    n -= static_cast<size_t>(w);
+    offset += static_cast<uint64_t>(w);
   }
+}
 
- private:
-  Comm& comm_;
-  const ParamLayout& layout_;
-  const std::vector<Shards>& pieces_;
-  const float* mine_;
-  int tag_;
-  int64_t chunk_;
-  std::string what_;
-  size_t spec_ = 0;
-  int64_t b0_ = 0, b1_ = 0;
-  std::vector<float> piece_;
+// One file of the checkpoint that every rank writes its part of.
+struct SharedFile {
+  std::string name;  // in the checkpoint directory
+  SafeTensorsWriter::Layout layout;
+  bool bf16 = false;                 // its tensors as BF16 (the weights with --save-dtype bf16)
+  std::vector<const float*> source;  // per entry: the arena it is written from, at the tensor's offset
+  std::vector<int> spec;             // per entry: the tensor
 };
 
 }  // namespace
@@ -304,32 +274,125 @@ std::string Zero3::save(const std::string& out, const Config& c, AdamW& adamw, c
                         const SaveOptions& so, int64_t chunk) {
   ops_.synchronize();
   const ParamLayout& layout = model_.layout();
+  const auto& specs = layout.specs();
   const size_t n = static_cast<size_t>(layout.total());
   const HostView<float> params(ops_, model_.params(), n);
   const HostView<float> m(ops_, adamw.m(), so.optimizer ? n : 0), v(ops_, adamw.v(), so.optimizer ? n : 0);
-  // Each spec's pieces (a vector's: rank 0 holds it whole).
-  std::vector<Shards> pieces;
-  for (const TensorSpec& s : layout.specs()) pieces.emplace_back(s.matrix ? Shards(s.numel, ranks_) : Shards(s.numel, 1));
-  const std::string what = cat("step ", st.step, ": the transfer of the weight pieces to rank 0 for the checkpoint");
-  constexpr int kTag[3] = {11, 12, 13};  // weights, exp_avg, exp_avg_sq
-  if (!comm_.root()) {
-    const float* arena[3] = {params.data(), m.data(), v.data()};
-    for (int k = 0; k < (so.optimizer ? 3 : 1); ++k)
-      for (size_t i = 0; i < layout.specs().size(); ++i) {
-        const TensorSpec& s = layout.specs()[i];
-        if (!s.matrix || (k > 0 && so.trained && !so.trained(s))) continue;
-        const int64_t lo = s.offset + pieces[i].lo(rank_), hi = s.offset + pieces[i].hi(rank_);
-        for (int64_t a = lo; a < hi; a += chunk) comm_.send(arena[k] + a, std::min(chunk, hi - a), 0, kTag[k], what);
-      }
-    return "";
+  // The files' forms, the same on every rank: the tensors of save_checkpoint's
+  // files in the same order (so the same bytes a process holding the model writes).
+  std::vector<SharedFile> files(so.optimizer ? 2 : 1);
+  {
+    SafeTensorsWriter w;
+    w.set_metadata("format", "pt");
+    for (size_t i = 0; i < specs.size(); ++i) {
+      w.add_placeholder(specs[i].name, so.bf16 ? "BF16" : "F32", specs[i].shape);
+      files[0].source.push_back(params.data());
+      files[0].spec.push_back(static_cast<int>(i));
+    }
+    files[0].name = "model.safetensors";
+    files[0].layout = w.layout();
+    files[0].bf16 = so.bf16;
   }
-  PieceReader w(comm_, layout, pieces, params.data(), kTag[0], chunk, what);
-  PieceReader mr(comm_, layout, pieces, m.data(), kTag[1], chunk, what);
-  PieceReader vr(comm_, layout, pieces, v.data(), kTag[2], chunk, what);
-  SaveOptions sharded = so;
-  sharded.fetch_params = [&](int64_t at, std::span<float> o) { w.read(at, o); };
-  sharded.fetch_moments = [&](int k, int64_t at, std::span<float> o) { (k == 0 ? mr : vr).read(at, o); };
-  return save_checkpoint(out, c, layout, params.data(), nullptr, nullptr, st, sharded);
+  if (so.optimizer) {
+    SafeTensorsWriter w;
+    for (int k = 0; k < 2; ++k)
+      for (size_t i = 0; i < specs.size(); ++i)
+        if (!so.trained || so.trained(specs[i])) {
+          w.add_placeholder(cat(k == 0 ? "exp_avg." : "exp_avg_sq.", specs[i].name), "F32", specs[i].shape);
+          files[1].source.push_back(k == 0 ? m.data() : v.data());
+          files[1].spec.push_back(static_cast<int>(i));
+        }
+    files[1].name = "optimizer.safetensors";
+    files[1].layout = w.layout();
+  }
+  const std::string at = cat("step ", st.step, ": the checkpoint");
+  // Rank 0 makes the directory and the files (their headers, their full size);
+  // then every rank knows where to write, or that it cannot.
+  std::string tmp, error;
+  if (comm_.root()) try {
+      tmp = begin_checkpoint(out, st.step);
+      write_file_atomic(tmp + "/config.json", c.to_json(so.bf16 ? "bfloat16" : "float32").dump(2) + "\n");
+      for (const SharedFile& f : files) {
+        const std::string path = tmp + "/" + f.name;
+        const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0) fail(path, ": cannot create: ", errno_text());
+        struct Closer {
+          int fd;
+          ~Closer() { ::close(fd); }
+        } closer{fd};
+        if (::ftruncate(fd, static_cast<off_t>(f.layout.size)) != 0)
+          fail(path, ": cannot make it ", f.layout.size, " bytes: ", errno_text());
+        pwrite_all(fd, f.layout.head.data(), f.layout.head.size(), 0, path);
+      }
+      if (tmp.size() >= 4096) fail(tmp, ": a path longer than the system allows");
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  std::vector<char> path(4096, 0);
+  if (comm_.root()) std::snprintf(path.data(), path.size(), "%s", error.empty() ? tmp.c_str() : "");
+  comm_.broadcast(path.data(), static_cast<int64_t>(path.size()), at + ": its directory");
+  tmp = path.data();
+  if (tmp.empty()) {
+    if (!error.empty()) fail(error);
+    fail(at, ": rank 0 could not start it (its error says why)");
+  }
+  // Every rank writes what it holds: its piece of each matrix; rank 0 also
+  // every vector.  `chunk` floats at a time (converted to BF16 where asked).
+  std::vector<uint16_t> rounded;
+  try {
+    if (fail_saves_) fail(tmp, ": injected failure of rank ", rank_, "'s writes (ATTNRES_TEST_SAVE_FAULT_RANK)");
+    for (const SharedFile& f : files) {
+      const std::string file = tmp + "/" + f.name;
+      const int fd = ::open(file.c_str(), O_WRONLY | O_CLOEXEC);
+      if (fd < 0)
+        fail(file, ": cannot open to write this rank's part: ", errno_text(),
+             " (the run directory must be on a file system every rank sees)");
+      struct Closer {
+        int fd;
+        ~Closer() { ::close(fd); }
+      } closer{fd};
+      const size_t width = f.bf16 ? 2 : 4;
+      for (size_t e = 0; e < f.spec.size(); ++e) {
+        const TensorSpec& s = specs[static_cast<size_t>(f.spec[e])];
+        int64_t lo = 0, hi = s.numel;
+        if (s.matrix) {
+          const Shards pieces(s.numel, ranks_);
+          lo = pieces.lo(rank_);
+          hi = pieces.hi(rank_);
+        } else if (!comm_.root()) {
+          continue;  // a vector: rank 0 writes it
+        }
+        for (int64_t a = lo; a < hi; a += chunk) {
+          const int64_t k = std::min(chunk, hi - a);
+          const float* src = f.source[e] + s.offset + a;
+          const uint64_t offset = f.layout.offsets[e] + static_cast<uint64_t>(a) * width;
+          if (!f.bf16) {
+            pwrite_all(fd, src, static_cast<size_t>(k) * 4, offset, file);
+            continue;
+          }
+          rounded.resize(static_cast<size_t>(k));
+          for (int64_t i = 0; i < k; ++i) rounded[static_cast<size_t>(i)] = float_to_bf16(src[i]);
+          pwrite_all(fd, rounded.data(), static_cast<size_t>(k) * 2, offset, file);
+        }
+      }
+      if (::fsync(fd) != 0) fail(file, ": cannot fsync: ", errno_text());
+    }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  // Committed only when every rank has written its part.
+  const std::vector<double> ok = comm_.all_gather({error.empty() ? 1.0 : 0.0}, at + ": every rank's part written");
+  int bad = -1;
+  for (int r = 0; r < ranks_ && bad < 0; ++r)
+    if (ok[static_cast<size_t>(r)] == 0.0) bad = r;
+  if (bad >= 0) {
+    std::error_code ec;
+    if (comm_.root()) std::filesystem::remove_all(tmp, ec);
+    if (!error.empty()) fail(error, " (the unfinished checkpoint ", tmp, " was removed)");
+    fail(at, ": rank ", bad, " could not write its part (its error says why); the unfinished checkpoint was removed");
+  }
+  if (!comm_.root()) return "";
+  return commit_checkpoint(out, tmp, st, so);
 }
 
 }  // namespace attnres

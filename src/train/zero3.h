@@ -28,9 +28,12 @@
 // over ranks (every rank gets the same bits) and every rank updates every
 // vector; each rank updates its own pieces (AdamW over owned()).
 //
-// Checkpoints keep the usual form (io/checkpoint.h): rank 0 writes them while
-// the owners stream their pieces to it, a piece of `chunk` floats at a time,
-// so no process holds the model; a resume or an --init reads each rank's
+// Checkpoints keep the usual form (io/checkpoint.h), written by every rank
+// in parallel: rank 0 makes the directory and the files at their full size
+// (the headers a single process would write), every rank writes its pieces
+// at their offsets (rank 0 the vectors too), and rank 0 commits once every
+// rank's part is on disk — the same bytes one process holding the model
+// writes, and no process holds it.  A resume or an --init reads each rank's
 // ranges from the memory-mapped files.  A checkpoint of a ZeRO-3 run is a
 // checkpoint: it resumes under ZeRO-1, on any number of ranks, and back.
 #pragma once
@@ -95,12 +98,15 @@ class Zero3 final : public WeightUnits {
   int64_t load_weights(const std::string& dir, bool keep_missing_routing);
   // From a checkpoint (--resume): weights and the moments of adamw.
   TrainerState load_checkpoint(const std::string& dir, AdamW& adamw, const std::function<bool(const TensorSpec&)>& trained);
-  // A checkpoint.  Rank 0 writes it (save: io/checkpoint.h's save_checkpoint
-  // with the options given and the fetches set) while every other rank sends
-  // its pieces of the weights and, with so.optimizer, of the moments; then
-  // returns the checkpoint's path (rank 0) or "".
+  // A checkpoint (a collective): the weights and, with so.optimizer, the
+  // moments, every rank writing its part `chunk` floats at a time into the
+  // files rank 0 laid out; then rank 0 commits it (io/checkpoint.h's
+  // commit_checkpoint) and returns its path; the other ranks return "".  A
+  // rank that cannot write its part stops every rank, the directory removed.
   std::string save(const std::string& out, const Config& c, AdamW& adamw, const TrainerState& st,
                    const SaveOptions& so, int64_t chunk);
+  // Tests: this rank fails to write its part of every checkpoint, as a full disk would.
+  void fail_saves_for_testing() { fail_saves_ = true; }
 
  private:
   struct Tensor {
@@ -117,6 +123,7 @@ class Zero3 final : public WeightUnits {
   std::vector<char> held_;                  // (matrices_) gathered whole now
   std::vector<ArenaRange> owned_;
   double seconds_ = 0;
+  bool fail_saves_ = false;
   int64_t gathered_bytes_ = 0, scattered_bytes_ = 0;
 
   const TensorSpec& spec(const Tensor& t) const { return model_.layout().specs()[static_cast<size_t>(t.spec)]; }

@@ -552,9 +552,9 @@ def test_zero3(r):
 
 
 def test_zero3_checkpoints(r):
-    # A 2-rank ZeRO-3 run's checkpoint is an ordinary one: rank 0 writes it while rank 1 streams its pieces
-    # (pieces of 1000 floats give the same bytes); it resumes on 1 rank under ZeRO-1 and on 4 under ZeRO-3;
-    # and a ZeRO-1 checkpoint resumes under ZeRO-3.
+    # A 2-rank ZeRO-3 run's checkpoint is an ordinary one, every rank writing its part into the files rank 0
+    # laid out (writes of 1000 floats give the same bytes); it resumes on 1 rank under ZeRO-1 and on 4 under
+    # ZeRO-3; and a ZeRO-1 checkpoint resumes under ZeRO-3.
     full = "z3rs-full"
     p = r.run(2, r.args(full, extra=["--batch", "4", "--ckpt-every", "10", "--zero", "3"]))
     if not check(p.returncode == 0, "zero3 resume: a 2-rank ZeRO-3 run with a checkpoint at step 10"):
@@ -563,12 +563,20 @@ def test_zero3_checkpoints(r):
     ref = r.losses(full)
     p = r.run(2, r.args("z3rs-pieces", extra=["--batch", "4", "--ckpt-every", "10", "--zero", "3"]),
               env=dict(ENV, ATTNRES_TEST_MOMENT_CHUNK="1000"))
-    if check(p.returncode == 0, "zero3 resume: the same run with the pieces sent 1000 floats at a time"):
+    if check(p.returncode == 0, "zero3 resume: the same run with each rank writing 1000 floats at a time"):
         for step in ("step_00000010", "step_00000020"):
             for f in ("model.safetensors", "optimizer.safetensors"):
                 with open(os.path.join(r.tmp, full, step, f), "rb") as x, \
                         open(os.path.join(r.tmp, "z3rs-pieces", step, f), "rb") as y:
                     check(x.read() == y.read(), f"zero3 resume: {step}/{f} is the same bytes either way")
+    # Every rank writes its part; one that cannot stops every rank, and nothing of that checkpoint stays.
+    p = r.run(2, r.args("z3rs-fault", steps=4, extra=["--batch", "4", "--zero", "3", "--ckpt-every", "2"]),
+              env=dict(ENV, ATTNRES_TEST_SAVE_FAULT_RANK="1"))
+    left = os.listdir(os.path.join(r.tmp, "z3rs-fault"))
+    check(p.returncode != 0 and "injected failure of rank 1's writes" in p.stderr
+          and "rank 1 could not write its part" in p.stderr and not any(x.startswith(("step_", ".step_", "latest"))
+                                                                        for x in left),
+          f"zero3 resume: a rank that cannot write its part stops the run, nothing of the checkpoint left ({left})")
     ckpt = os.path.join(r.tmp, full, "step_00000010")
     for ranks, zero in ((1, "1"), (4, "3")):
         out = f"z3rs-{ranks}"
