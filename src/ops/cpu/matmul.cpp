@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
@@ -320,16 +321,128 @@ namespace {
 inline bf16 as_bf16(float x) { return float_to_bf16(x); }
 inline bf16 as_bf16(bf16 x) { return x; }
 
+// The 32 × 32 bf16 block at x (rows of `ldx` elements), transposed into dst
+// (rows of `ldd`): out[c][r] = x[r][c].  Five stages, one per bit b of the
+// row and column indices: each swaps row bit b with column bit b, by
+// pairing row i (bit b clear) with row i + d (d = 2^b) — two VPERMT2W per
+// pair.  A transposition swaps every row bit with its column bit, and the
+// stages commute, so their product is the transposition.  AVX512-BW: only
+// reached where the CPU has it (the dense copy is AMX's, so these CPUs do).
+#if defined(__x86_64__) && defined(__GNUC__)
+#define ATTNRES_TRANSPOSE_AVX512 1
+// The stages' VPERMT2W indices, stage s (d = 16 >> s): [s][0] makes row i
+// (bit-b-clear columns of row i, then those of row i + d), [s][1] row i + d.
+struct TransposeIndices {
+  alignas(64) uint16_t idx[5][2][32];
+  constexpr TransposeIndices() : idx{} {
+    for (int s = 0; s < 5; ++s) {
+      const int d = 16 >> s;
+      for (int j = 0; j < 32; ++j) {
+        idx[s][0][j] = static_cast<uint16_t>((j & d) ? 32 + j - d : j);
+        idx[s][1][j] = static_cast<uint16_t>((j & d) ? 32 + j : j + d);
+      }
+    }
+  }
+};
+constexpr TransposeIndices kTransposeIndices;
+
+// Stages d = 8, 4, 2, 1 on 16 rows held in registers (indices [1..4]).
+__attribute__((target("avx512f,avx512bw"))) inline void transpose_stages16(__m512i (&g)[16]) {
+#pragma GCC unroll 4
+  for (int s = 1; s < 5; ++s) {
+    const int d = 16 >> s;
+    const __m512i ilo = _mm512_load_si512(kTransposeIndices.idx[s][0]);
+    const __m512i ihi = _mm512_load_si512(kTransposeIndices.idx[s][1]);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) {
+      if (i & d) continue;
+      const __m512i a = g[i], b = g[i + d];
+      g[i] = _mm512_permutex2var_epi16(a, ilo, b);
+      g[i + d] = _mm512_permutex2var_epi16(a, ihi, b);
+    }
+  }
+}
+// 16 rows at a time, so that they stay in registers: rows 0–15 through the
+// four inner stages to a stack block, rows 16–31 likewise, and the d = 16
+// stage as the rows are stored.
+__attribute__((target("avx512f,avx512bw"))) void transpose_block32(bf16* dst, int64_t ldd, const bf16* x,
+                                                                   int64_t ldx) {
+  alignas(64) bf16 top[16 * 32];
+  __m512i g[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) g[i] = _mm512_loadu_si512(x + i * ldx);
+  transpose_stages16(g);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) _mm512_store_si512(top + i * 32, g[i]);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) g[i] = _mm512_loadu_si512(x + (16 + i) * ldx);
+  transpose_stages16(g);
+  const __m512i ilo = _mm512_load_si512(kTransposeIndices.idx[0][0]);
+  const __m512i ihi = _mm512_load_si512(kTransposeIndices.idx[0][1]);
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) {
+    const __m512i a = _mm512_load_si512(top + i * 32);
+    _mm512_storeu_si512(dst + i * ldd, _mm512_permutex2var_epi16(a, ilo, g[i]));
+    _mm512_storeu_si512(dst + (16 + i) * ldd, _mm512_permutex2var_epi16(a, ihi, g[i]));
+  }
+}
+// block[r][c] = bf16(x[r][c]) for a 32 × 32 block of float rows: float_to_bf16
+// (core/bf16.h) sixteen lanes at a time — nearest-even, a NaN kept quiet.
+// (The maskz forms: GCC 12's unmasked ones trip -Wuninitialized.)
+__attribute__((target("avx512f,avx512bw"))) void round_block32(bf16* block, const float* x, int64_t ldx) {
+  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
+  const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
+  const __m512i quiet = _mm512_set1_epi32(0x40);
+  for (int r = 0; r < 32; ++r)
+    for (int c = 0; c < 32; c += 16) {
+      const __m512i u = _mm512_loadu_si512(x + r * ldx + c);
+      const __m512i high = _mm512_maskz_srli_epi32(0xFFFF, u, 16);
+      const __m512i odd = _mm512_and_si512(high, one);
+      const __m512i rounded = _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(_mm512_add_epi32(u, half), odd), 16);
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
+      const __m512i v = _mm512_mask_or_epi32(rounded, nan, high, quiet);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + r * 32 + c), _mm512_maskz_cvtepi32_epi16(0xFFFF, v));
+    }
+}
+bool transpose_avx512_here() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+  }();
+  return has;
+}
+#endif
+
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
-// makes a product's transposed operand a dense one (blocks of 32 × 32).
+// makes a product's transposed operand a dense one (blocks of 32 × 32; a full
+// block in bf16 through transpose_block32 where the CPU has AVX512-BW — from
+// float rows, rounded into a block first —, the rest element by element).
 template <class T>
 void transposed_bf16(bf16* dst, const T* src, int64_t rows, int64_t cols, int threads) {
   constexpr int64_t kB = 32;
   const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
+#ifdef ATTNRES_TRANSPOSE_AVX512
+  const bool fast = transpose_avx512_here();
+#else
+  const bool fast = false;
+#endif
 #pragma omp parallel for schedule(static) num_threads(threads) if (rows * cols >= kParallelMin)
   for (int64_t b = 0; b < rb * cb; ++b) {
     const int64_t r0 = b / cb * kB, c0 = b % cb * kB;
     const int64_t r1 = std::min(rows, r0 + kB), c1 = std::min(cols, c0 + kB);
+#ifdef ATTNRES_TRANSPOSE_AVX512
+    if (fast && r1 - r0 == kB && c1 - c0 == kB) {
+      if constexpr (std::is_same_v<T, bf16>) {
+        transpose_block32(dst + c0 * rows + r0, rows, src + r0 * cols + c0, cols);
+      } else {
+        alignas(64) bf16 block[kB * kB];  // the block's rows rounded
+        round_block32(block, src + r0 * cols + c0, cols);
+        transpose_block32(dst + c0 * rows + r0, rows, block, kB);
+      }
+      continue;
+    }
+#endif
+    (void)fast;
     for (int64_t c = c0; c < c1; ++c)
       for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = as_bf16(src[r * cols + c]);
   }
