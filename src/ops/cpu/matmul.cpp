@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/cpu_backend.h"
+#include "ops/cpu/cpu_level.h"
 #include "ops/cpu/dnnl_matmul.h"
 
 namespace attnres {
@@ -404,13 +405,6 @@ __attribute__((target("avx512f,avx512bw"))) void round_block32(bf16* block, cons
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + r * 32 + c), _mm512_maskz_cvtepi32_epi16(0xFFFF, v));
     }
 }
-bool transpose_avx512_here() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-  }();
-  return has;
-}
 #endif
 
 // dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
@@ -422,7 +416,7 @@ void transposed_bf16(bf16* dst, const T* src, int64_t rows, int64_t cols, int th
   constexpr int64_t kB = 32;
   const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
 #ifdef ATTNRES_TRANSPOSE_AVX512
-  const bool fast = transpose_avx512_here();
+  static const bool fast = cpu_level_detected() == CpuLevel::kAvx512;  // F, BW and the OS's ZMM state
 #else
   const bool fast = false;
 #endif
