@@ -223,9 +223,10 @@ std::vector<GemmShape> step_gemm_shapes(const Config& c, int64_t N) {
   return out;
 }
 
-GemmTiming time_gemm_shape(CpuBackend& cpu, const GemmShape& s, int reps) {
+GemmTiming time_gemm_shape(CpuBackend& cpu, const GemmShape& s, int reps, bool bf16) {
   return {cpu.time_gemm(Fp32Gemm::kOpenBlas, s.ta, s.tb, s.M, s.N, s.K, s.accumulate, reps),
-          cpu.time_gemm(Fp32Gemm::kOneDnn, s.ta, s.tb, s.M, s.N, s.K, s.accumulate, reps)};
+          cpu.time_gemm(Fp32Gemm::kOneDnn, s.ta, s.tb, s.M, s.N, s.K, s.accumulate, reps),
+          bf16 ? cpu.time_gemm_bf16(s.ta, s.tb, s.M, s.N, s.K, s.accumulate, reps) : 0.0};
 }
 
 }  // namespace attnres

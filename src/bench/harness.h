@@ -64,8 +64,8 @@ struct GenerationBench {
 // is built), and the training forward's tok/s over the same P tokens.
 nlohmann::json bench_generation(Context& ctx, Config c, const GenerationBench& g);
 
-// The float32 products of one training step, shape by shape, as gemm() runs
-// them (the same fixed tiles on the same threads).  Per layer, for each
+// The products of one training step, shape by shape, as gemm() (float32) and
+// gemm_bf16() run them (the same fixed tiles on the same threads).  Per layer, for each
 // linear W[O,I] on N = B·T rows: the forward out = x·Wᵀ (N, O, I), the input
 // gradient dx = dy·W (N, I, O) and the weight gradient dW += dyᵀ·x (O, I,
 // N); the LM head's the same per chunk of rows.  Attention's tile products
@@ -80,9 +80,10 @@ struct GemmShape {
 std::vector<GemmShape> step_gemm_shapes(const Config& c, int64_t N);
 // One shape through each library: seconds of one call, the fastest of reps
 // after a warm-up, on this backend's threads.
+// With bf16, the bf16 product as well (bf16_s; 0 when not timed).
 struct GemmTiming {
-  double openblas_s, onednn_s;
+  double openblas_s, onednn_s, bf16_s;
 };
-GemmTiming time_gemm_shape(CpuBackend& cpu, const GemmShape& s, int reps);
+GemmTiming time_gemm_shape(CpuBackend& cpu, const GemmShape& s, int reps, bool bf16 = false);
 
 }  // namespace attnres

@@ -202,6 +202,10 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
   if (!onednn::available()) fail("bench --gemm: this attnres was built without oneDNN (libdnnl-dev)");
   const std::vector<std::string> configs = split_commas(f.config_given ? f.config : "bench-small,qwen3-0.6b");
   const int reps = static_cast<int>(std::max<int64_t>(f.steps, 1));
+  // --precision with bf16: each product in bf16 as well, as matmul's bf16 path runs it.
+  bool bf16 = false;
+  if (f.precision_given)
+    for (const Precision p : bench_precisions(f, "fp32", ctx.ops(), f.json)) bf16 |= p == Precision::kBF16;
   for (const std::string& config : configs) {
     BenchFlags g = f;
     g.config = config;
@@ -209,43 +213,48 @@ int bench_gemm(const BenchFlags& f, Context& ctx, bool batch_given) {
     // The fine-tuning shape of a published model is one sequence (B 1) unless --batch says otherwise.
     const int64_t B = batch_given || config == "bench-small" || config == "tiny" ? f.batch : 1;
     const int64_t N = flag_batch_tokens(B, f.seq_len);
-    double total[2] = {0, 0};
+    double total[3] = {0, 0, 0};
     if (!f.json)
       std::printf("bench --gemm: %s, N = B·T = %lld x %lld, %d threads, OpenBLAS core %s%s, oneDNN %s; "
-                  "fastest of %d\n%-16s %6s %6s %6s %8s %12s %12s %8s\n",
+                  "fastest of %d\n%-16s %6s %6s %6s %8s %12s %12s %8s%s\n",
                   config.c_str(), static_cast<long long>(B), static_cast<long long>(f.seq_len), ctx.threads(),
                   openblas_core().c_str(), std::getenv("OPENBLAS_CORETYPE") ? " (OPENBLAS_CORETYPE)" : "",
                   onednn::isa().c_str(), reps, "product", "M", "N", "K", "per step", "OpenBLAS GF/s",
-                  "oneDNN GF/s", "oneDNN/OB");
+                  "oneDNN GF/s", "oneDNN/OB", bf16 ? "    bf16 GF/s" : "");
     for (const GemmShape& s : step_gemm_shapes(c, N)) {
       const double flop = 2.0 * static_cast<double>(s.M) * static_cast<double>(s.N) * static_cast<double>(s.K);
-      const GemmTiming t = time_gemm_shape(*cpu, s, reps);
-      const double sec[2] = {t.openblas_s, t.onednn_s};
-      for (int lib = 0; lib < 2; ++lib) total[lib] += sec[lib] * static_cast<double>(s.per_step);
+      const GemmTiming t = time_gemm_shape(*cpu, s, reps, bf16);
+      const double sec[3] = {t.openblas_s, t.onednn_s, t.bf16_s};
+      for (int lib = 0; lib < 3; ++lib) total[lib] += sec[lib] * static_cast<double>(s.per_step);
       if (f.json) {
-        std::printf("%s\n", nlohmann::json{{"config", config}, {"product", s.what}, {"M", s.M}, {"N", s.N},
-                                           {"K", s.K}, {"ta", s.ta}, {"tb", s.tb}, {"accumulate", s.accumulate},
-                                           {"per_step", s.per_step}, {"threads", ctx.threads()},
-                                           {"openblas_gflops", flop / sec[0] / 1e9},
-                                           {"onednn_gflops", flop / sec[1] / 1e9},
-                                           {"openblas_core", openblas_core()}, {"onednn_isa", onednn::isa()}}
-                                          .dump()
-                                          .c_str());
+        nlohmann::json row{{"config", config}, {"product", s.what}, {"M", s.M}, {"N", s.N},
+                           {"K", s.K}, {"ta", s.ta}, {"tb", s.tb}, {"accumulate", s.accumulate},
+                           {"per_step", s.per_step}, {"threads", ctx.threads()},
+                           {"openblas_gflops", flop / sec[0] / 1e9},
+                           {"onednn_gflops", flop / sec[1] / 1e9},
+                           {"openblas_core", openblas_core()}, {"onednn_isa", onednn::isa()}};
+        if (bf16) row["bf16_gflops"] = flop / sec[2] / 1e9;
+        std::printf("%s\n", row.dump().c_str());
       } else {
-        std::printf("%-16s %6lld %6lld %6lld %8lld %12.1f %12.1f %7.2fx\n", s.what.c_str(),
+        std::printf("%-16s %6lld %6lld %6lld %8lld %12.1f %12.1f %7.2fx", s.what.c_str(),
                     static_cast<long long>(s.M), static_cast<long long>(s.N), static_cast<long long>(s.K),
                     static_cast<long long>(s.per_step), flop / sec[0] / 1e9, flop / sec[1] / 1e9, sec[0] / sec[1]);
+        if (bf16) std::printf(" %12.1f", flop / sec[2] / 1e9);
+        std::printf("\n");
       }
       std::fflush(stdout);
     }
-    if (f.json)
-      std::printf("%s\n", nlohmann::json{{"config", config}, {"step_products_s_openblas", total[0]},
-                                         {"step_products_s_onednn", total[1]}, {"threads", ctx.threads()}}
-                                        .dump()
-                                        .c_str());
-    else
-      std::printf("the products of one step: OpenBLAS %.3f s, oneDNN %.3f s (oneDNN %.2fx the speed)\n\n", total[0],
+    if (f.json) {
+      nlohmann::json row{{"config", config}, {"step_products_s_openblas", total[0]},
+                         {"step_products_s_onednn", total[1]}, {"threads", ctx.threads()}};
+      if (bf16) row["step_products_s_bf16"] = total[2];
+      std::printf("%s\n", row.dump().c_str());
+    } else {
+      std::printf("the products of one step: OpenBLAS %.3f s, oneDNN %.3f s (oneDNN %.2fx the speed)", total[0],
                   total[1], total[0] / total[1]);
+      if (bf16) std::printf("; bf16 %.3f s", total[2]);
+      std::printf("\n\n");
+    }
   }
   return 0;
 }
@@ -306,9 +315,9 @@ void add_bench_options(OptionList& opts, BenchFlags& f) {
   opts.add(f.decode_batch, {"decode-batch", "8", "--generate: sequences decoded together (besides batch 1)"});
   opts.add(f.no_train_forward, {"no-train-forward", "false", "--generate: skip the training-forward comparison"});
   opts.add(f.gemm, {"gemm", "false",
-                    "time the float32 products of a training step, shape by shape, through OpenBLAS and oneDNN "
-                    "(--config may list several; default with --gemm: bench-small,qwen3-0.6b at B 1; --steps: "
-                    "timed repeats)"});
+                    "time the float32 products of a training step, shape by shape, through OpenBLAS and oneDNN, "
+                    "and in bf16 too where --precision lists it (--config may list several; default with --gemm: "
+                    "bench-small,qwen3-0.6b at B 1; --steps: timed repeats)"});
   opts.add(f.profile, {"profile", "false", profile_help()});
   opts.add(f.worker, {"worker", "false", "internal: run one mode in this process and print its JSON"});
   opts.add(f.measure, {"measure", "", "internal: print the machine's 'sgemm' or 'bf16' GFLOP/s, or 'copy' GB/s"});

@@ -26,6 +26,7 @@
 #include "core/rng.h"
 #include "distributed/comm.h"
 #include "model/params.h"
+#include "ops/cpu/dnnl_matmul.h"
 #include "testing/check.h"
 #include "train/options.h"
 #include "cli/cli_test_util.h"
@@ -389,6 +390,38 @@ TEST_F(Cli, BenchJson) {
   for (const char* k : {"mode", "tok_per_s", "mfu", "peak_rss_bytes"}) EXPECT_TRUE(j.contains(k)) << k;
   EXPECT_GT(j["tok_per_s"].get<double>(), 0);
   EXPECT_GT(j["peak_rss_bytes"].get<double>(), 1e6);
+}
+
+// bench --gemm: every product of a step, shape by shape; with --precision
+// listing bf16 also in bf16 as matmul's bf16 path runs it, and the step's sum.
+TEST_F(Cli, BenchGemmTimesEachProduct) {
+  write_file_atomic(dir_ + "/bench.json", cfg_.to_json().dump());
+  const std::string cmd = "bench --gemm --config " + dir_ + "/bench.json --batch 1 --seq-len 8 --steps 1 --json";
+  const bool bf16 = onednn::unsupported().empty();
+  Result r = run(cmd + (bf16 ? " --precision fp32,bf16" : ""));
+  ASSERT_EQ(r.status, 0) << r.err;
+  std::istringstream lines(r.out);
+  std::string line;
+  int products = 0, totals = 0;
+  while (std::getline(lines, line)) {
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("product")) {
+      ++products;
+      EXPECT_GT(j["onednn_gflops"].get<double>(), 0) << line;
+      EXPECT_EQ(j.contains("bf16_gflops"), bf16) << line;
+      if (bf16) {
+        EXPECT_GT(j["bf16_gflops"].get<double>(), 0) << line;
+      }
+    } else {
+      ++totals;
+      EXPECT_EQ(j.contains("step_products_s_bf16"), bf16) << line;
+    }
+  }
+  EXPECT_EQ(products, 18);  // forward, dx and dW of q, k/v, o, gate/up, down and the LM head
+  EXPECT_EQ(totals, 1);
+  Result fp32 = run(cmd);  // no --precision: float32 only
+  ASSERT_EQ(fp32.status, 0) << fp32.err;
+  EXPECT_EQ(fp32.out.find("bf16_gflops"), std::string::npos);
 }
 
 // bench --profile: the step's time by family of ops, from the op interface's

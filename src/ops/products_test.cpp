@@ -220,41 +220,6 @@ TEST_P(Products, Bf16RowsGiveTheBitsOfTheRowsTheyRound) {
   }
 }
 
-// The transposed bf16 copy that AMX's weight gradients read (matmul.cpp),
-// made from rows already in bf16 (the norm's, SwiGLU's, the LM head's
-// dlogits), is the copy made from the float32 rows they round.
-TEST(Bf16Transposed, FromBf16RowsIsTheCopyOfTheFloatRows) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{5, 7}, {70, 33}, {64, 96}, {100, 130}}) {
-    const auto x = randn(rows * cols, 70);
-    const auto x16 = to_bf16_host(x);
-    std::vector<bf16> a(x.size()), b(x.size());
-    to_bf16_transposed(a.data(), x.data(), rows, cols, 2);
-    to_bf16_transposed(b.data(), x16.data(), rows, cols, 2);
-    EXPECT_EQ(a, b) << rows << " x " << cols;
-    for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(b[c * rows + r], x16[r * cols + c]);
-  }
-}
-
-// The float rows' rounding inside the transposed copy (full 32 × 32 blocks
-// take a vector path of their own where the CPU has AVX512-BW) is
-// float_to_bf16's, on the values where rounding has cases: ties to even
-// both ways, a carry into the exponent, subnormals, ±0, ±inf, NaNs quiet and
-// signalling, the largest finite float (which rounds to inf).
-TEST(Bf16Transposed, FloatRowsRoundAsFloatToBf16) {
-  const int64_t rows = 64, cols = 96;
-  const uint32_t special[] = {0x3F808000u, 0x3F818000u, 0x3F7FFFFFu, 0x00000001u, 0x807FFFFFu, 0x00000000u,
-                              0x80000000u, 0x7F800000u, 0xFF800000u, 0x7FC00000u, 0x7F800001u, 0xFFBFFFFFu,
-                              0x7F7FFFFFu, 0x3F80FFFFu, 0x3F807FFFu};
-  std::vector<float> x = randn(rows * cols, 71);
-  for (int64_t i = 0; i < rows * cols; i += 3) x[i] = std::bit_cast<float>(special[(i / 3) % std::size(special)]);
-  std::vector<bf16> t(x.size());
-  to_bf16_transposed(t.data(), x.data(), rows, cols, 2);
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t c = 0; c < cols; ++c)
-      ASSERT_EQ(t[c * rows + r], float_to_bf16(x[r * cols + c])) << std::hex << std::bit_cast<uint32_t>(x[r * cols + c]);
-}
-
 // The fused LM head in the precision: the loss of each row from logits of
 // the operands as read, and dx, dW from dlogits = scale·(softmax − onehot)
 // (bf16: dlogits rounded too; that rounding is of a value the op computed in

@@ -44,17 +44,6 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 15;
 // Floats of workspace that hold n bf16 values, rounded up to a cache line.
 inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 
-// Whether the bf16 weight gradients read doutᵀ from a dense transposed copy
-// (to_bf16_transposed) rather than the row-major bf16 dout read transposed.
-// The copy gave oneDNN 2.6 dense blocks for its AMX kernels on the Intel Xeon
-// (2026-12-01); on the AMD EPYC (AVX512-BF16, no AMX) the transposed read is
-// faster (bench-small bf16 matmul_backward 307 → 238 ms per step, 2026-12-04)
-// and the copy's strided pass cost 8.6 % of the step: the copy only with AMX.
-bool bf16_weight_grads_from_dense_copy();
-
-// dst (cols, rows) = bf16 of src (rows, cols) transposed (matmul.cpp).
-void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads);
-void to_bf16_transposed(bf16* dst, const bf16* src, int64_t rows, int64_t cols, int threads);  // rows already rounded
 
 // The library of float32 products: OpenBLAS's SGEMM, or oneDNN's matmul
 // (ATTNRES_FP32_GEMM=openblas|onednn; `bench --gemm` measures both on the
@@ -103,6 +92,9 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   // this backend's threads: the fastest of `reps` after one warm-up, on
   // operands of its own (bench --gemm).
   double time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
+  // The same for the bf16 product as matmul's bf16 path runs it: with the
+  // dense transposed copy of A first where weight gradients take it (AMX).
+  double time_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
 
  protected:
   CpuBackend(Context& ctx, CpuLevel level) : Backend(ctx), level_(level), tiles_(choose_tile_path(level)) {}

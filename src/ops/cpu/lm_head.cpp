@@ -62,10 +62,10 @@ void dlogits_row(float* dz, const float* z, int64_t V, int32_t target, double ls
 }  // namespace
 
 // Scratch: a chunk's logits (rows, V) | in bf16, the copies of its x (rows, C)
-// and of dlogits, as they are (rows, V) and transposed (V, rows).
+// and of dlogits (rows, V).
 int64_t CpuKernels::lm_head_workspace(int64_t C, int64_t V, Precision p) const {
   const int64_t rows = chunk_rows(V);
-  return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + 2 * bf16_floats(rows * V) : 0);
+  return rows * V + (p == Precision::kBF16 ? bf16_floats(rows * C) + bf16_floats(rows * V) : 0);
 }
 
 double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weight W, const int32_t* targets, int64_t N,
@@ -74,8 +74,6 @@ double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weigh
   float* scratch = ctx_.workspace(lm_head_workspace(C, V, W.precision()));
   bf16* x16 = reinterpret_cast<bf16*>(scratch + kChunk * V);                        // (rows, C)
   bf16* dl16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C));  // (rows, V)
-  bf16* dlT16 = reinterpret_cast<bf16*>(scratch + kChunk * V + bf16_floats(kChunk * C) +
-                                        bf16_floats(kChunk * V));  // (V, rows)
   // Each row's loss lands in its own slot and the slots are added in row
   // order, so the total does not depend on the thread count.
   std::vector<double> row_loss(static_cast<size_t>(kChunk));
@@ -125,12 +123,7 @@ double CpuKernels::lm_head_loss_impl(float* dx, float* dW, const float* x, Weigh
     if (dx && W.b16) {
       // dx[rows, C] = bf16(dlogits) · W;   dW[V, C] += bf16(dlogits)ᵀ · bf16(x)
       gemm_bf16(false, false, rows, C, V, dl16, V, W.b16, C, /*accumulate=*/false, dx + r0 * C, C);
-      if (dW && bf16_weight_grads_from_dense_copy()) {  // from a dense transposed copy of dlogits
-        to_bf16_transposed(dlT16, dl16, rows, V, threads());
-        gemm_bf16(false, false, V, C, rows, dlT16, rows, x16, C, /*accumulate=*/true, dW, C);
-      } else if (dW) {  // from dl16 read transposed
-        gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);
-      }
+      if (dW) gemm_bf16(true, false, V, C, rows, dl16, V, x16, C, /*accumulate=*/true, dW, C);  // dl16 read transposed
     } else if (dx) {
       // dx[rows, C] = dlogits · W;   dW[V, C] += dlogitsᵀ · x
       gemm(false, false, rows, C, V, 1.0f, logits, V, W.f32, C, 0.0f, dx + r0 * C, C);

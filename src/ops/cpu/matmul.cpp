@@ -22,7 +22,6 @@
 #include "core/error.h"
 #include "ops/cpu/blas_kernels.h"
 #include "ops/cpu/cpu_backend.h"
-#include "ops/cpu/cpu_level.h"
 #include "ops/cpu/dnnl_matmul.h"
 
 namespace attnres {
@@ -309,148 +308,6 @@ void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, floa
 
 }  // namespace
 
-bool bf16_weight_grads_from_dense_copy() {
-#ifdef ATTNRES_HAVE_DNNL
-  static const bool amx = onednn::isa() == "avx512_core_amx";
-  return amx;
-#else
-  return false;
-#endif
-}
-
-namespace {
-inline bf16 as_bf16(float x) { return float_to_bf16(x); }
-inline bf16 as_bf16(bf16 x) { return x; }
-
-// The 32 × 32 bf16 block at x (rows of `ldx` elements), transposed into dst
-// (rows of `ldd`): out[c][r] = x[r][c].  Five stages, one per bit b of the
-// row and column indices: each swaps row bit b with column bit b, by
-// pairing row i (bit b clear) with row i + d (d = 2^b) — two VPERMT2W per
-// pair.  A transposition swaps every row bit with its column bit, and the
-// stages commute, so their product is the transposition.  AVX512-BW: only
-// reached where the CPU has it (the dense copy is AMX's, so these CPUs do).
-#if defined(__x86_64__) && defined(__GNUC__)
-#define ATTNRES_TRANSPOSE_AVX512 1
-// The stages' VPERMT2W indices, stage s (d = 16 >> s): [s][0] makes row i
-// (bit-b-clear columns of row i, then those of row i + d), [s][1] row i + d.
-struct TransposeIndices {
-  alignas(64) uint16_t idx[5][2][32];
-  constexpr TransposeIndices() : idx{} {
-    for (int s = 0; s < 5; ++s) {
-      const int d = 16 >> s;
-      for (int j = 0; j < 32; ++j) {
-        idx[s][0][j] = static_cast<uint16_t>((j & d) ? 32 + j - d : j);
-        idx[s][1][j] = static_cast<uint16_t>((j & d) ? 32 + j : j + d);
-      }
-    }
-  }
-};
-constexpr TransposeIndices kTransposeIndices;
-
-// Stages d = 8, 4, 2, 1 on 16 rows held in registers (indices [1..4]).
-__attribute__((target("avx512f,avx512bw"))) inline void transpose_stages16(__m512i (&g)[16]) {
-#pragma GCC unroll 4
-  for (int s = 1; s < 5; ++s) {
-    const int d = 16 >> s;
-    const __m512i ilo = _mm512_load_si512(kTransposeIndices.idx[s][0]);
-    const __m512i ihi = _mm512_load_si512(kTransposeIndices.idx[s][1]);
-#pragma GCC unroll 16
-    for (int i = 0; i < 16; ++i) {
-      if (i & d) continue;
-      const __m512i a = g[i], b = g[i + d];
-      g[i] = _mm512_permutex2var_epi16(a, ilo, b);
-      g[i + d] = _mm512_permutex2var_epi16(a, ihi, b);
-    }
-  }
-}
-// 16 rows at a time, so that they stay in registers: rows 0–15 through the
-// four inner stages to a stack block, rows 16–31 likewise, and the d = 16
-// stage as the rows are stored.
-__attribute__((target("avx512f,avx512bw"))) void transpose_block32(bf16* dst, int64_t ldd, const bf16* x,
-                                                                   int64_t ldx) {
-  alignas(64) bf16 top[16 * 32];
-  __m512i g[16];
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) g[i] = _mm512_loadu_si512(x + i * ldx);
-  transpose_stages16(g);
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) _mm512_store_si512(top + i * 32, g[i]);
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) g[i] = _mm512_loadu_si512(x + (16 + i) * ldx);
-  transpose_stages16(g);
-  const __m512i ilo = _mm512_load_si512(kTransposeIndices.idx[0][0]);
-  const __m512i ihi = _mm512_load_si512(kTransposeIndices.idx[0][1]);
-#pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) {
-    const __m512i a = _mm512_load_si512(top + i * 32);
-    _mm512_storeu_si512(dst + i * ldd, _mm512_permutex2var_epi16(a, ilo, g[i]));
-    _mm512_storeu_si512(dst + (16 + i) * ldd, _mm512_permutex2var_epi16(a, ihi, g[i]));
-  }
-}
-// block[r][c] = bf16(x[r][c]) for a 32 × 32 block of float rows: float_to_bf16
-// (core/bf16.h) sixteen lanes at a time — nearest-even, a NaN kept quiet.
-// (The maskz forms: GCC 12's unmasked ones trip -Wuninitialized.)
-__attribute__((target("avx512f,avx512bw"))) void round_block32(bf16* block, const float* x, int64_t ldx) {
-  const __m512i one = _mm512_set1_epi32(1), half = _mm512_set1_epi32(0x7FFF);
-  const __m512i abs = _mm512_set1_epi32(0x7FFFFFFF), inf = _mm512_set1_epi32(0x7F800000);
-  const __m512i quiet = _mm512_set1_epi32(0x40);
-  for (int r = 0; r < 32; ++r)
-    for (int c = 0; c < 32; c += 16) {
-      const __m512i u = _mm512_loadu_si512(x + r * ldx + c);
-      const __m512i high = _mm512_maskz_srli_epi32(0xFFFF, u, 16);
-      const __m512i odd = _mm512_and_si512(high, one);
-      const __m512i rounded = _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(_mm512_add_epi32(u, half), odd), 16);
-      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, abs), inf);
-      const __m512i v = _mm512_mask_or_epi32(rounded, nan, high, quiet);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(block + r * 32 + c), _mm512_maskz_cvtepi32_epi16(0xFFFF, v));
-    }
-}
-#endif
-
-// dst[c, r] = bf16(src[r, c]) for src (rows, cols): the transposed copy that
-// makes a product's transposed operand a dense one (blocks of 32 × 32; a full
-// block in bf16 through transpose_block32 where the CPU has AVX512-BW — from
-// float rows, rounded into a block first —, the rest element by element).
-template <class T>
-void transposed_bf16(bf16* dst, const T* src, int64_t rows, int64_t cols, int threads) {
-  constexpr int64_t kB = 32;
-  const int64_t rb = (rows + kB - 1) / kB, cb = (cols + kB - 1) / kB;
-#ifdef ATTNRES_TRANSPOSE_AVX512
-  static const bool fast = cpu_level_detected() == CpuLevel::kAvx512;  // F, BW and the OS's ZMM state
-#else
-  const bool fast = false;
-#endif
-#pragma omp parallel for schedule(static) num_threads(threads) if (rows * cols >= kParallelMin)
-  for (int64_t b = 0; b < rb * cb; ++b) {
-    const int64_t r0 = b / cb * kB, c0 = b % cb * kB;
-    const int64_t r1 = std::min(rows, r0 + kB), c1 = std::min(cols, c0 + kB);
-#ifdef ATTNRES_TRANSPOSE_AVX512
-    if (fast && r1 - r0 == kB && c1 - c0 == kB) {
-      if constexpr (std::is_same_v<T, bf16>) {
-        transpose_block32(dst + c0 * rows + r0, rows, src + r0 * cols + c0, cols);
-      } else {
-        alignas(64) bf16 block[kB * kB];  // the block's rows rounded
-        round_block32(block, src + r0 * cols + c0, cols);
-        transpose_block32(dst + c0 * rows + r0, rows, block, kB);
-      }
-      continue;
-    }
-#endif
-    (void)fast;
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t r = r0; r < r1; ++r) dst[c * rows + r] = as_bf16(src[r * cols + c]);
-  }
-}
-}  // namespace
-
-void to_bf16_transposed(bf16* dst, const float* src, int64_t rows, int64_t cols, int threads) {
-  transposed_bf16(dst, src, rows, cols, threads);
-}
-void to_bf16_transposed(bf16* dst, const bf16* src, int64_t rows, int64_t cols, int threads) {
-  transposed_bf16(dst, src, rows, cols, threads);
-}
-
-
 const char* fp32_gemm_name(Fp32Gemm g) { return g == Fp32Gemm::kOneDnn ? "onednn" : "openblas"; }
 
 Fp32Gemm choose_fp32_gemm() {
@@ -541,6 +398,20 @@ double CpuBackend::time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N,
   return best;
 }
 
+double CpuBackend::time_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps) {
+  std::vector<bf16> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N));
+  std::vector<float> c(static_cast<size_t>(M * N));
+  for (size_t i = 0; i < a.size(); ++i) a[i] = float_to_bf16(1e-3f * static_cast<float>(i % 97) - 0.05f);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = float_to_bf16(1e-3f * static_cast<float>(i % 89) - 0.04f);
+  double best = 1e30;
+  for (int rep = 0; rep <= reps; ++rep) {  // the first one plans and warms up
+    const double t0 = omp_get_wtime();
+    gemm_bf16(ta, tb, M, N, K, a.data(), ta ? M : K, b.data(), tb ? K : N, accumulate, c.data(), N);
+    if (rep > 0) best = std::min(best, omp_get_wtime() - t0);
+  }
+  return best;
+}
+
 // bf16 tiles through oneDNN (tiling_bf16).
 void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const bf16* A, int64_t lda,
                            const bf16* B, int64_t ldb, bool accumulate, float* C, int64_t ldc) const {
@@ -549,11 +420,11 @@ void CpuBackend::gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, co
 }
 
 // Scratch of bf16 products: the bf16 copies of the input (N, I) and, in the
-// backward, of dout (N, O) and doutᵀ (O, N); for few rows, the rounded input.
-// fp32 products need none.
+// backward, of dout (N, O); for few rows, the rounded input.  fp32 products
+// need none.
 int64_t CpuBackend::matmul_workspace(int64_t N, int64_t I, int64_t O, Precision p) const {
   if (p == Precision::kF32) return 0;
-  return std::max(bf16_floats(N * I) + 2 * bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
+  return std::max(bf16_floats(N * I) + bf16_floats(N * O), std::min(N, kSkinnyRows) * I);
 }
 
 void CpuBackend::matmul_forward_impl(float* out, Rows inp, Weight W, int64_t N, int64_t I, int64_t O) {
@@ -606,27 +477,14 @@ void CpuBackend::matmul_backward_impl(float* dinp, float* dW, Rows dout, Rows in
                                  int64_t O, bool accumulate_dinp) {
   if (W.b16) {
     float* scratch = ctx_.workspace(matmul_workspace(N, I, O, Precision::kBF16));
-    bf16* dy_scratch = reinterpret_cast<bf16*>(scratch);                         // (N, O)
-    bf16* x_scratch = reinterpret_cast<bf16*>(scratch + 2 * bf16_floats(N * O));  // (N, I)
-    const bf16* dy16 = nullptr;  // dout in bf16, once it is needed
-    if (dinp) {
-      // dinp[N,I] = dy16[N,O] · W[O,I]
-      dy16 = bf16_rows(dout, dy_scratch, N * O);
-      gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
-    }
-    if (dW) {
-      // dW[O,I] += dy16ᵀ[O,N] · x16[N,I]
-      const bf16* x16 = bf16_rows(inp, x_scratch, N * I);
-      if (bf16_weight_grads_from_dense_copy()) {
-        bf16* dyT16 = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (O, N)
-        if (dout.b16) to_bf16_transposed(dyT16, dout.b16, N, O, threads());
-        else to_bf16_transposed(dyT16, dout.f32, N, O, threads());
-        gemm_bf16(false, false, O, I, N, dyT16, N, x16, I, /*accumulate=*/true, dW, I);
-      } else {
-        if (!dy16) dy16 = bf16_rows(dout, dy_scratch, N * O);
-        gemm_bf16(true, false, O, I, N, dy16, O, x16, I, /*accumulate=*/true, dW, I);
-      }
-    }
+    bf16* dy_scratch = reinterpret_cast<bf16*>(scratch);                     // (N, O)
+    bf16* x_scratch = reinterpret_cast<bf16*>(scratch + bf16_floats(N * O));  // (N, I)
+    const bf16* dy16 = bf16_rows(dout, dy_scratch, N * O);
+    // dinp[N,I] = dy16[N,O] · W[O,I]
+    if (dinp) gemm_bf16(false, false, N, I, O, dy16, O, W.b16, I, accumulate_dinp, dinp, I);
+    // dW[O,I] += dy16ᵀ[O,N] · x16[N,I], dy16 read transposed: on both CPUs
+    // faster than a dense transposed copy first (docs/performance.md).
+    if (dW) gemm_bf16(true, false, O, I, N, dy16, O, bf16_rows(inp, x_scratch, N * I), I, /*accumulate=*/true, dW, I);
     return;
   }
   // dinp[N,I] = dout[N,O] · W[O,I]
