@@ -152,6 +152,43 @@ TEST_P(Products, MatmulBackwardMatchesReference) {
   }
 }
 
+// Outputs wider than the whole-row tiles (kWholeRows, matmul.cpp): bf16 runs
+// their tiles through a dense block of the thread's, copied in where the
+// product accumulates and out — the forward's out (O wide), and the
+// backward's dinp and dW (I wide), accumulated onto what they held.
+TEST_P(Products, OutputsWiderThanWholeRowTilesMatchTheReference) {
+  const Precision p = precision();
+  const int64_t N = 40;
+  // The forward's out (N, O) with O = 4133, and the backward's dinp (N, I)
+  // and dW (O, I) with I = 4100: wider than 4096, with ragged last tiles.
+  for (auto [I, O] : {std::pair<int64_t, int64_t>{24, 4133}, {4100, 24}}) {
+    const auto x = randn(N * I, 60), w = randn(O * I, 61), G = randn(N * O, 62);
+    const auto xr = as_read(x, p), wr = as_read(w, p), Gr = as_read(G, p);
+    const auto dx0 = randn(N * I, 63), dw0 = randn(O * I, 64);
+    DevWeight W = weight(w);
+    auto x_d = dev(ops, x), G_d = dev(ops, G), dx = dev(ops, dx0), dw = dev(ops, dw0);
+    ctx.reserve(ops.matmul_workspace(N, I, O, p));
+    if (O > I) {
+      DeviceVec<float> out(ops, N * O);
+      ops.matmul_forward(out.data(), x_d.data(), W.view(), N, I, O);
+      EXPECT_TRUE(product_matches(
+          out.host(), N, O, I, [&](int64_t n, int64_t i) { return xr[n * I + i]; },
+          [&](int64_t i, int64_t o) { return wr[o * I + i]; }, tol().sums))
+          << "out";
+      continue;
+    }
+    ops.matmul_backward(dx.data(), dw.data(), G_d.data(), x_d.data(), W.view(), N, I, O, /*accumulate_dinp=*/true);
+    EXPECT_TRUE(product_matches(
+        dx.host(), N, I, O, [&](int64_t n, int64_t o) { return Gr[n * O + o]; },
+        [&](int64_t o, int64_t i) { return wr[o * I + i]; }, tol().sums, &dx0))
+        << "dinp";
+    EXPECT_TRUE(product_matches(
+        dw.host(), O, I, N, [&](int64_t o, int64_t n) { return Gr[n * O + o]; },
+        [&](int64_t n, int64_t i) { return xr[n * I + i]; }, tol().sums, &dw0))
+        << "dW";
+  }
+}
+
 // Products cut into several tiles give the same bits on 1 and on 3 threads
 // (the tiles depend on the shape alone; each is one single-threaded call).
 TEST_P(Products, ThreadCountDoesNotChangeTheBits) {

@@ -285,9 +285,17 @@ Tiling tiling_bf16(int64_t M, int64_t N, int64_t want) {
 // corner), planned before the parallel region on one thread — and one tile
 // per call.  `s` holds what every tile shares (ta, tb, K, strides,
 // accumulate, f32, alpha); its M and N are the whole product's.
+//
+// bf16 tiles that are not whole rows of C (the LM head's logits, wider than
+// kWholeRows) go through a dense block of the thread's, copied in (when
+// accumulating) and out: oneDNN 2.6 runs a dense output through its brgemm
+// kernels and a strided one through an older AMX kernel, 1.2–1.8× slower on
+// the LM head's shapes (docs/performance.md).  The block holds the same
+// floats C would, so the bits are the same.
 template <class T>
 void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, float* C, int threads) {
   const int64_t m_last = s.M - (t.tm - 1) * t.mb, n_last = s.N - (t.tn - 1) * t.nb;
+  const bool via_block = std::is_same_v<T, bf16> && t.tn > 1;
   const onednn::Plan* plans[2][2] = {};  // [last row of tiles][last column]
   for (int r = 0; r < 2; ++r)
     for (int c = 0; c < 2; ++c)
@@ -295,6 +303,7 @@ void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, floa
         onednn::Shape tile = s;
         tile.M = r ? m_last : t.mb;
         tile.N = c ? n_last : t.nb;
+        if (via_block) tile.ldc = tile.N;
         plans[r][c] = &onednn::plan(tile);
       }
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (t.tm * t.tn > 1)
@@ -302,7 +311,21 @@ void onednn_tiles(const Tiling& t, onednn::Shape s, const T* A, const T* B, floa
     const int64_t ti = i / t.tn, tj = i % t.tn, i0 = ti * t.mb, j0 = tj * t.nb;
     const T* a = s.ta ? A + i0 : A + i0 * s.lda;
     const T* b = s.tb ? B + j0 * s.ldb : B + j0;
-    onednn::run(*plans[ti == t.tm - 1][tj == t.tn - 1], a, b, C + i0 * s.ldc + j0);
+    const onednn::Plan& plan = *plans[ti == t.tm - 1][tj == t.tn - 1];
+    float* c = C + i0 * s.ldc + j0;
+    if (!via_block) {
+      onednn::run(plan, a, b, c);
+      continue;
+    }
+    // block[rows, cols] (dense) ⇄ C's tile (rows of s.ldc)
+    const int64_t rows = ti == t.tm - 1 ? m_last : t.mb, cols = tj == t.tn - 1 ? n_last : t.nb;
+    thread_local std::vector<float> block;
+    if (block.size() < static_cast<size_t>(t.mb * t.nb)) block.resize(static_cast<size_t>(t.mb * t.nb));
+    const size_t row_bytes = static_cast<size_t>(cols) * sizeof(float);
+    if (s.accumulate)
+      for (int64_t r = 0; r < rows; ++r) std::memcpy(block.data() + r * cols, c + r * s.ldc, row_bytes);
+    onednn::run(plan, a, b, block.data());
+    for (int64_t r = 0; r < rows; ++r) std::memcpy(c + r * s.ldc, block.data() + r * cols, row_bytes);
   }
 }
 
