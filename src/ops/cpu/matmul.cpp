@@ -269,14 +269,22 @@ Tiling tiling(int64_t M, int64_t N, int64_t want) {
 
 // bf16: whole rows of the output where it is at most kWholeRows wide (every
 // projection, MLP, input-gradient and weight-gradient product), `want` tiles
-// of a multiple of 16 rows, at most 512: a tile's output is then one dense
-// block, for which oneDNN 2.6 takes its brgemm kernels (AMX where the CPU has
-// it; a strided tile gets its older gemm kernel).  Wider outputs (the LM
-// head's logits) are cut both ways, as tiling() does.
+// of a multiple of 16 rows, at least kMinRows (or all of M) and at most 512:
+// a tile's output is then one dense block, for which oneDNN 2.6 takes its
+// brgemm kernels (AMX where the CPU has it; a strided tile gets its older
+// gemm kernel).  Every tile packs the whole of B for the matrix unit (pairs
+// of K rows interleaved), so a tile of few rows spends its time packing: a
+// weight gradient's B is every token's input.  128 rows took a bench-small
+// bf16 step's products from 2.6–2.9× their forward to 2.0–2.1× on the Intel
+// Xeon with AMX, against 16 (docs/performance.md).  The price: a product of
+// fewer than 128 · threads rows leaves threads idle on a larger machine.
+// Wider outputs (the LM head's logits) are cut both ways, as tiling() does.
 constexpr int64_t kWholeRows = 4096;
+constexpr int64_t kMinRows = 128;
 Tiling tiling_bf16(int64_t M, int64_t N, int64_t want) {
   if (N > kWholeRows) return tiling(M, N, want);
-  const int64_t mb = std::clamp<int64_t>(((M + want - 1) / want + 15) / 16 * 16, 16, 512);
+  const int64_t rows16 = (M + 15) / 16 * 16;
+  const int64_t mb = std::min(rows16, std::clamp<int64_t>(((M + want - 1) / want + 15) / 16 * 16, kMinRows, 512));
   return {mb, N, (M + mb - 1) / mb, 1};
 }
 
