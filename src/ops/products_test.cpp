@@ -14,7 +14,6 @@
 #include <signal.h>
 
 #include <atomic>
-#include <bit>
 #include <chrono>
 #include <cmath>
 #include <cstring>

@@ -44,7 +44,6 @@ inline constexpr int64_t kParallelMin = int64_t{1} << 15;
 // Floats of workspace that hold n bf16 values, rounded up to a cache line.
 inline constexpr int64_t bf16_floats(int64_t n) { return (n + 31) / 32 * 16; }
 
-
 // The library of float32 products: OpenBLAS's SGEMM, or oneDNN's matmul
 // (ATTNRES_FP32_GEMM=openblas|onednn; `bench --gemm` measures both on the
 // shapes of a step).  Either runs as the same fixed tiles (gemm() below).
@@ -92,8 +91,7 @@ class CpuBackend : public Backend {  // GuardedCpuBackend (guarded_backend.h) wr
   // this backend's threads: the fastest of `reps` after one warm-up, on
   // operands of its own (bench --gemm).
   double time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
-  // The same for the bf16 product as matmul's bf16 path runs it: with the
-  // dense transposed copy of A first where weight gradients take it (AMX).
+  // The same for the bf16 product as gemm_bf16() runs it.
   double time_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps);
 
  protected:

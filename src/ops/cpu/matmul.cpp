@@ -411,36 +411,48 @@ void CpuBackend::gemm_onednn(bool ta, bool tb, int64_t M, int64_t N, int64_t K, 
                C, threads());
 }
 
+namespace {
+// bench --gemm's operands: n floats of a fixed pattern (no random state).
+std::vector<float> gemm_operand(int64_t n, int period, float offset) {
+  std::vector<float> x(static_cast<size_t>(n));
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 1e-3f * static_cast<float>(i % period) - offset;
+  return x;
+}
+// Seconds of run(), the fastest of `reps` after one call that plans and warms up.
+template <class F>
+double fastest_of(int reps, F&& run) {
+  double best = 1e30;
+  for (int rep = 0; rep <= reps; ++rep) {
+    const double t0 = omp_get_wtime();
+    run();
+    if (rep > 0) best = std::min(best, omp_get_wtime() - t0);
+  }
+  return best;
+}
+}  // namespace
+
 double CpuBackend::time_gemm(Fp32Gemm g, bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate,
                              int reps) {
   // Operands as the products store them: A [M,K] (or [K,M]), B [K,N] (or [N,K]), C [M,N].
-  std::vector<float> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N)), c(static_cast<size_t>(M * N));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = 1e-3f * static_cast<float>(i % 97) - 0.05f;
-  for (size_t i = 0; i < b.size(); ++i) b[i] = 1e-3f * static_cast<float>(i % 89) - 0.04f;
+  const std::vector<float> a = gemm_operand(M * K, 97, 0.05f), b = gemm_operand(K * N, 89, 0.04f);
+  std::vector<float> c(static_cast<size_t>(M * N));
   const Fp32Gemm was = fp32_gemm_;
   fp32_gemm_ = g;
-  double best = 1e30;
-  for (int rep = 0; rep <= reps; ++rep) {  // the first one plans and warms up
-    const double t0 = omp_get_wtime();
+  const double best = fastest_of(reps, [&] {
     gemm(ta, tb, M, N, K, 1.0f, a.data(), ta ? M : K, b.data(), tb ? K : N, accumulate ? 1.0f : 0.0f, c.data(), N);
-    if (rep > 0) best = std::min(best, omp_get_wtime() - t0);
-  }
+  });
   fp32_gemm_ = was;
   return best;
 }
 
 double CpuBackend::time_gemm_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, bool accumulate, int reps) {
   std::vector<bf16> a(static_cast<size_t>(M * K)), b(static_cast<size_t>(K * N));
+  to_bf16(a.data(), gemm_operand(M * K, 97, 0.05f).data(), M * K);
+  to_bf16(b.data(), gemm_operand(K * N, 89, 0.04f).data(), K * N);
   std::vector<float> c(static_cast<size_t>(M * N));
-  for (size_t i = 0; i < a.size(); ++i) a[i] = float_to_bf16(1e-3f * static_cast<float>(i % 97) - 0.05f);
-  for (size_t i = 0; i < b.size(); ++i) b[i] = float_to_bf16(1e-3f * static_cast<float>(i % 89) - 0.04f);
-  double best = 1e30;
-  for (int rep = 0; rep <= reps; ++rep) {  // the first one plans and warms up
-    const double t0 = omp_get_wtime();
+  return fastest_of(reps, [&] {
     gemm_bf16(ta, tb, M, N, K, a.data(), ta ? M : K, b.data(), tb ? K : N, accumulate, c.data(), N);
-    if (rep > 0) best = std::min(best, omp_get_wtime() - t0);
-  }
-  return best;
+  });
 }
 
 // bf16 tiles through oneDNN (tiling_bf16).
