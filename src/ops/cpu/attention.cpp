@@ -66,6 +66,23 @@ double row_dot(const float* dy, const float* y, int64_t hd) {
   return D;
 }
 
+// D of `rows` query rows at stride ld: D[r] = row_dot(dy + r·ld, y + r·ld).
+// Eight rows at a time, eight independent sums: one row's sum was a chain
+// of dependent adds (the FMA's latency per element).  Each product of two
+// floats is exact in double, so every row's sum is the one row_dot makes,
+// to the bit.
+void row_dots(float* D, const float* dy, const float* y, int64_t ld, int64_t rows, int64_t hd) {
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    double acc[8] = {};
+    for (int64_t j = 0; j < hd; ++j)
+#pragma omp simd
+      for (int64_t l = 0; l < 8; ++l) acc[l] += static_cast<double>(dy[(r + l) * ld + j]) * y[(r + l) * ld + j];
+    for (int64_t l = 0; l < 8; ++l) D[r + l] = static_cast<float>(acc[l]);
+  }
+  for (; r < rows; ++r) D[r] = static_cast<float>(row_dot(dy + r * ld, y + r * ld, hd));
+}
+
 // Per thread: S (or P) and dP, each (kTile, max_keys).
 int64_t f32_floats(int64_t max_keys) { return 2 * kTile * max_keys; }
 
@@ -154,6 +171,8 @@ void backward_f32(float* dq, float* dk, float* dv, const float* dy, const float*
         const float* L = lse + (b * H + h) * T;
         for (int64_t t0 = 0; t0 < T; t0 += kTile) {
           const int64_t t1 = t0 + kTile < T ? t0 + kTile : T, tq = t1 - t0;
+          float D[kTile];  // D = Σ_c P_c dP_c = rowsum(dY∘Y) of the tile's rows
+          row_dots(D, dY + t0 * ldq, Y + t0 * ldq, ldq, tq, hd);
           // Rebuild P = exp(s·QKᵀ − lse) on the causal part.
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tq, t1, hd, scale, Q + t0 * ldq, ldq, K, ldk,
                       0.0f, P, T);
@@ -164,9 +183,7 @@ void backward_f32(float* dq, float* dk, float* dv, const float* dy, const float*
             const int64_t t = t0 + r, n = t + 1;
             float* p = P + r * T;
             float* dp = dP + r * T;
-            const float* yr = Y + t * ldq;
-            const float* dyr = dY + t * ldq;
-            const float Df = static_cast<float>(row_dot(dyr, yr, hd)), l = L[t];  // D = Σ_c P_c dP_c
+            const float Df = D[r], l = L[t];
 #pragma omp simd
             for (int64_t c = 0; c < n; ++c) {
               p[c] = fast_exp(p[c] - l);
@@ -235,21 +252,98 @@ void zero_pair_rows(bf16* dst, int64_t ld, int64_t from, int64_t to) {
   if (to > from) std::memset(dst + from * ld * 2, 0, static_cast<size_t>((to - from) * ld * 2) * sizeof(bf16));
 }
 
+#if defined(ATTNRES_ISA_AVX512)
+// (GCC 12's unmasked shuffle intrinsics start from _mm512_undefined_ps, a
+// self-initialised vector its -W[maybe-]uninitialized reports once inlined.)
+#if !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+// The 16 × 16 floats at src (rows at stride ls) transposed into dst (rows
+// at stride ld), in four rounds of shuffles; the bits are only moved, so
+// words that are not floats go through it unchanged.
+inline void transpose16(float* dst, int64_t ld, const float* src, int64_t ls) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ls);
+  for (int i = 0; i < 16; i += 2) {  // per 128-bit lane k: rows i, i+1 interleaved, columns 4k, 4k+1 / 4k+2, 4k+3
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // lane k of r[i + c]: column 4k + c of rows i … i+3
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int h = 0; h < 16; h += 8)  // rows h … h+7: columns c and c+8 (0x88), c+4 and c+12 (0xDD)
+    for (int c = 0; c < 4; ++c) {
+      t[h + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0x88);
+      t[h + 4 + c] = _mm512_shuffle_f32x4(r[h + c], r[h + 4 + c], 0xDD);
+    }
+  for (int c = 0; c < 8; ++c) {  // column c from rows 0 … 15, and column c + 8
+    _mm512_storeu_ps(dst + c * ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0x88));
+    _mm512_storeu_ps(dst + (c + 8) * ld, _mm512_shuffle_f32x4(t[c], t[8 + c], 0xDD));
+  }
+}
+#if !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
+// A pair of bf16 as the 32-bit word a tile row holds: lo the pair's first
+// element (the lower address), hi its second.
+inline uint32_t pair_word(float lo, float hi) {
+  return static_cast<uint32_t>(float_to_bf16(lo)) | static_cast<uint32_t>(float_to_bf16(hi)) << 16;
+}
+
 // src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs along the
 // row, the rows as the vector index), ld ≥ n; zeros for rows n … ld−1, for
-// the odd row element w, and for the pair-rows past the row's, up to `pairs`
-// (the reduction padded to whole tile products).
+// the odd row element w, and for the pair-rows past the row's, up to `pairs`.
+// A transposition of 32-bit words: on the avx512 copy, blocks of 16 rows ×
+// 16 pairs made as words from the rows' contiguous floats and transposed
+// through registers (where the buffer has room for whole blocks, as every
+// caller's has); else a word at a time.
 void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w, int64_t pairs) {
-  for (int64_t p = 0; p < (w + 1) / 2; ++p) {
-    bf16* o = dst + p * ld * 2;
+  const int64_t wp = (w + 1) / 2;
+  auto* o = reinterpret_cast<uint32_t*>(dst);  // word (p, r) at o[p·ld + r]
+#if defined(ATTNRES_ISA_AVX512)
+  const int64_t wp16 = round_up(wp, 16), n16 = round_up(n, 16);
+  if (wp16 <= pairs && n16 <= ld) {
+    alignas(64) uint32_t block[16][16];  // [row][pair]
+    for (int64_t r0 = 0; r0 < n; r0 += 16)
+      for (int64_t p0 = 0; p0 < wp; p0 += 16) {
+        for (int64_t i = 0; i < 16; ++i) {
+          const float* x = src + (r0 + i) * s + 2 * p0;
+          if (r0 + i >= n) {
+            std::memset(block[i], 0, sizeof(block[i]));
+          } else if (2 * p0 + 32 <= w) {
+#pragma omp simd
+            for (int64_t k = 0; k < 16; ++k) block[i][k] = pair_word(x[2 * k], x[2 * k + 1]);
+          } else {
+            for (int64_t k = 0; k < 16; ++k) {
+              const int64_t e = 2 * (p0 + k);  // the pair's first element in the row
+              block[i][k] = e + 1 < w ? pair_word(x[2 * k], x[2 * k + 1]) : e < w ? pair_word(x[2 * k], 0.0f) : 0u;
+            }
+          }
+        }
+        transpose16(reinterpret_cast<float*>(o + p0 * ld + r0), ld, reinterpret_cast<const float*>(block[0]), 16);
+      }
+    for (int64_t p = 0; p < wp16; ++p)
+      std::memset(o + p * ld + n16, 0, static_cast<size_t>(ld - n16) * sizeof(uint32_t));
+    zero_pair_rows(dst, ld, wp16, pairs);
+    return;
+  }
+#endif
+  for (int64_t p = 0; p < wp; ++p) {
     const bool odd = 2 * p + 1 == w;
     for (int64_t r = 0; r < n; ++r) {
-      o[2 * r] = float_to_bf16(src[r * s + 2 * p]);
-      o[2 * r + 1] = odd ? bf16{0} : float_to_bf16(src[r * s + 2 * p + 1]);
+      const float* x = src + r * s + 2 * p;
+      o[p * ld + r] = pair_word(x[0], odd ? 0.0f : x[1]);
     }
-    std::memset(o + 2 * n, 0, static_cast<size_t>(2 * (ld - n)) * sizeof(bf16));
+    std::memset(o + p * ld + n, 0, static_cast<size_t>(ld - n) * sizeof(uint32_t));
   }
-  zero_pair_rows(dst, ld, (w + 1) / 2, pairs);
+  zero_pair_rows(dst, ld, wp, pairs);
 }
 
 // src: n rows of w floats at stride s  →  dst[pairs][ld][2] (pairs of rows,
@@ -257,16 +351,34 @@ void pack_by_row_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64
 // last row, and for the pair-rows past the rows', up to `pairs`.
 void pack_by_col_pairs(bf16* dst, int64_t ld, const float* src, int64_t s, int64_t n, int64_t w, int64_t pairs) {
   for (int64_t p = 0; p < (n + 1) / 2; ++p) {
-    bf16* o = dst + p * ld * 2;
+    auto* o = reinterpret_cast<uint32_t*>(dst) + p * ld;
     const float* x0 = src + 2 * p * s;
-    const float* x1 = 2 * p + 1 < n ? x0 + s : nullptr;
-    for (int64_t j = 0; j < w; ++j) {
-      o[2 * j] = float_to_bf16(x0[j]);
-      o[2 * j + 1] = x1 ? float_to_bf16(x1[j]) : bf16{0};
+    if (2 * p + 1 < n) {
+      const float* x1 = x0 + s;
+#pragma omp simd
+      for (int64_t j = 0; j < w; ++j) o[j] = pair_word(x0[j], x1[j]);
+    } else {
+#pragma omp simd
+      for (int64_t j = 0; j < w; ++j) o[j] = pair_word(x0[j], 0.0f);
     }
-    std::memset(o + 2 * w, 0, static_cast<size_t>(2 * (ld - w)) * sizeof(bf16));
+    std::memset(o + w, 0, static_cast<size_t>(ld - w) * sizeof(uint32_t));
   }
   zero_pair_rows(dst, ld, (n + 1) / 2, pairs);
+}
+
+// dst[t][j] (stride ld) = src[j][t] (stride ls) for t < n, j < w: the
+// summed-transposed dKᵀ and dVᵀ back to the layout of K and V.  On the
+// avx512 copy, 16 × 16 blocks through registers (transpose16); the edges,
+// and the other levels, an element at a time.
+void transpose_out(float* dst, int64_t ld, const float* src, int64_t ls, int64_t n, int64_t w) {
+  int64_t t0 = 0, j0 = 0;
+#if defined(ATTNRES_ISA_AVX512)
+  for (; t0 + 16 <= n; t0 += 16)
+    for (int64_t j = 0; j + 16 <= w; j += 16) transpose16(dst + t0 * ld + j, ld, src + j * ls + t0, ls);
+  j0 = w / 16 * 16;
+#endif
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t j = t < t0 ? j0 : 0; j < w; ++j) dst[t * ld + j] = src[j * ls + t];
 }
 
 // src (n, w) float at stride s → dst[w][ld] bf16 = its transpose (ld ≥ n even), zeros past n.
@@ -425,25 +537,39 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
           // P = exp(s · r(Q) r(K)ᵀ − lse) on the causal part; dP = r(dY) r(V)ᵀ.
           tile_product(tiles, w.s, w.ldk, w.q16, w.hdk, w.k_hd, w.ldk, tq, t1, w.hdk / 2, scale, false, w.stage);
           tile_product(tiles, w.dp, w.ldk, w.dy16, w.hdk, w.v_hd, w.ldk, tq, t1, w.hdk / 2, 1.0f, false, w.stage);
-          for (int64_t r = 0; r < tq; ++r) {
-            const int64_t t = t0 + r, n = t + 1;
-            float* p = w.s + r * w.ldk;
-            float* dp = w.dp + r * w.ldk;
-            const float* yr = Y + t * ldq;
-            const float* dyr = dY + t * ldq;
-            const float Df = static_cast<float>(row_dot(dyr, yr, hd)), l = L[t];
-            bf16* ds = w.ds16 + r * w.ldk;
+          alignas(64) float D[kTile];  // D = Σ_c P_c dP_c = rowsum(dY∘Y)
+          row_dots(D, dY + t0 * ldq, Y + t0 * ldq, ldq, tq, hd);
+          // dS = P∘(dP − D), rounded three ways as it is made, two query rows
+          // at a time: rows of r(dS) (dQ's A), and r(P) and r(dS) by query
+          // pairs (the B of dVᵀ and dKᵀ), a pair's two rows in one word.
+          // Zeros past each row's causal end, up to t1p.  (S and dP are read
+          // up to t1p: columns past t1, and a row past tq, hold what an
+          // earlier tile left; they are masked, never used.)
+          auto* p_words = reinterpret_cast<uint32_t*>(w.p_pairs);
+          auto* ds_words = reinterpret_cast<uint32_t*>(w.ds_pairs);
+          for (int64_t r = 0; r < tq; r += 2) {
+            const bool two = r + 1 < tq;
+            const int64_t n0 = t0 + r + 1, n1 = two ? n0 + 1 : 0;  // keys each row sees
+            const float *s0 = w.s + r * w.ldk, *s1 = s0 + w.ldk;
+            const float *dp0 = w.dp + r * w.ldk, *dp1 = dp0 + w.ldk;
+            const float D0 = D[r], D1 = two ? D[r + 1] : 0.0f, l0 = L[t0 + r], l1 = two ? L[t0 + r + 1] : 0.0f;
+            bf16 *ds0 = w.ds16 + r * w.ldk, *ds1 = ds0 + w.ldk;  // row tq (odd tq) is in the buffer: A rows past M
+            uint32_t* pw = p_words + r / 2 * w.ldk;
+            uint32_t* dw = ds_words + r / 2 * w.ldk;
 #pragma omp simd
-            for (int64_t c = 0; c < n; ++c) {
-              p[c] = fast_exp(p[c] - l);
-              dp[c] = p[c] * (dp[c] - Df);  // dS
-              ds[c] = float_to_bf16(dp[c]);
+            for (int64_t c = 0; c < t1p; ++c) {
+              const float p0 = c < n0 ? fast_exp(s0[c] - l0) : 0.0f;
+              const float p1 = c < n1 ? fast_exp(s1[c] - l1) : 0.0f;
+              const float g0 = c < n0 ? p0 * (dp0[c] - D0) : 0.0f;  // dS
+              const float g1 = c < n1 ? p1 * (dp1[c] - D1) : 0.0f;
+              ds0[c] = float_to_bf16(g0);
+              ds1[c] = float_to_bf16(g1);
+              pw[c] = pair_word(p0, p1);
+              dw[c] = pair_word(g0, g1);
             }
-            for (int64_t c = n; c < t1; ++c) p[c] = dp[c] = 0.0f;
-            for (int64_t c = n; c < t1p; ++c) ds[c] = 0;
           }
-          pack_by_col_pairs(w.p_pairs, w.ldk, w.s, w.ldk, tq, t1, tile_pairs(tq));    // r(P) by query pairs
-          pack_by_col_pairs(w.ds_pairs, w.ldk, w.dp, w.ldk, tq, t1, tile_pairs(tq));  // r(dS) by query pairs
+          zero_pair_rows(w.p_pairs, w.ldk, (tq + 1) / 2, tile_pairs(tq));  // the reduction over queries, padded
+          zero_pair_rows(w.ds_pairs, w.ldk, (tq + 1) / 2, tile_pairs(tq));
           // dQ[t0:t1] = s · r(dS) r(K)[0:t1]
           tile_product(tiles, dQ + t0 * ldq, ldq, w.ds16, w.ldk, w.k_rows, w.hdv, tq, hd, t1p / 2, scale, false,
                        w.stage);
@@ -454,11 +580,8 @@ void backward_bf16(float* dq, float* dk, float* dv, const float* dy, const float
                        w.stage);
         }
       }
-      for (int64_t t = 0; t < T; ++t)
-        for (int64_t j = 0; j < hd; ++j) {
-          dK[t * ldkv + j] = w.dkt[j * w.ldk + t];
-          dV[t * ldkv + j] = w.dvt[j * w.ldk + t];
-        }
+      transpose_out(dK, ldkv, w.dkt, w.ldk, T, hd);
+      transpose_out(dV, ldkv, w.dvt, w.ldk, T, hd);
     }
   }
 }

@@ -332,8 +332,8 @@ struct AmxTiles {
 // B: packed [Kp][ldb][2] bf16, ldb a multiple of 16 ≥ N.
 // C: float32 at stride ldc; written as α·(A·B), or added to with accumulate.
 // The C block is 2 × 2 tiles (32 × 32) where M and N leave them, 1 at the
-// edges; partial tiles are written through a 16 × 16 staging tile with a
-// mask of the rows and columns that are C's.
+// edges; partial tiles, and tiles scaled or added to C, are written through
+// a 16 × 16 staging tile with a mask of the rows and columns that are C's.
 namespace tiles_detail {
 
 template <class Tiles, int MT, int NT>
@@ -360,7 +360,11 @@ inline void block(Tiles& t, float* C, int64_t ldc, const bf16* A, int64_t lda, c
   auto through_stage = [&](auto store_tile, int64_t i, int64_t j) {
     const int64_t r1 = std::min<int64_t>(kTileRows, m_rows - i * kTileRows);
     const int64_t c1 = std::min<int64_t>(16, n_cols - j * 16);
-    store_tile(stage);
+    if (alpha == 1.0f && !accumulate && r1 == kTileRows && c1 == 16) {  // a whole tile, as it is: straight to C
+      store_tile(C + i * kTileRows * ldc + j * 16, ldc * 4);
+      return;
+    }
+    store_tile(stage, 64);
     for (int64_t r = 0; r < r1; ++r) {
       float* c = C + (i * kTileRows + r) * ldc + j * 16;
       const float* s = stage + r * 16;
@@ -385,8 +389,8 @@ inline void block(Tiles& t, float* C, int64_t ldc, const bf16* A, int64_t lda, c
         if (written == 1) t.template write<ct + 1>(c + 16, ldc, r1, c1, alpha, accumulate, 0);
       }
     } else {
-      through_stage([&](float* st) { t.template store<ct>(st, 64); }, i, 0);
-      if constexpr (NT == 2) through_stage([&](float* st) { t.template store<ct + 1>(st, 64); }, i, 1);
+      through_stage([&](float* p, int64_t stride) { t.template store<ct>(p, stride); }, i, 0);
+      if constexpr (NT == 2) through_stage([&](float* p, int64_t stride) { t.template store<ct + 1>(p, stride); }, i, 1);
     }
   };
   row_of_tiles(std::integral_constant<int, 0>{}, 0);
