@@ -1218,6 +1218,25 @@ TEST_P(Elementwise, SumSquares) {
   }
 }
 
+// The sum's order is part of its definition (the gradient norm's bits, and
+// so fp32 training's): chunks of 2^16 elements, each summed in double in
+// element order, the chunk sums added in chunk order — to the bit, with
+// whole groups of eight chunks, a group cut short, and a short last chunk.
+TEST_P(Elementwise, SumSquaresIsChunkSumsInOrder) {
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  for (int64_t n : {kChunk - 5, 8 * kChunk, 11 * kChunk + 12345, 17 * kChunk}) {
+    const auto x = randn(n, 7 + n);
+    auto x_d = dev(ops, x);
+    double ref = 0;
+    for (int64_t b = 0; b < n; b += kChunk) {
+      double chunk = 0;
+      for (int64_t i = b; i < std::min(n, b + kChunk); ++i) chunk += static_cast<double>(x[i]) * x[i];
+      ref += chunk;
+    }
+    EXPECT_EQ(ops.sum_squares(x_d.data(), n), ref) << "n=" << n;
+  }
+}
+
 ATTNRES_ON_BACKENDS(Elementwise);
 
 // ---- AdamW -------------------------------------------------------------------------
