@@ -11,6 +11,7 @@
 #include "ops/cpu/fast_exp.h"
 
 #include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+#include "ops/cpu/side_sums.h"
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
@@ -146,31 +147,18 @@ void CpuKernels::scale_impl(float* x, float c, int64_t n) {
 // Fixed chunks of 2^16 elements, each summed in double in element order, the
 // chunk sums added in chunk order: the result is the same whatever the
 // thread count (a resume on another machine or with another --threads stays
-// bit-identical).  Eight chunks are summed side by side: one chunk's sum is
-// a chain of dependent adds, bound by the add's latency; eight are eight
-// independent chains, each the same sum to the bit (x² is exact in double).
+// bit-identical).  Eight chunks are summed side by side (side_sums.h).
 double CpuKernels::sum_squares_impl(const float* x, int64_t n) {
-  constexpr int64_t kChunk = int64_t{1} << 16, kSide = 8;
-  const int64_t nc = (n + kChunk - 1) / kChunk, groups = (nc + kSide - 1) / kSide;
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t nc = (n + kChunk - 1) / kChunk, groups = (nc + kSideSums - 1) / kSideSums;
   std::vector<double> partial(static_cast<size_t>(nc));
 #pragma omp parallel for schedule(static) num_threads(threads()) if (groups > 1)
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t c0 = g * kSide, cs = std::min(kSide, nc - c0);
+    const int64_t c0 = g * kSideSums, cs = std::min(kSideSums, nc - c0);
     const int64_t whole = std::min(cs, n / kChunk - c0);  // chunks of the group with kChunk elements
-    const float* xg = x + c0 * kChunk;
-    double s[kSide] = {};
-    if (whole == kSide) {
-      for (int64_t i = 0; i < kChunk; ++i)
-#pragma omp simd
-        for (int64_t l = 0; l < kSide; ++l) s[l] += static_cast<double>(xg[l * kChunk + i]) * xg[l * kChunk + i];
-    } else {
-      for (int64_t i = 0; i < kChunk; ++i)
-        for (int64_t l = 0; l < whole; ++l) s[l] += static_cast<double>(xg[l * kChunk + i]) * xg[l * kChunk + i];
-    }
-    for (int64_t l = whole; l < cs; ++l) {  // the last, short chunk
-      const int64_t b = (c0 + l) * kChunk;
-      for (int64_t i = b; i < n; ++i) s[l] += static_cast<double>(x[i]) * x[i];
-    }
+    double s[kSideSums] = {};
+    side_sums_of_squares(s, x + c0 * kChunk, kChunk, whole, kChunk);
+    if (whole < cs) side_sums_of_squares(s + whole, x + (c0 + whole) * kChunk, 0, 1, n - (c0 + whole) * kChunk);
     for (int64_t l = 0; l < cs; ++l) partial[static_cast<size_t>(c0 + l)] = s[l];
   }
   double total = 0.0;

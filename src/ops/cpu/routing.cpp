@@ -13,6 +13,7 @@
 #include "ops/cpu/fast_exp.h"
 
 #include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
+#include "ops/cpu/side_sums.h"
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
@@ -611,31 +612,21 @@ void CpuKernels::sigmoid_gate_backward_impl(float* dpre, float* dbias, const flo
   });
 }
 
-// y = g∘v per token and its rstd (Σ y² in double, in element order).  Eight
-// tokens at a time: their eight sums run side by side (one token's sum was a
-// chain of dependent adds, the add's latency per element); each y² is exact
-// in double, so every token's sum is the one it was alone, to the bit.
+// y = g∘v per token and its rstd (Σ y² in double, in element order), eight
+// tokens' sums side by side (side_sums.h).
 void CpuKernels::gated_source_forward_impl(float* y, float* y_rstd, const float* g, const float* v, int64_t N,
                                            int64_t d, float eps) {
-  constexpr int64_t kRows = 8;
-  const int64_t blocks = (N + kRows - 1) / kRows;
+  const int64_t blocks = (N + kSideSums - 1) / kSideSums;
 #pragma omp parallel for schedule(static) num_threads(threads()) if (N * d >= kParallelMin)
   for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t n0 = b * kRows, rows = std::min(kRows, N - n0);
+    const int64_t n0 = b * kSideSums, rows = std::min(kSideSums, N - n0);
     float* yb = y + n0 * d;
     const float* gb = g + n0 * d;
     const float* vb = v + n0 * d;
 #pragma omp simd
     for (int64_t i = 0; i < rows * d; ++i) yb[i] = gb[i] * vb[i];
-    double ss[kRows] = {};
-    if (rows == kRows) {
-      for (int64_t c = 0; c < d; ++c)
-#pragma omp simd
-        for (int64_t r = 0; r < kRows; ++r) ss[r] += static_cast<double>(yb[r * d + c]) * yb[r * d + c];
-    } else {
-      for (int64_t c = 0; c < d; ++c)
-        for (int64_t r = 0; r < rows; ++r) ss[r] += static_cast<double>(yb[r * d + c]) * yb[r * d + c];
-    }
+    double ss[kSideSums] = {};
+    side_sums_of_squares(ss, yb, d, rows, d);
     for (int64_t r = 0; r < rows; ++r)
       y_rstd[n0 + r] = static_cast<float>(1.0 / std::sqrt(ss[r] / static_cast<double>(d) + eps));
   }
