@@ -13,7 +13,6 @@
 #include "core/error.h"
 #include "core/file_util.h"
 #include "io/safetensors.h"
-#include "core/timer.h"
 
 namespace attnres {
 
@@ -74,12 +73,6 @@ int64_t Zero3::largest_unit_floats() const {
   return most;
 }
 
-double Zero3::take_seconds() {
-  const double s = seconds_;
-  seconds_ = 0;
-  return s;
-}
-
 void Zero3::not_owned(const Tensor& t, int64_t& a0, int64_t& a1, int64_t& b0, int64_t& b1) const {
   const TensorSpec& s = spec(t);
   a0 = s.offset;
@@ -96,7 +89,6 @@ void Zero3::gather(Tensor& t, int index) {
   if (ranks_ == 1) return;
   const TensorSpec& s = spec(t);
   const std::string what = cat("the all-gather of ", s.name);
-  const double t0 = now_seconds();
   if (b16_) {  // the products read the bf16 copies only
     const HostView<bf16> w(ops_, model_.params_bf16() + s.offset, static_cast<size_t>(s.numel));
     comm_.all_gather(w.data(), t.pieces, what);
@@ -104,8 +96,6 @@ void Zero3::gather(Tensor& t, int index) {
     const HostView<float> w(ops_, model_.params() + s.offset, static_cast<size_t>(s.numel));
     comm_.all_gather(w.data(), t.pieces, what);
   }
-  seconds_ += now_seconds() - t0;
-  gathered_bytes_ += (s.numel - t.pieces.size(rank_)) * (b16_ ? 2 : 4);
 }
 
 void Zero3::release(const Tensor& t, int index) {
@@ -126,10 +116,7 @@ void Zero3::reduce_scatter(const Tensor& t) {
   const TensorSpec& s = spec(t);
   if (ranks_ == 1 || !model_.trains(s)) return;
   const HostView<float> g(ops_, model_.grads() + s.offset, static_cast<size_t>(s.numel));
-  const double t0 = now_seconds();
   comm_.reduce_scatter(g.data(), t.pieces, cat("the gradient reduce-scatter of ", s.name));
-  seconds_ += now_seconds() - t0;
-  scattered_bytes_ += (s.numel - t.pieces.size(rank_)) * 4;
   int64_t a0, a1, b0, b1;  // the sums went to their owners: the rest is zero again
   not_owned(t, a0, a1, b0, b1);
   discard(g.data(), static_cast<size_t>(a1 - a0) * sizeof(float));
@@ -174,10 +161,8 @@ void Zero3::sum_vector_gradients(const AdamW& adamw, const std::string& what) {
     }
   // Reduce-scatter then all-gather: every rank holds the same bits of the sum.
   const Shards parts(static_cast<int64_t>(packed.size()), ranks_);
-  const double t0 = now_seconds();
   comm_.reduce_scatter(packed.data(), parts, what + " (reduce-scatter)");
   comm_.all_gather(packed.data(), parts, what + " (all-gather)");
-  seconds_ += now_seconds() - t0;
   i = 0;
   for (const TensorSpec& s : specs)
     if (!s.matrix && adamw.trains(s)) {

@@ -74,12 +74,6 @@ class Zero3 final : public WeightUnits {
   void forward_done(int unit) override;
   void backward_done(int unit) override;
 
-  // Collective time of the gathers and reduce-scatters inside the passes
-  // since the last call (then reset), and their bytes sent and received.
-  double take_seconds();
-  int64_t gathered_bytes() const { return gathered_bytes_; }
-  int64_t scattered_bytes() const { return scattered_bytes_; }
-
   // ---- the step (train/trainer.cpp) ----
   // The gradients this rank adds into, to zero (the rest are zero).
   void zero_grad(const AdamW& adamw);
@@ -122,9 +116,7 @@ class Zero3 final : public WeightUnits {
   std::vector<std::vector<int>> unit_;      // (units) indices into matrices_ each unit reads
   std::vector<char> held_;                  // (matrices_) gathered whole now
   std::vector<ArenaRange> owned_;
-  double seconds_ = 0;
   bool fail_saves_ = false;
-  int64_t gathered_bytes_ = 0, scattered_bytes_ = 0;
 
   const TensorSpec& spec(const Tensor& t) const { return model_.layout().specs()[static_cast<size_t>(t.spec)]; }
   void gather(Tensor& t, int index);
