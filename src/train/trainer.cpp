@@ -209,25 +209,12 @@ StepStats train_step(Model& model, AdamW& adamw, const std::function<void(int32_
       }
       my_sum_sq = sum_squares(ops, adamw, grads);
     } else {
-      // A frozen base: only the routing parameters' gradients travel, packed
-      // into one buffer, summed (reduce-scatter + all-gather: every rank gets
-      // the same bits) and unpacked; each rank then updates every routing
-      // parameter itself (their moments are small: not sharded).
-      thread_local std::vector<float> packed;
-      packed.clear();
-      adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
-        const size_t at0 = packed.size();
-        packed.resize(at0 + static_cast<size_t>(n));
-        ops.download(packed.data() + at0, grads + off, static_cast<size_t>(n) * sizeof(float));
-      });
-      const Shards parts(static_cast<int64_t>(packed.size()), ranks);
-      so.comm->reduce_scatter(packed.data(), parts, at + "the routing gradients' reduce-scatter");
-      so.comm->all_gather(packed.data(), parts, at + "the routing gradients' all-gather");
-      size_t i = 0;
-      adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) {
-        ops.upload(grads + off, packed.data() + i, static_cast<size_t>(n) * sizeof(float));
-        i += static_cast<size_t>(n);
-      });
+      // A frozen base: only the routing parameters' gradients travel, summed
+      // over the ranks (every rank gets the same bits); each rank then updates
+      // every routing parameter itself (their moments are small: not sharded).
+      std::vector<ArenaRange> routing;
+      adamw.for_each_range([&](const TensorSpec&, int64_t off, int64_t n) { routing.push_back({off, off + n}); });
+      sum_ranges_over_ranks(*so.comm, ops, grads, routing, at + "the routing gradients' sum");
       // Every rank holds the whole sum: rank 0's Σg² counts once.
       my_sum_sq = so.comm->root() ? sum_squares(ops, adamw, grads) : 0.0;
     }

@@ -147,28 +147,30 @@ void Zero3::zero_grad(const AdamW& adamw) {
   adamw.for_each_range([&](const TensorSpec&, int64_t at, int64_t n) { ops_.fill(model_.grads() + at, 0.0f, n); });
 }
 
-void Zero3::sum_vector_gradients(const AdamW& adamw, const std::string& what) {
-  if (ranks_ == 1) return;
-  const auto& specs = model_.layout().specs();
+void sum_ranges_over_ranks(Comm& comm, Backend& ops, float* arena, const std::vector<ArenaRange>& ranges,
+                           const std::string& what) {
+  if (comm.size() == 1) return;
   std::vector<float> packed;
-  for (const TensorSpec& s : specs)
-    if (!s.matrix && adamw.trains(s)) packed.resize(packed.size() + static_cast<size_t>(s.numel));
-  size_t i = 0;
-  for (const TensorSpec& s : specs)
-    if (!s.matrix && adamw.trains(s)) {
-      ops_.download(packed.data() + i, model_.grads() + s.offset, static_cast<size_t>(s.numel) * sizeof(float));
-      i += static_cast<size_t>(s.numel);
-    }
-  // Reduce-scatter then all-gather: every rank holds the same bits of the sum.
-  const Shards parts(static_cast<int64_t>(packed.size()), ranks_);
-  comm_.reduce_scatter(packed.data(), parts, what + " (reduce-scatter)");
-  comm_.all_gather(packed.data(), parts, what + " (all-gather)");
-  i = 0;
-  for (const TensorSpec& s : specs)
-    if (!s.matrix && adamw.trains(s)) {
-      ops_.upload(model_.grads() + s.offset, packed.data() + i, static_cast<size_t>(s.numel) * sizeof(float));
-      i += static_cast<size_t>(s.numel);
-    }
+  for (const ArenaRange& r : ranges) {
+    const size_t at = packed.size();
+    packed.resize(at + static_cast<size_t>(r.hi - r.lo));
+    ops.download(packed.data() + at, arena + r.lo, static_cast<size_t>(r.hi - r.lo) * sizeof(float));
+  }
+  const Shards parts(static_cast<int64_t>(packed.size()), comm.size());
+  comm.reduce_scatter(packed.data(), parts, what + " (reduce-scatter)");
+  comm.all_gather(packed.data(), parts, what + " (all-gather)");
+  size_t at = 0;
+  for (const ArenaRange& r : ranges) {
+    ops.upload(arena + r.lo, packed.data() + at, static_cast<size_t>(r.hi - r.lo) * sizeof(float));
+    at += static_cast<size_t>(r.hi - r.lo);
+  }
+}
+
+void Zero3::sum_vector_gradients(const AdamW& adamw, const std::string& what) {
+  std::vector<ArenaRange> vectors;
+  for (const TensorSpec& s : model_.layout().specs())
+    if (!s.matrix && adamw.trains(s)) vectors.push_back({s.offset, s.offset + s.numel});
+  sum_ranges_over_ranks(comm_, ops_, model_.grads(), vectors, what);
 }
 
 double Zero3::sum_squares(const AdamW& adamw) const {

@@ -52,6 +52,14 @@
 
 namespace attnres {
 
+// Every rank gets the sum over the ranks of the arena's floats in `ranges`,
+// the same bits on every rank: packed into one host buffer, reduce-scatter
+// then all-gather, unpacked.  ZeRO-3's vector gradients and a frozen base's
+// routing gradients (train/trainer.cpp) are summed so.  `what` names the
+// collectives in an error.
+void sum_ranges_over_ranks(Comm& comm, Backend& ops, float* arena, const std::vector<ArenaRange>& ranges,
+                           const std::string& what);
+
 class Zero3 final : public WeightUnits {
  public:
   // Installs itself as model's WeightUnits (until destroyed).  The model is a
@@ -77,7 +85,8 @@ class Zero3 final : public WeightUnits {
   // ---- the step (train/trainer.cpp) ----
   // The gradients this rank adds into, to zero (the rest are zero).
   void zero_grad(const AdamW& adamw);
-  // Every rank gets the sum over ranks of the vectors' gradients (the same bits).
+  // Every rank gets the sum over ranks of the vectors' gradients (the same
+  // bits; sum_ranges_over_ranks).
   void sum_vector_gradients(const AdamW& adamw, const std::string& what);
   // This rank's share of Σ g²: its matrix pieces, and the vectors on rank 0.
   double sum_squares(const AdamW& adamw) const;
