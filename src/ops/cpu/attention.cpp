@@ -32,6 +32,7 @@
 
 #include "ops/cpu/isa_begin.h"  // compiled for this copy's level (cpu_level.h)
 #include "ops/cpu/tiles.h"      // the tile interface and tile_product (this level's copy)
+#include "ops/cpu/side_sums.h"
 
 namespace attnres::ATTNRES_ISA {  // this level's copy (cpu_backend.h)
 
@@ -59,28 +60,16 @@ int64_t most_keys(const KeyValues& kv, int64_t B, int64_t T) {
   return n;
 }
 
-// rowsum(dY∘Y) of one query row, in double: D of the softmax backward.
-double row_dot(const float* dy, const float* y, int64_t hd) {
-  double D = 0.0;
-  for (int64_t j = 0; j < hd; ++j) D += static_cast<double>(dy[j]) * y[j];
-  return D;
-}
-
-// D of `rows` query rows at stride ld: D[r] = row_dot(dy + r·ld, y + r·ld).
-// Eight rows at a time, eight independent sums: one row's sum was a chain
-// of dependent adds (the FMA's latency per element).  Each product of two
-// floats is exact in double, so every row's sum is the one row_dot makes,
-// to the bit.
+// D of the softmax backward for `rows` query rows at stride ld:
+// D[r] = rowsum(dY∘Y) of row r, in double in element order, eight rows side
+// by side (side_sums.h).
 void row_dots(float* D, const float* dy, const float* y, int64_t ld, int64_t rows, int64_t hd) {
-  int64_t r = 0;
-  for (; r + 8 <= rows; r += 8) {
-    double acc[8] = {};
-    for (int64_t j = 0; j < hd; ++j)
-#pragma omp simd
-      for (int64_t l = 0; l < 8; ++l) acc[l] += static_cast<double>(dy[(r + l) * ld + j]) * y[(r + l) * ld + j];
-    for (int64_t l = 0; l < 8; ++l) D[r + l] = static_cast<float>(acc[l]);
+  for (int64_t r0 = 0; r0 < rows; r0 += kSideSums) {
+    const int64_t n = std::min(kSideSums, rows - r0);
+    double acc[kSideSums] = {};
+    side_dots(acc, dy + r0 * ld, y + r0 * ld, ld, n, hd);
+    for (int64_t l = 0; l < n; ++l) D[r0 + l] = static_cast<float>(acc[l]);
   }
-  for (; r < rows; ++r) D[r] = static_cast<float>(row_dot(dy + r * ld, y + r * ld, hd));
 }
 
 // Per thread: S (or P) and dP, each (kTile, max_keys).

@@ -157,8 +157,11 @@ double CpuKernels::sum_squares_impl(const float* x, int64_t n) {
     const int64_t c0 = g * kSideSums, cs = std::min(kSideSums, nc - c0);
     const int64_t whole = std::min(cs, n / kChunk - c0);  // chunks of the group with kChunk elements
     double s[kSideSums] = {};
-    side_sums_of_squares(s, x + c0 * kChunk, kChunk, whole, kChunk);
-    if (whole < cs) side_sums_of_squares(s + whole, x + (c0 + whole) * kChunk, 0, 1, n - (c0 + whole) * kChunk);
+    side_dots(s, x + c0 * kChunk, x + c0 * kChunk, kChunk, whole, kChunk);
+    if (whole < cs) {  // the last, short chunk
+      const float* last = x + (c0 + whole) * kChunk;
+      side_dots(s + whole, last, last, 0, 1, n - (c0 + whole) * kChunk);
+    }
     for (int64_t l = 0; l < cs; ++l) partial[static_cast<size_t>(c0 + l)] = s[l];
   }
   double total = 0.0;

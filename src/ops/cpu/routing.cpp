@@ -626,7 +626,7 @@ void CpuKernels::gated_source_forward_impl(float* y, float* y_rstd, const float*
 #pragma omp simd
     for (int64_t i = 0; i < rows * d; ++i) yb[i] = gb[i] * vb[i];
     double ss[kSideSums] = {};
-    side_sums_of_squares(ss, yb, d, rows, d);
+    side_dots(ss, yb, yb, d, rows, d);
     for (int64_t r = 0; r < rows; ++r)
       y_rstd[n0 + r] = static_cast<float>(1.0 / std::sqrt(ss[r] / static_cast<double>(d) + eps));
   }
