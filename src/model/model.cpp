@@ -558,6 +558,7 @@ void Model::route_(int r, float* out, const float* base) {
     if (entropy_sum_.bytes() && R.k < plan_.K && !R.value)
       ops_.route_entropy(entropy_sum_.as<double>(), R.logits, static_cast<int64_t>(R.src.size()), cfg_.routing_heads,
                          rows());
+    if (route_tap_) route_tap_(r, R.logits);
   }
   if (R.gate_g) vector_gate_(r, out, base);
 }
@@ -1048,7 +1049,11 @@ void Model::head_logits_(int64_t first_row, int64_t row_stride, int64_t count, f
 }
 
 void Model::forward_logits(const int32_t* inputs, float* logits) {
-  forward(inputs, opt_.batch, opt_.seq_len);
+  forward_logits(inputs, opt_.batch, opt_.seq_len, logits);
+}
+
+void Model::forward_logits(const int32_t* inputs, int64_t B, int64_t T, float* logits) {
+  forward(inputs, B, T);
   head_logits_(0, 1, rows(), logits);
 }
 

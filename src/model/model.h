@@ -81,6 +81,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -217,6 +218,7 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const Config& config() const { return cfg_; }
+  Backend& ops() const { return ops_; }  // where its memory lives (downloads of what a tap is given)
   const ParamLayout& layout() const { return layout_; }
   const ModelOptions& options() const { return opt_; }
   Context& context() const { return ctx_; }
@@ -275,6 +277,8 @@ class Model {
   LossSum loss_sum(const int32_t* inputs, const int32_t* targets, int64_t B, int64_t T);
   // Forward at the built (B, T), writing logits (B, T, V) to host memory.
   void forward_logits(const int32_t* inputs, float* logits);
+  // The same over inputs (B, T), any B ≤ B(), T ≤ T().
+  void forward_logits(const int32_t* inputs, int64_t B, int64_t T, float* logits);
   // Per-token losses (B, T) of the last loss computation, downloaded to host memory.
   std::vector<float> token_losses() const;
   // Per token (B, T) of the last loss_sum, downloaded: 1 where the target is
@@ -310,6 +314,12 @@ class Model {
   // again) until the next begin_forward, which clears every override.  The
   // override must outlive its use.
   void set_route_override(int r, const RouteOverride* o);
+  // Called, while set, as each router has routed in a forward (not under an
+  // override): its index and its logits z (rows of the forward, H, S), backend
+  // memory, valid until the next router runs (α = softmax(z) per head).  What
+  // eval/routing_weights.h reads the routing of every token with.
+  using RouteTap = std::function<void(int r, const float* logits)>;
+  void set_route_tap(RouteTap tap) { route_tap_ = std::move(tap); }
 
   // Routing statistics (docs/routing.md; no routers in baseline), summed in
   // backend memory by every forward while collecting: collect_routing_stats(true)
@@ -409,6 +419,7 @@ class Model {
   int64_t cur_B_ = 0, cur_T_ = 0;
   const KvCacheView* cache_ = nullptr;
   std::vector<const RouteOverride*> overrides_;  // (routers)
+  RouteTap route_tap_;
   uint64_t forwards_ = 0;
   WeightUnits* units_ = nullptr;
   void need_(int u) {
