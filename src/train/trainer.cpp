@@ -51,6 +51,17 @@ extern "C" void on_stop_signal(int sig) {
   g_stop_signal = sig;
 }
 
+// "SIGINT" for SIGINT, … (the signals StopSignals handles; else "signal N").
+std::string signal_name(int sig) {
+  switch (sig) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    case SIGHUP: return "SIGHUP";
+    case SIGUSR1: return "SIGUSR1";
+    default: return "signal " + std::to_string(sig);
+  }
+}
+
 class StopSignals {
  public:
   StopSignals() {
@@ -336,8 +347,8 @@ namespace {
 // logs and writes the checkpoints; every rank computes.
 class Run {
  public:
-  Run(const TrainOptions& opt, Comm& comm, const TrainTestHooks& hooks, RunPlan plan)
-      : opt_(opt), c_(opt.model), comm_(comm), hooks_(hooks), plan_(std::move(plan)), ranks_(comm.size()),
+  Run(const TrainOptions& opt, Comm& comm, const TrainTestHooks& hooks, RunPlan plan, const StepCallback& on_step)
+      : opt_(opt), c_(opt.model), comm_(comm), hooks_(hooks), on_step_(on_step), plan_(std::move(plan)), ranks_(comm.size()),
         rank_(comm.rank()), root_(comm.root()), quiet_(opt.quiet || !root_),
         rng_(opt.seed), data_rng_(opt.seed ^ 0xD1B54A32D192ED03ull) {}
 
@@ -352,6 +363,7 @@ class Run {
   const Config& c_;
   Comm& comm_;
   const TrainTestHooks& hooks_;
+  const StepCallback& on_step_;
   const RunPlan plan_;
   nlohmann::json settings_;  // the run's, stored in every checkpoint
   const int ranks_, rank_;
@@ -386,6 +398,9 @@ class Run {
   int64_t step_ = 0, schedule_ = 0;
   int64_t comm_bytes_ = 0, comm_steps_ = 0;  // the steps' weight and gradient collectives (Comm::take_bytes)
   int stopped_by_ = 0;  // the signal that ended the run early, if one did
+  bool stopped_by_callback_ = false;  // the step callback ended it
+  int64_t last_val_step_ = -1;        // the step of the last validation, and its result
+  EvalResult last_val_;
 
   void next_batch(int32_t* in, int32_t* tg);
   void open_log();
@@ -797,6 +812,8 @@ void Run::validate(int64_t step_done) {
   result_.val_loss = r.loss;
   result_.val_ppl = r.ppl;
   result_.val_tokens = r.tokens;
+  last_val_step_ = step_done;
+  last_val_ = r;
   if (!quiet_)
     std::printf("step %5lld | val loss %.4f | val ppl %.2f | %lld tokens | %.1f s\n", static_cast<long long>(step_done),
                 r.loss, r.ppl, static_cast<long long>(r.tokens), r.seconds);
@@ -866,6 +883,7 @@ void Run::step_loop() {
     }
     const double dt = now_seconds() - t0;
     step_seconds_ += dt;
+    nlohmann::json record;  // the step's log line, for the step callback
     if (OpTimes* times = op_times(*ctx_)) times->add(OpFamily::kCommunication, comm_s);  // --profile
     if (st.skipped) {
       const int in_a_row = nan.skipped();
@@ -874,7 +892,8 @@ void Run::step_loop() {
                     "row)\n",
                     static_cast<long long>(done), static_cast<long long>(schedule.end), st.loss, st.grad_norm,
                     in_a_row);
-      log_line({{"step", done}, {"skipped", "non-finite loss or gradient"}});
+      record = {{"step", done}, {"skipped", "non-finite loss or gradient"}};
+      log_line(record);
       nan.end_if_diverged(done, result_.last_checkpoint);
     } else {
       nan.finite();
@@ -883,7 +902,8 @@ void Run::step_loop() {
       const StepRecord rec{done, schedule.end, st.loss, sopt.lr, st.grad_norm, dt, tok_s,
                            tok_s * flops_per_token_ / peak_flops_, ranks_ > 1 ? comm_s : -1.0, st.route_entropy};
       if (!quiet_) std::printf("%s\n", rec.line().c_str());
-      log_line(rec.json());
+      record = rec.json();
+      log_line(record);
     }
     std::fflush(stdout);
     const TimeBudget::Decision time =
@@ -905,6 +925,21 @@ void Run::step_loop() {
     const bool ending = done == schedule.end || time.out_of_time;
     if (val_ && cadence.validate(done, ending)) validate(done);
     if (cadence.checkpoint(done, ending)) save(done);
+    if (on_step_) {
+      if (last_val_step_ == done) {
+        record["val_loss"] = last_val_.loss;
+        record["val_ppl"] = last_val_.ppl;
+      }
+      if (!on_step_(record)) {  // as a stop signal: the checkpoint of this step (finish), no more steps
+        stopped_by_callback_ = true;
+        if (!quiet_)
+          std::printf("the step callback asked to stop after step %lld: saving a checkpoint and stopping\n",
+                      static_cast<long long>(done));
+        std::fflush(stdout);
+        ++step_;
+        break;
+      }
+    }
     if (time.out_of_time) {
       if (!quiet_)
         std::printf("time budget of %.0f s reached after %lld steps\n", opt_.time_budget, static_cast<long long>(done));
@@ -963,7 +998,8 @@ void Run::report_profile(const OpTimes& times) {
 TrainResult Run::finish() {
   result_.steps_done = step_;
   result_.schedule_steps = schedule_;
-  if (val_ && !stopped_by_) validate(step_);
+  result_.stopped_by = stopped_by_ ? signal_name(stopped_by_) : stopped_by_callback_ ? "callback" : "";
+  if (val_ && !stopped_by_ && !stopped_by_callback_) validate(step_);
   save(step_);
   // Peak memory of every rank (ZeRO-1 shrinks each one's moments), in the log and on stdout.
   const std::vector<double> rss =
@@ -993,14 +1029,15 @@ TrainResult Run::finish() {
 }  // namespace
 
 TrainResult train(const TrainOptions& opt, Comm* comm_in, const TrainTestHooks& hooks,
-                  const std::function<void()>& started) {
+                  const std::function<void()>& started, const StepCallback& on_step) {
   std::unique_ptr<Comm> own_comm;
   if (!comm_in) own_comm = Comm::single();
   Comm& comm = comm_in ? *comm_in : *own_comm;
   ATTNRES_CHECK(opt.world == comm.size(), "TrainOptions::world (", opt.world, ") is not the number of ranks (",
                 comm.size(), ")");
   comm.set_timeout(opt.collective_timeout);
-  Run run(opt, comm, hooks, plan_run(opt, comm.local_size()));  // 1. settle the run's settings
+  ATTNRES_CHECK(!on_step || comm.size() == 1, "a step callback runs with one process only");
+  Run run(opt, comm, hooks, plan_run(opt, comm.local_size()), on_step);  // 1. settle the run's settings
   run.claim_output();
   if (started) started();  // the caller's start-up lines: only once the run is not refused
   run.build();      // 2. data, model, optimizer, weights, log

@@ -24,7 +24,16 @@ struct TrainResult {
   double val_loss = 0, val_ppl = 0;
   int64_t val_tokens = 0;
   std::string last_checkpoint;
+  std::string stopped_by;  // what ended the run early: a signal's name ("SIGINT"), "callback", or "" (it did not)
 };
+
+// Called on rank 0 at the end of every step (after its validation and
+// checkpoint, if it had them) with the step's record: its line of log.jsonl
+// ({"step", "loss", "lr", "grad_norm", ...} or {"step", "skipped"}), with
+// "val_loss" and "val_ppl" when it validated.  Returning false ends the run
+// there as a stop signal would: a checkpoint of that step, exit as usual.
+// One process only (a callback on one rank cannot stop the others).
+using StepCallback = std::function<bool(const nlohmann::json& record)>;
 
 // Test seams of a run: faults and piece sizes that tests choose (unit tests
 // directly; tests/distributed/mpi.py through the environment of `attnres
@@ -67,7 +76,7 @@ class Comm;
 // claimed (before the data and the model): where a command prints its
 // start-up table, so that a refused run prints only its error.
 TrainResult train(const TrainOptions& opt, Comm* comm = nullptr, const TrainTestHooks& hooks = {},
-                  const std::function<void()>& started = nullptr);
+                  const std::function<void()>& started = nullptr, const StepCallback& on_step = nullptr);
 
 class Backend;
 class Model;
