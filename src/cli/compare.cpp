@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/api.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
@@ -175,23 +176,40 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
                 {"train_options", given_options}};
 }
 
-}  // namespace
-
-int cmd_compare(int argc, char** argv) {
+// compare's flags, each bound to its field.
+struct CompareCommand {
   Comparison o;
-  OptionList opts("compare",
+  OptionList opts{"compare",
                   "Matched training runs of several routing modes (the same data windows in the same order, the same "
                   "base\ninitialisation or the same --init checkpoint, the same schedule and tokens), then a table of "
                   "validation\nloss, speed, memory and routing.  An interrupted comparison resumes: finished runs are "
                   "not rerun.\nEvery option of attnres train is one of compare too, passed on to each run when given "
-                  "(train's\ndefaults apply otherwise, except where its help says compare's default and why).");
-  add_compare_options(opts, o);
-  if (!opts.parse(argc, argv)) return 0;
-  resolve_comparison(o, opts);
-  // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
-  std::printf("attnres compare\n%s", opts.table().c_str());
-  std::fflush(stdout);
-  run_comparison(o);
+                  "(train's\ndefaults apply otherwise, except where its help says compare's default and why)."};
+  CompareCommand() { add_compare_options(opts, o); }
+  // Runs the comparison once the flags are read (the words of OptionList::parse); false after --help.
+  template <class... Words>
+  bool run(Words&&... words) {
+    if (!opts.parse(std::forward<Words>(words)...)) return false;
+    resolve_comparison(o, opts);
+    // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
+    std::printf("attnres compare\n%s", opts.table().c_str());
+    std::fflush(stdout);
+    run_comparison(o);
+    return true;
+  }
+};
+
+}  // namespace
+
+std::string compare_help() { return CompareCommand().opts.help(); }
+
+std::string compare_command(const std::vector<std::string>& args) {
+  CompareCommand c;
+  return c.run(args) ? c.o.out : "";
+}
+
+int cmd_compare(int argc, char** argv) {
+  CompareCommand().run(argc, argv);
   return 0;
 }
 

@@ -259,15 +259,9 @@ int cmd_generate(int argc, char** argv) {
     }
     longest = std::max(longest, static_cast<int64_t>(p.ids.size()));
   }
-  const int64_t cache_len = std::min(longest + g.max_new_tokens, c.max_position_embeddings);
-  const int64_t prefill_chunk = std::min<int64_t>(longest, 512);
   const std::unique_ptr<Context> ctx = open_context(co);
-  const std::unique_ptr<Model> model = load_model(src, *ctx,
-                                                  {.batch = batch,
-                                                   .seq_len = prefill_chunk,
-                                                   .rows = std::max(batch, prefill_chunk),
-                                                   .cache_len = std::max<int64_t>(cache_len, 1)},
-                                                  co.precision);
+  const std::unique_ptr<Model> model =
+      load_model(src, *ctx, generation_shape(c, batch, longest, g.max_new_tokens), co.precision);
   KvCache cache(*model, batch);
   if (batch_file) generate_file(cache, prompts, g, tok != nullptr);
   else generate_one(cache, prompts[0], g, o.json);

@@ -1,6 +1,7 @@
 // main.cpp — the `attnres` program: dispatches to one subcommand and turns any
 // attnres::Error into one line on stderr and exit status 1.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <string>
@@ -44,6 +45,13 @@ void usage(FILE* out) {
 int main(int argc, char** argv) {
   if (argc >= 2 && !std::strcmp(argv[1], attnres::kChildOf)) attnres::become_child(argc, argv);  // core/spawn.h
   attnres::use_best_blas_kernels(argv);
+  // The OpenBLAS kernels chosen for this CPU (blas_kernels.h), for the
+  // Python package, which sets them before it loads the library: not a command.
+  if (argc == 2 && !std::strcmp(argv[1], "--blas-core")) {
+    const char* core = std::getenv("OPENBLAS_CORETYPE");
+    std::printf("%s\n", core ? core : "");
+    return 0;
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h") ||
       !std::strcmp(argv[1], "help")) {
     usage(argc < 2 ? stderr : stdout);

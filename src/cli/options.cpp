@@ -16,6 +16,15 @@ bool OptionList::parse(int argc, char** argv) {
   return true;
 }
 
+bool OptionList::parse(std::vector<std::string> words) {
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  return parse(static_cast<int>(words.size()), argv.data());
+}
+
+std::string OptionList::help() const { return Flags(command_, summary_, specs_).help(); }
+
 std::string OptionList::table() const {
   std::string out;
   size_t k = 0;

@@ -66,9 +66,13 @@ class OptionList {
   // Reads the command line into the fields; false when --help was given
   // (the help already printed).  Errors name the flag.
   bool parse(int argc, char** argv);
+  // The same from words (a caller that is not main: cli/api.h).
+  bool parse(std::vector<std::string> words);
   bool given(const std::string& flag) const { return flags_ && flags_->given(flag); }
   // "  --flag = value" per option (its value as read), for a start-up line.
   std::string table() const;
+  // What --help prints.
+  std::string help() const;
 
  private:
   template <class T>

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/api.h"
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "core/error.h"
@@ -125,8 +126,8 @@ void add_config_flags(OptionList& opts, ConfigFlags& m) {
 }
 
 // Everything after the flags and the join: may throw on any rank.
-int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Comm& comm,
-              const std::string& plan_ranks) {
+TrainResult run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Comm& comm,
+                      const std::string& plan_ranks, const StepCallback& on_step = nullptr) {
   o.world = comm.size();
   std::set<std::string> given;
   TrainOptions::each(o, [&](auto&, const char* key, const char*, OnResume, const char*) {
@@ -178,7 +179,7 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
           std::printf("memory plan, %lld rank%s, ZeRO-%d: %s\n", static_cast<long long>(n), n == 1 ? "" : "s", zero,
                       plan_memory(o.model, o.model_options(), static_cast<int>(n), zero).line().c_str());
       }
-    return 0;
+    return {};
   }
 
   // The start-up table once the run is accepted: a refused run prints its error alone.
@@ -188,20 +189,24 @@ int run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& opts, Com
                   options_table(o).c_str(), o.world > 1 ? cat("  ranks = ", o.world, "\n").c_str() : "");
     std::fflush(stdout);  // before any error line on stderr, also when piped
   };
-  const TrainResult r = train(o, &comm, test_hooks_from_environment(comm), started);
-  if (!comm.root()) return 0;
-  if (r.val_tokens > 0)
+  const TrainResult r = train(o, &comm, test_hooks_from_environment(comm), started, on_step);
+  if (comm.root() && r.val_tokens > 0 && !o.quiet)
     std::printf("final: %lld steps, train loss %.4f, val loss %.4f, val perplexity %.2f\n",
                 static_cast<long long>(r.steps_done), r.final_loss, r.val_loss, r.val_ppl);
-  return 0;
+  std::fflush(stdout);
+  return r;
 }
 
-}  // namespace
-
-int cmd_train(int argc, char** argv) {
+// The command's flags, each bound to its field: train's option list.
+struct TrainCommand {
   TrainOptions o;
   ConfigFlags m;
-  OptionList opts("train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out.");
+  std::string plan_ranks;
+  OptionList opts{"train", "Train a Qwen3 model (any attnres_mode) on token files; checkpoints go to --out."};
+  TrainCommand();
+};
+
+TrainCommand::TrainCommand() {
   add_config_flags(opts, m);
   opts.add(o.resume, {"resume", "",
                       "checkpoint or run directory to continue, bit-identically; every option not given is the "
@@ -211,16 +216,35 @@ int cmd_train(int argc, char** argv) {
                          "a new run into an --out that holds a run deletes that run's log and checkpoints first "
                          "(without it such an --out is refused)"});
   opts.add(o.profile, {"profile", "false", profile_help() + " (train: at the end of the run)"});
-  std::string plan_ranks;
   opts.add(plan_ranks, {"plan-ranks", "",
                         "print this run's memory plan per rank under ZeRO-1 and ZeRO-3 for each of these numbers of "
                         "ranks (e.g. 8,16) and exit without training"});
-  if (!opts.parse(argc, argv)) return 0;
+}
+
+}  // namespace
+
+std::string train_help() { return TrainCommand().opts.help(); }
+
+TrainResult train_command(const std::vector<std::string>& args, const StepCallback& on_step) {
+  TrainCommand c;
+  if (!c.opts.parse(args)) return {};
+  std::unique_ptr<Comm> comm = Comm::single();
+  return run_train(c.o, c.m, c.opts, *comm, c.plan_ranks, on_step);
+}
+
+int cmd_train(int argc, char** argv) {
+  TrainCommand c;
+  TrainOptions& o = c.o;
+  const ConfigFlags& m = c.m;
+  const OptionList& opts = c.opts;
+  const std::string& plan_ranks = c.plan_ranks;
+  if (!c.opts.parse(argc, argv)) return 0;
 
   // The ranks of the run: mpirun -np N starts N of these processes (alone: one).
   std::unique_ptr<Comm> comm = Comm::join();
   try {
-    return run_train(o, m, opts, *comm, plan_ranks);
+    run_train(o, m, opts, *comm, plan_ranks);
+    return 0;
   } catch (const std::exception& e) {
     if (comm->size() == 1) throw;
     // One rank's error ends the job: the others may be waiting for this one.

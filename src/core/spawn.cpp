@@ -37,13 +37,20 @@ namespace attnres {
   std::_Exit(127);
 }
 
+namespace {
+std::string g_self_program;  // "": /proc/self/exe
+}  // namespace
+
+void set_self_program(const std::string& path) { g_self_program = path; }
+
 ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file, const std::string& err_file,
                      const std::vector<std::string>& launcher) {
   // attnres --child-of PID PROGRAM ARGS…: this program again, which ties
   // itself to us (kChildOf) and then becomes PROGRAM ARGS…: the run itself,
   // or the launcher that starts it.
   std::error_code ec;
-  const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  const std::string self =
+      !g_self_program.empty() ? g_self_program : std::filesystem::read_symlink("/proc/self/exe", ec).string();
   if (ec) fail("cannot find this program's path (/proc/self/exe): ", ec.message());
   std::vector<std::string> a = {"attnres", kChildOf, std::to_string(::getpid())};
   if (launcher.empty()) {

@@ -29,6 +29,11 @@ inline constexpr const char* kChildOf = "--child-of";
 // stderr appended to err_file, or inherited when "".  With a launcher (for
 // example {"mpirun", "-np", "2"}), `LAUNCHER… /path/to/attnres ARGS…` (found
 // on PATH); its peak RSS is the launcher's then, not its ranks'.
+// The attnres program that run_self starts: this process's own
+// (/proc/self/exe) unless a host that is not that program (the Python module,
+// python/_attnres.cpp) names the one it ships with.
+void set_self_program(const std::string& path);
+
 ChildResult run_self(const std::vector<std::string>& args, const std::string& out_file = "",
                      const std::string& err_file = "", const std::vector<std::string>& launcher = {});
 

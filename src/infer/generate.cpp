@@ -50,6 +50,15 @@ struct Live {
 
 }  // namespace
 
+InferenceShape generation_shape(const Config& c, int64_t batch, int64_t longest, int64_t max_new_tokens) {
+  const int64_t cache_len = std::min(longest + max_new_tokens, c.max_position_embeddings);
+  const int64_t prefill_chunk = std::min<int64_t>(longest, 512);
+  return {.batch = batch,
+          .seq_len = prefill_chunk,
+          .rows = std::max(batch, prefill_chunk),
+          .cache_len = std::max<int64_t>(cache_len, 1)};
+}
+
 void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens) {
   if (prompt.empty()) fail("the prompt is empty (no token to start from)");
   for (size_t t = 0; t < prompt.size(); ++t)

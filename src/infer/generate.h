@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "infer/kv_cache.h"
+#include "infer/load.h"
 #include "infer/sampler.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -57,6 +58,13 @@ using OnText = std::function<void(size_t i, std::string_view piece)>;
 // room for max_new_tokens within max_position_embeddings and a KV cache of
 // cache_len positions.  Error otherwise.
 void check_prompt(const Config& c, int64_t cache_len, const std::vector<int32_t>& prompt, int64_t max_new_tokens);
+
+// The model a generation needs: `batch` sequences decoded together, prompts
+// of at most `longest` tokens prefilled in chunks of up to 512, a KV cache
+// for the prompt and max_new_tokens (within max_position_embeddings).  The
+// chunk decides the prefill's products, so every caller (attnres generate,
+// the Python module) builds the same shape for the same prompts.
+InferenceShape generation_shape(const Config& c, int64_t batch, int64_t longest, int64_t max_new_tokens);
 
 std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vector<int32_t>>& prompts,
                                      const GenerateOptions& opt, GenerateTimes* times = nullptr,
