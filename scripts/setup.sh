@@ -13,6 +13,7 @@ BUILD_PACKAGES=(build-essential cmake ninja-build pkg-config
   libopenblas-openmp-dev libdnnl-dev libomp-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev zlib1g-dev
   python3 python3.11-doc dict-gcide)            # python3 reads bench JSON; the default corpus text
 TEST_PACKAGES=(libgtest-dev python3-venv           # PyTorch and the other peers: scripts/setup_peers.sh
+  python3-dev                                   # the Python package's module (pip install ., docs/python.md)
   libopenmpi-dev openmpi-bin                    # data-parallel training (mpirun) and its tests
   nodejs                                        # the oracle; tokenizer fixtures and Vega (npm)
   chromium)                                     # renders the HTML report in a test

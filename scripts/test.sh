@@ -9,3 +9,4 @@ scripts/setup_peers.sh  # PyTorch 2, transformers, tokenizers, lm-eval in .venv 
 if [ -x scripts/fetch_tokenizer_fixtures.sh ]; then scripts/fetch_tokenizer_fixtures.sh; fi
 scripts/fetch_vega.sh   # the report inlines Vega, Vega-Lite and vega-embed
 ctest --test-dir build --output-on-failure -j "$(nproc)" "$@"
+scripts/test_python.sh  # the Python package: its wheel, tests/python (pytest), a fresh venv
