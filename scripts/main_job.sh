@@ -12,7 +12,7 @@
 #                 limit: a run that would pass it is cut, its learning-rate decay completed
 #   --tokens N    training tokens per run (default 524288: 128 steps of 16 × 256)
 #   --modes LIST  default baseline,block,delta_block
-#   --seeds S     runs per mode (default 2: the table says whether a difference is beyond the seeds' spread)
+#   --seeds S     runs per mode (default 2: the table gives each difference a paired 95% interval and a Holm-corrected p)
 #   --config C    model preset or config.json (default tiny-deep: 12 layers of d 128)
 #   --precision P fp32, bf16 or auto (default: bf16 where the CPU has bf16 matrix instructions)
 #   --ranks R     train each run over R MPI ranks (compare --ranks; default 1)

@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 
 #include "core/error.h"
 #include "core/file_util.h"
 #include "core/json_util.h"
 #include "core/spawn.h"
 #include "core/timer.h"
+#include "experiment/paired_stats.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/modes.h"
@@ -90,9 +92,32 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
   const bool comparable = match.comparable;
   const int64_t matched_step = match.step;
   table =
-      "| mode | val loss (mean ± spread) | val ppl | vs baseline | tok/s | peak RSS MiB | parameters | "
+      "| mode | val loss (mean ± spread) | val ppl | vs baseline (95% CI; Holm p) | tok/s | peak RSS MiB | parameters | "
       "deep max weight | steps |\n|---|---|---|---|---|---|---|---|---|\n";
-  double base_loss = NAN, base_spread = NAN;
+  // Each mode against baseline seed by seed (the runs of a seed share their
+  // initial weights and data order): the paired differences, their interval,
+  // and p corrected over the modes compared (experiment/paired_stats.h).
+  std::map<int64_t, double> base_by_seed;
+  for (const auto& r : results)
+    if (r["mode"] == "baseline") base_by_seed[r["seed"].get<int64_t>()] = match.loss_of(r);
+  std::map<std::string, PairedDifference> paired;
+  std::vector<std::string> tested;  // the modes with a p-value, in order
+  std::vector<double> p_raw;
+  if (match.comparable && !base_by_seed.empty())
+    for (const std::string& m : modes) {
+      if (m == "baseline") continue;
+      std::vector<double> diffs;
+      for (const auto& r : results)
+        if (r["mode"] == m)
+          if (auto b = base_by_seed.find(r["seed"].get<int64_t>()); b != base_by_seed.end())
+            diffs.push_back(match.loss_of(r) - b->second);
+      if (diffs.empty()) continue;
+      paired[m] = paired_difference(diffs);
+      if (paired[m].p) tested.push_back(m), p_raw.push_back(*paired[m].p);
+    }
+  std::map<std::string, double> p_adjusted;
+  const std::vector<double> adj = holm(p_raw);
+  for (size_t i = 0; i < tested.size(); ++i) p_adjusted[tested[i]] = adj[i];
   for (const std::string& m : modes) {
     std::vector<double> losses, speeds, deep, matched;
     int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
@@ -116,10 +141,8 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     const double spread = (hi - lo) / 2;
     // What "vs baseline" compares: the final losses when every run trained as
     // planned, else those at matched_step (its mean and spread).
-    double cmp = 0, clo = INFINITY, chi = -INFINITY;
-    for (double x : matched) cmp += x / static_cast<double>(matched.size()), clo = std::min(clo, x), chi = std::max(chi, x);
-    const double cmp_spread = (chi - clo) / 2;
-    if (m == "baseline") base_loss = cmp, base_spread = cmp_spread;
+    double cmp = 0;
+    for (double x : matched) cmp += x / static_cast<double>(matched.size());
     summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
                   {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
                   {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
@@ -129,21 +152,36 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     std::string vs = "-";
     if (m != "baseline" && !comparable) {
       vs = "not comparable";
-    } else if (m != "baseline" && !std::isnan(base_loss)) {
-      const double d = cmp - base_loss, spread = cmp_spread + base_spread;
+    } else if (m != "baseline" && paired.count(m)) {
+      const PairedDifference& pd = paired[m];
+      const double d = pd.mean;
       const std::string diff = cat(d >= 0 ? "+" : "", fmt(d, 4));
       const bool at_step = !match.cut_runs.empty();  // compared at matched_step, not at the end
-      vs = at_step ? cat(diff, " @", matched_step) : diff;
       const std::string dv = cat(diff, " nats", at_step ? cat(" at step ", matched_step) : std::string());
-      if (seeds < 2)
+      nlohmann::json& sm = summary[m];
+      sm["vs_baseline"] = d;
+      sm["paired_seeds"] = pd.n;
+      sm["ci95"] = pd.lo ? nlohmann::json::array({*pd.lo, *pd.hi}) : nlohmann::json(nullptr);
+      sm["p"] = pd.p ? nlohmann::json(*pd.p) : nlohmann::json(nullptr);
+      sm["p_adjusted"] = pd.p ? nlohmann::json(p_adjusted[m]) : nlohmann::json(nullptr);
+      if (!pd.lo) {
+        vs = at_step ? cat(diff, " @", matched_step) : diff;
         notes.push_back(cat(m, " vs baseline: ", dv,
-                            " from one seed each; seed noise is not measured (--seeds 3 tells whether a "
-                            "difference this size is real)"));
-      else if (std::fabs(d) <= spread)
-        notes.push_back(cat(m, " vs baseline: ", dv, ", within the seeds' spread (±", fmt(spread, 4),
-                            "): no difference shown at this size"));
-      else
-        notes.push_back(cat(m, " vs baseline: ", dv, ", beyond the seeds' spread (±", fmt(spread, 4), ")"));
+                            " from one seed each; seed noise is not measured (--seeds 3 gives an interval and a "
+                            "corrected p)"));
+      } else {
+        const double pa = p_adjusted[m];
+        const std::string ci = cat("[", fmt(*pd.lo, 4), ", ", fmt(*pd.hi, 4), "]");
+        vs = cat(diff, " ", ci, "; p ", fmt(pa, 3), at_step ? cat(" @", matched_step) : std::string());
+        const std::string held = tested.size() > 1 ? cat("Holm-adjusted over ", tested.size(), " modes")
+                                                   : std::string("one mode compared");
+        notes.push_back(cat(m, " vs baseline: ", dv, ", 95% interval ", ci, " (paired t over ", pd.n, " seeds), p ",
+                            fmt(pa, 3), " (", held, "): ",
+                            pa < 0.05 ? "a difference at the 5% level" : "no difference shown at this size",
+                            pd.n == 2 ? cat("; with 2 seeds the interval is wide (±", fmt(*pd.hi - pd.mean, 4),
+                                            ": t on one degree of freedom is 12.7)")
+                                      : std::string()));
+      }
     }
     // Routing heads beside the name when they are not the name's own (1, or 8 for the _mh names).
     const int64_t named_heads = parse_mode_name(m).heads;

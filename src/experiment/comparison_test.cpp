@@ -73,29 +73,58 @@ TEST(Comparison, CutRunsAreComparedAtTheLastValidationEveryRunMadeBeforeTheCut) 
   EXPECT_EQ(m.step, 0);
 }
 
-TEST(Comparison, TheTableSaysWhetherADifferenceIsBeyondTheSeedsSpread) {
+TEST(Comparison, TheTableGivesEachDifferenceAnIntervalAndACorrectedP) {
   const int64_t steps = 100;
   auto run = [&](const std::string& mode, int64_t seed, double loss) {
     return record(mode, seed, loss, steps, {{100, loss}});
   };
-  // Two seeds each: block 0.2 below baseline, spreads 0.05 and 0.05.
-  nlohmann::json all = {run("baseline", 1, 5.05), run("baseline", 2, 4.95), run("block", 1, 4.85),
-                        run("block", 2, 4.75), run("delta", 1, 5.05), run("delta", 2, 4.90)};
+  // Three seeds each, paired by seed: block below baseline by 0.21, 0.18,
+  // 0.25; delta by −0.02, 0.05, −0.01.  The reference: scipy 1.17.1,
+  // ttest_1samp(block − baseline, 0) and its confidence_interval(0.95);
+  // Holm over the two modes by hand (0.00891·2; max(that, 0.789·1)).
+  nlohmann::json all = {run("baseline", 1, 5.00), run("baseline", 2, 5.10), run("baseline", 3, 4.90),
+                        run("block", 1, 4.79),    run("block", 2, 4.92),    run("block", 3, 4.65),
+                        run("delta", 1, 5.02),    run("delta", 2, 5.05),    run("delta", 3, 4.91)};
   const std::vector<std::string> modes = {"baseline", "block", "delta"};
-  const ModeTable t = mode_table(modes, all, match_runs(all, steps), 2, steps);
+  const ModeTable t = mode_table(modes, all, match_runs(all, steps), 3, steps);
+  const nlohmann::json& block = t.summary["block"];
+  EXPECT_NEAR(block["vs_baseline"].get<double>(), -0.21333333333333324, 1e-12);
+  EXPECT_NEAR(block["ci95"][0].get<double>(), -0.3005733826846848, 1e-10);
+  EXPECT_NEAR(block["ci95"][1].get<double>(), -0.12609328398198166, 1e-10);
+  EXPECT_NEAR(block["p"].get<double>(), 0.00891261906798263, 1e-10);
+  EXPECT_NEAR(block["p_adjusted"].get<double>(), 2 * 0.00891261906798263, 1e-10);
+  EXPECT_EQ(block["paired_seeds"], 3);
+  const nlohmann::json& delta = t.summary["delta"];
+  EXPECT_NEAR(delta["ci95"][0].get<double>(), -0.10071460255584036, 1e-10);
+  EXPECT_NEAR(delta["ci95"][1].get<double>(), 0.08738126922250672, 1e-10);
+  EXPECT_NEAR(delta["p_adjusted"].get<double>(), 0.7891814893221019, 1e-10);
   ASSERT_EQ(t.notes.size(), 2u);
-  EXPECT_EQ(t.notes[0], "block vs baseline: -0.2000 nats, beyond the seeds' spread (±0.1000)");
+  EXPECT_EQ(t.notes[0],
+            "block vs baseline: -0.2133 nats, 95% interval [-0.3006, -0.1261] (paired t over 3 seeds), p 0.018 "
+            "(Holm-adjusted over 2 modes): a difference at the 5% level");
   EXPECT_EQ(t.notes[1],
-            "delta vs baseline: -0.0250 nats, within the seeds' spread (±0.1250): no difference shown at this size");
-  EXPECT_DOUBLE_EQ(t.summary["block"]["val_loss"].get<double>(), 4.8);
-  EXPECT_DOUBLE_EQ(t.summary["block"]["val_loss_min"].get<double>(), 4.75);
-  EXPECT_EQ(t.summary["block"]["seeds"], 2);
-  EXPECT_NE(t.table.find("| block | 4.8000 ± 0.0500 |"), std::string::npos) << t.table;
+            "delta vs baseline: -0.0067 nats, 95% interval [-0.1007, 0.0874] (paired t over 3 seeds), p 0.789 "
+            "(Holm-adjusted over 2 modes): no difference shown at this size");
+  EXPECT_DOUBLE_EQ(t.summary["block"]["val_loss_min"].get<double>(), 4.65);
+  EXPECT_EQ(t.summary["block"]["seeds"], 3);
+  EXPECT_NE(t.table.find("| block | 4.7867 ± 0.1350 | 119.90 | -0.2133 [-0.3006, -0.1261]; p 0.018 |"),
+            std::string::npos)
+      << t.table;
+  // Two seeds: the note says how wide the interval is.
+  const nlohmann::json two = {run("baseline", 1, 5.0), run("baseline", 2, 5.1), run("block", 1, 4.7),
+                              run("block", 2, 4.9)};
+  const ModeTable t2 = mode_table({"baseline", "block"}, two, match_runs(two, steps), 2, steps);
+  ASSERT_EQ(t2.notes.size(), 1u);
+  EXPECT_NE(t2.notes[0].find("(one mode compared): no difference shown at this size; with 2 seeds the interval "
+                             "is wide (±0.6353: t on one degree of freedom is 12.7)"),
+            std::string::npos)
+      << t2.notes[0];
   // One seed: the note says the noise is not measured.
   const nlohmann::json one = {run("baseline", 1, 5.0), run("block", 1, 4.8)};
   const ModeTable t1 = mode_table({"baseline", "block"}, one, match_runs(one, steps), 1, steps);
   ASSERT_EQ(t1.notes.size(), 1u);
   EXPECT_NE(t1.notes[0].find("from one seed each; seed noise is not measured"), std::string::npos);
+  EXPECT_TRUE(t1.summary["block"]["ci95"].is_null());
 }
 
 TEST(Comparison, ARerunMustAskForTheSameComparison) {

@@ -8,7 +8,7 @@
 // and vega-embed are inlined from third_party/npm, fetched by
 // scripts/fetch_vega.sh — nothing is loaded from the network):
 //   validation loss curves of all runs; final perplexity per mode with the
-//   seeds' spread; the table (perplexity, tok/s, peak RSS, parameters);
+//   seeds' range; the table (perplexity, tok/s, peak RSS, parameters);
 //   per-depth max routing weight per routed mode (the collapse plot), the
 //   distribution of the per-token max weight in the deepest routers; a
 //   heatmap per routed mode of mean routing weight, router × source;
