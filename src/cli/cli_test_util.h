@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -56,6 +57,21 @@ inline void expect_clear_error(const Result& r, std::initializer_list<std::strin
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
   for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "'" << f << "' not in: " << r.err;
+}
+
+// The pid a file holds (a lock's, or one `echo $!` wrote); 0 while it is not there.
+inline pid_t read_pid(const std::string& path) {
+  std::error_code ec;
+  return fs::exists(path, ec) ? static_cast<pid_t>(std::atol(read_file(path).c_str())) : 0;
+}
+
+// Whether a process runs: a zombie (exited, not yet reaped) does not.
+inline bool process_alive(pid_t pid) {
+  std::error_code ec;
+  const std::string stat_path = "/proc/" + std::to_string(pid) + "/stat";
+  const std::string stat = fs::exists(stat_path, ec) ? read_file(stat_path) : "";
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
 }
 
 class Cli : public ::testing::Test {

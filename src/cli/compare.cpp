@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "experiment/comparison.h"
+#include "io/token_file.h"
 #include "model/config.h"
 #include "model/modes.h"
 #include "ops/backend.h"
@@ -77,6 +78,16 @@ void add_compare_options(OptionList& opts, Comparison& o) {
                              "after each routed run, its routing interventions (attnres routing --interventions) on "
                              "this many validation tokens, for results.json and the report; a finished run "
                              "without them gets them on a rerun (0 = none)"});
+  opts.add(o.lrs_flag, {"lrs", "",
+                        "sweep the learning rate: comma-separated peak rates; each mode trains one short run per rate "
+                        "and its seeds at the rate of the lowest loss on the tuning split (instead of --lr)"});
+  opts.add(o.lrs_routing_flag, {"lrs-routing", "",
+                                "sweep the routing parameters' peak rate likewise, in the modes with routing "
+                                "(with --lrs: every pair; instead of --lr-routing)"});
+  opts.add(o.sweep_fraction, {"sweep-fraction", "0.25", "each sweep run's share of a run's steps"});
+  opts.add(o.tuning_tokens, {"tuning-tokens", "65536",
+                             "the tuning split the sweep is judged on: the validation file's last N tokens, which "
+                             "the reported validation then never reads"});
   opts.add(o.out, {"out", "", "output directory (required); rerun with the same flags to resume"});
   opts.add(o.vega_dir, {"vega-dir", "",
                         "node_modules holding vega, vega-lite, vega-embed for the report (default: "
@@ -91,6 +102,62 @@ void add_compare_options(OptionList& opts, Comparison& o) {
     }
     return true;
   });
+}
+
+// The learning-rate sweep's flags checked; its runs' length and options, and
+// the split of the validation file between the reported loss and the tuning.
+void resolve_sweep(Comparison& o, const OptionList& opts) {
+  TrainOptions& t = o.t;
+  o.lrs = parse_rates(o.lrs_flag, "--lrs");
+  o.lrs_routing = parse_rates(o.lrs_routing_flag, "--lrs-routing");
+  if (!o.sweeping()) return;
+  if (!o.lrs.empty() && opts.given("lr")) fail("--lr and --lrs: give one (--lrs sweeps the rate --lr would fix)");
+  if (!o.lrs_routing.empty() && opts.given("lr-routing"))
+    fail("--lr-routing and --lrs-routing: give one (--lrs-routing sweeps the rate --lr-routing would fix)");
+  if (o.lrs.size() == 1 && o.lrs_routing.size() <= 1)
+    fail("--lrs ", o.lrs_flag, ": a sweep needs two rates or more (--lr sets one)");
+  if (o.lrs_routing.size() == 1 && o.lrs.size() <= 1)
+    fail("--lrs-routing ", o.lrs_routing_flag, ": a sweep needs two rates or more (--lr-routing sets one)");
+  for (double lr : o.lrs)
+    if (opts.given("lr-min") && lr < t.lr_min)
+      fail("--lrs: ", lr, " is below --lr-min ", t.lr_min, " (each rate decays to --lr-min; leave it out to decay "
+           "each to a tenth of its own)");
+  for (double lr : o.lrs_routing)
+    if (opts.given("lr-min-routing") && lr < t.lr_min_routing)
+      fail("--lrs-routing: ", lr, " is below --lr-min-routing ", t.lr_min_routing);
+  bool any_routed = false;
+  for (const std::string& m : o.modes) any_routed = any_routed || mode_spec(parse_mode_name(m).mode).routed();
+  if (!o.lrs_routing.empty() && !any_routed) fail("--lrs-routing: none of --modes ", o.modes_flag, " has routing");
+  if (!(o.sweep_fraction > 0 && o.sweep_fraction <= 1))
+    fail("--sweep-fraction must be above 0 and at most 1, got ", o.sweep_fraction);
+  o.sweep_steps = std::max<int64_t>(1, std::llround(static_cast<double>(o.steps) * o.sweep_fraction));
+  // Evaluation reads the first val_tokens + 1 tokens (eval/perplexity.h);
+  // the tuning split is the last tuning_tokens, after them.
+  const int64_t T = t.seq_len, n = static_cast<int64_t>(TokenFile(o.val_data).size());
+  o.val_file_tokens = n;
+  if (o.tuning_tokens < T + 1)
+    fail("--tuning-tokens must hold a window of --seq-len ", T, " and its next token (", T + 1, " or more), got ",
+         o.tuning_tokens);
+  const int64_t room = n - o.tuning_tokens - 1;  // the most val_tokens disjoint from the tuning split
+  if (room < T)
+    fail(o.val_data, ": holds ", n, " tokens: after the tuning split's ", o.tuning_tokens, " fewer than a window of --seq-len ",
+         T, " are left for the reported validation (use a larger validation file or fewer --tuning-tokens)");
+  const int64_t asked = t.val_tokens > 0 ? t.val_tokens : n - 1;
+  if (asked > room)
+    std::printf("compare: the reported validation reads the first %lld tokens of %s (%s): its last %lld are the "
+                "tuning split\n",
+                static_cast<long long>(room + 1), o.val_data.c_str(),
+                t.val_tokens > 0 ? cat("not ", t.val_tokens + 1).c_str() : "not all", static_cast<long long>(o.tuning_tokens));
+  t.val_tokens = std::min(asked, room);
+  const int64_t ss = o.sweep_steps, val_every = std::max<int64_t>(1, ss / 2);  // at its middle and end
+  o.sweep_computed = {{"batch", cat(t.batch / o.ranks)},
+                      {"warmup", cat(t.warmup > 0 ? std::max<int64_t>(1, std::llround(t.warmup * o.sweep_fraction))
+                                                  : std::max<int64_t>(1, ss / 20))},
+                      {"val_every", cat(val_every)},
+                      {"ckpt_every", cat(val_every)},
+                      {"routing_every", cat(std::max<int64_t>(1, ss / 20))},
+                      {"keep_checkpoints", "1"},
+                      {"val_tokens", "0"}};
 }
 
 // The flags checked, and what every run shares worked out from them.
@@ -131,6 +198,7 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
     o.steps = (o.tokens + B * T - 1) / (B * T);
   }
   const int64_t steps = o.steps;
+  resolve_sweep(o, opts);
   // The precision of every run: auto resolves here, once, and is stored with the settings.
   o.precision_given = opts.given("precision");
   {
@@ -174,6 +242,14 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
                 {"val_every", val_every}, {"val_tokens", t.val_tokens},
                 {"routing_every", routing_every}, {"precision", o.precision},
                 {"train_options", given_options}};
+  if (o.sweeping()) {  // keys a comparison without a sweep does not have: its compare.json stays as it was
+    if (!o.lrs.empty()) o.settings["lr"] = o.settings["lr_min"] = nullptr;
+    o.settings["lrs"] = o.lrs;
+    o.settings["lrs_routing"] = o.lrs_routing;
+    o.settings["sweep_steps"] = o.sweep_steps;
+    o.settings["tuning_tokens"] = o.tuning_tokens;
+    o.settings["val_file_tokens"] = o.val_file_tokens;
+  }
 }
 
 // compare's flags, each bound to its field.

@@ -208,18 +208,6 @@ TEST_F(Cli, AKilledCompareTakesItsTrainingWithIt) {
                          dir_ + "/cmp >/dev/null 2>&1 & echo $! > " + dir_ + "/compare.pid")
                             .c_str()),
             0);
-  auto read_pid = [](const std::string& path) -> pid_t {
-    std::error_code ec;
-    if (!fs::exists(path, ec)) return 0;
-    return static_cast<pid_t>(std::atol(read_file(path).c_str()));
-  };
-  auto alive = [](pid_t pid) {  // a zombie (exited, not yet reaped) is not alive
-    std::error_code ec;
-    const std::string stat = fs::exists("/proc/" + std::to_string(pid) + "/stat", ec)
-                                 ? read_file("/proc/" + std::to_string(pid) + "/stat") : "";
-    const size_t paren = stat.rfind(')');
-    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
-  };
   pid_t compare = 0, train = 0;
   for (int i = 0; i < 2000 && (!compare || !train || !fs::exists(run_dir + "/log.jsonl")); ++i) {
     compare = read_pid(dir_ + "/compare.pid");
@@ -228,10 +216,10 @@ TEST_F(Cli, AKilledCompareTakesItsTrainingWithIt) {
   }
   ASSERT_GT(compare, 0);
   ASSERT_GT(train, 0) << "the training never started";
-  ASSERT_TRUE(alive(train));
+  ASSERT_TRUE(process_alive(train));
   ASSERT_EQ(::kill(compare, SIGKILL), 0);
-  for (int i = 0; i < 3000 && alive(train); ++i) ::usleep(10000);
-  EXPECT_FALSE(alive(train)) << "attnres train " << train << " outlived its comparison";
+  for (int i = 0; i < 3000 && process_alive(train); ++i) ::usleep(10000);
+  EXPECT_FALSE(process_alive(train)) << "attnres train " << train << " outlived its comparison";
   EXPECT_TRUE(fs::exists(run_dir + "/latest")) << "no checkpoint at SIGTERM";
 }
 

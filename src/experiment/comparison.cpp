@@ -14,6 +14,7 @@
 #include "core/timer.h"
 #include "experiment/paired_stats.h"
 #include "io/checkpoint.h"
+#include "io/token_file.h"
 #include "model/config.h"
 #include "model/modes.h"
 #include "model/params.h"
@@ -44,6 +45,145 @@ std::string fmt(double x, int digits) {
   char b[64];
   std::snprintf(b, sizeof b, "%.*f", digits, x);
   return b;
+}
+
+std::vector<double> parse_rates(const std::string& s, const char* flag) {
+  std::vector<double> out;
+  if (s.empty()) return out;
+  size_t at = 0;
+  for (;;) {
+    const size_t end = std::min(s.find(',', at), s.size());
+    const std::string item = s.substr(at, end - at);
+    double x = 0;
+    size_t used = 0;
+    try {
+      x = std::stod(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size() || !std::isfinite(x) || x <= 0)
+      fail(flag, " '", s, "': '", item, "' is not a positive learning rate");
+    if (std::find(out.begin(), out.end(), x) != out.end())
+      fail(flag, " '", s, "' names ", item, " twice (each rate is one run of the sweep)");
+    out.push_back(x);
+    if (end == s.size()) return out;
+    at = end + 1;
+  }
+}
+
+namespace {
+
+// A rate as the flags, the directories and the table write it: 0.003, 1e-05.
+std::string rate_text(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%g", x);
+  return b;
+}
+
+bool given(const Comparison& o, const char* flag) {  // "--lr-min=": given to compare, passed to every run
+  for (const std::string& a : o.passed_fixed)
+    if (a.rfind(flag, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> Rates::flags(const Comparison& o) const {
+  std::vector<std::string> out;
+  if (!o.lrs.empty()) {  // lr swept (else the run's --lr, passed as given)
+    out.push_back("--lr=" + rate_text(lr));
+    if (!given(o, "--lr-min=")) out.push_back("--lr-min=" + rate_text(TrainOptions::default_lr_min(lr)));
+  }
+  if (lr_routing) {
+    out.push_back("--lr-routing=" + rate_text(*lr_routing));
+    if (!given(o, "--lr-min-routing="))
+      out.push_back("--lr-min-routing=" + rate_text(TrainOptions::default_lr_min(*lr_routing)));
+  }
+  return out;
+}
+
+std::string Rates::text() const {
+  return cat("lr ", rate_text(lr), lr_routing ? cat(", routing ", rate_text(*lr_routing)) : std::string());
+}
+
+std::vector<Rates> sweep_points(const Comparison& o, const std::string& mode) {
+  const bool routed = mode_spec(parse_mode_name(mode).mode).routed();
+  const std::vector<double> lrs = o.lrs.empty() ? std::vector<double>{o.t.lr} : o.lrs;
+  std::vector<Rates> out;
+  for (double lr : lrs) {
+    if (!routed || o.lrs_routing.empty()) out.push_back({lr, std::nullopt});
+    else
+      for (double r : o.lrs_routing) out.push_back({lr, r});
+  }
+  return out;
+}
+
+std::vector<ComparisonRun> sweep_runs(const Comparison& o) {
+  std::vector<ComparisonRun> runs;
+  if (!o.sweeping()) return runs;
+  for (const std::string& m : o.modes) {
+    const std::vector<Rates> points = sweep_points(o, m);
+    if (points.size() < 2) continue;  // nothing to choose (baseline under --lrs-routing alone)
+    for (const Rates& p : points) {
+      ComparisonRun r{m, cat(o.out, "/sweep/", m, "-lr", rate_text(p.lr),
+                             p.lr_routing ? "-routing" + rate_text(*p.lr_routing) : std::string()),
+                      static_cast<int64_t>(o.seed)};
+      r.steps = o.sweep_steps;
+      r.val_data = o.out + "/tuning.bin";
+      r.computed = o.sweep_computed;
+      r.rates = p;
+      r.sweep = true;
+      runs.push_back(std::move(r));
+    }
+  }
+  return runs;
+}
+
+std::vector<ComparisonRun> seed_runs(const Comparison& o) {
+  std::vector<ComparisonRun> runs;
+  for (const std::string& m : o.modes)
+    for (int64_t k = 0; k < o.seeds; ++k) {
+      ComparisonRun r{m, cat(o.out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)};
+      r.steps = o.steps;
+      r.val_data = o.val_data;
+      r.computed = o.computed;
+      runs.push_back(std::move(r));
+    }
+  return runs;
+}
+
+namespace {
+
+Rates rates_of(const nlohmann::json& r) {
+  Rates x;
+  x.lr = r["lr"].get<double>();
+  if (r.contains("lr_routing") && r["lr_routing"].is_number()) x.lr_routing = r["lr_routing"].get<double>();
+  return x;
+}
+
+}  // namespace
+
+RateChoice choose_rate(const std::string& mode, const nlohmann::json& sweep_records, int64_t sweep_steps) {
+  nlohmann::json live = nlohmann::json::array();
+  std::string diverged;
+  for (const auto& r : sweep_records) {
+    if (r["mode"] != mode) continue;
+    if (r.value("diverged", false)) diverged += cat(diverged.empty() ? "" : "; ", rates_of(r).text());
+    else live.push_back(r);
+  }
+  if (live.empty()) fail(mode, ": every rate of its sweep diverged (", diverged, "): sweep lower --lrs");
+  const Matched m = match_runs(live, sweep_steps);
+  if (!m.comparable)
+    fail(mode, ": --minutes cut its sweep before its runs shared a validation, so no rate can be chosen; rerun "
+               "with more --minutes (the finished runs are kept)");
+  RateChoice c;
+  c.tuning_loss = INFINITY;
+  for (const auto& r : live)  // in the order listed: a tie keeps the first
+    if (const double loss = m.loss_of(r); loss < c.tuning_loss) c.tuning_loss = loss, c.rates = rates_of(r);
+  if (!std::isfinite(c.tuning_loss)) fail(mode, ": no rate of its sweep has a finite tuning loss");
+  c.step = m.step;
+  c.at_matched_step = !m.cut_runs.empty();
+  return c;
 }
 
 // The mean of the per-token max weight over the deepest third of a run's routers.
@@ -93,7 +233,7 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
   const int64_t matched_step = match.step;
   table =
       "| mode | val loss (mean ± spread) | val ppl | vs baseline (95% CI; Holm p) | tok/s | peak RSS MiB | parameters | "
-      "deep max weight | steps |\n|---|---|---|---|---|---|---|---|---|\n";
+      "deep max weight | steps | lr |\n|---|---|---|---|---|---|---|---|---|---|\n";
   // Each mode against baseline seed by seed (the runs of a seed share their
   // initial weights and data order): the paired differences, their interval,
   // and p corrected over the modes compared (experiment/paired_stats.h).
@@ -122,8 +262,10 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     std::vector<double> losses, speeds, deep, matched;
     int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
     bool cut = false;
+    std::string lr = "-";  // the rate the mode's runs trained at (one for all its seeds)
     for (const auto& r : results)
       if (r["mode"] == m) {
+        if (r.contains("lr") && r["lr"].is_number()) lr = rates_of(r).text().substr(3);
         losses.push_back(r["val_loss"].get<double>());
         matched.push_back(match.loss_of(r));
         speeds.push_back(r["tok_per_s"].get<double>());
@@ -188,7 +330,7 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     const bool say_heads = heads > 0 && heads != named_heads;
     table += cat("| ", m, say_heads ? cat(" (", heads, " routing heads)") : std::string(), " | ", fmt(mean, 4), seeds > 1 ? cat(" ± ", fmt(spread, 4)) : std::string(), " | ",
                  fmt(std::exp(mean), 2), " | ", vs, " | ", fmt(speed, 0), " | ", rss >> 20, " | ", params, " | ",
-                 deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " |\n");
+                 deep.empty() ? std::string("-") : fmt(dmw, 3), " | ", steps_min, cut ? " (cut)" : "", " | ", lr, " |\n");
   }
   return out;
 }
@@ -259,10 +401,18 @@ nlohmann::json finished_record(const Comparison& o, const ComparisonRun& run) {
   if (!fs::exists(done_path)) return nullptr;
   try {
     nlohmann::json r = parse_json(read_file(done_path), done_path);
-    check_run_record(r, done_path);
+    if (run.sweep) check_sweep_record(r, done_path);
+    else check_run_record(r, done_path);
     if (r["mode"] != run.mode || r["seed"] != run.seed)
       fail(done_path, ": is the record of ", brief(r["mode"]), " seed ", brief(r["seed"]), ", not of ", run.mode,
            " seed ", run.seed);
+    if (run.rates && !(r.contains("lr") && r["lr"].is_number() && rates_of(r) == *run.rates))
+      fail(done_path, ": is the record of a run at ", r.contains("lr") ? brief(r["lr"]) : "another rate", ", not at ",
+           run.rates->text());
+    if (run.sweep) {
+      std::printf("compare: sweep %s %s finished before; not rerun\n", run.mode.c_str(), run.rates->text().c_str());
+      return r;
+    }
     std::printf("compare: %s seed %lld finished before; not rerun\n", run.mode.c_str(), static_cast<long long>(run.seed));
     if (add_interventions(o, r, run.mode, run.seed)) write_file_atomic(done_path, r.dump() + "\n");
     return r;
@@ -275,11 +425,30 @@ nlohmann::json finished_record(const Comparison& o, const ComparisonRun& run) {
 
 namespace {
 
+// A sweep run's record: its rates and its loss on the tuning split (null where it diverged).
+nlohmann::json sweep_record(const Comparison& o, const ComparisonRun& run, const RunLog& log, bool diverged) {
+  return {{"mode", run.mode},
+          {"seed", run.seed},
+          {"dir", run.dir},
+          {"lr", run.rates->lr},
+          {"lr_routing", run.rates->lr_routing ? nlohmann::json(*run.rates->lr_routing) : nlohmann::json(nullptr)},
+          {"steps", log.steps},
+          {"planned_steps", run.steps},
+          {"cut", !diverged && log.steps < run.steps},
+          {"schedule_cut_at", log.schedule_cut_at},
+          {"tokens", log.steps * o.B * o.T},
+          {"diverged", diverged},
+          {"val_loss", diverged || std::isnan(log.val_loss) ? nlohmann::json(nullptr) : nlohmann::json(log.val_loss)},
+          {"val_curve", log.val_curve}};
+}
+
 // Trains a run (or resumes it; or, trained before, only evaluates it), then
 // its record: the run log's figures, its routing and interventions.
 // time_share: seconds this run may take under --minutes (none: no limit).
 nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, std::optional<double> time_share) {
-  const int64_t steps = o.steps;
+  const int64_t steps = run.steps;
+  const std::string what = run.sweep ? cat("sweep ", run.mode, " ", run.rates->text())
+                                     : cat(run.mode, " seed ", run.seed);
   const bool resume = fs::exists(run.dir + "/latest");
   // A run whose training finished (its checkpoint is at the planned step, or
   // at the step a time budget cut it to) but whose evaluation did not — a
@@ -303,33 +472,54 @@ nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, s
       if (!o.init.empty()) args.insert(args.end(), {"--init", o.init});
       else args.insert(args.end(), {"--config", o.config});
       // --overwrite: what a start of this run killed before its first checkpoint left (its log) goes.
-      args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", o.val_data, "--out",
+      args.insert(args.end(), {"--mode", run.mode, "--data", o.data, "--val-data", run.val_data, "--out",
                                run.dir, "--overwrite", "--steps", cat(steps), "--seed", cat(run.seed),
                                "--precision", o.precision});
       TrainOptions::each(o.t, [&](const auto&, const char* key, const char*, OnResume, const char*) {
-        if (const auto it = o.computed.find(key); it != o.computed.end())
+        if (const auto it = run.computed.find(key); it != run.computed.end())
           args.insert(args.end(), {"--" + option_flag(key), it->second});
       });
       const std::vector<std::string> fixed = train_flags_for(o.passed_fixed, run.mode);
       args.insert(args.end(), fixed.begin(), fixed.end());
+      if (run.rates) {
+        const std::vector<std::string> rates = run.rates->flags(o);
+        args.insert(args.end(), rates.begin(), rates.end());
+      }
     }
     args.insert(args.end(), o.passed_free.begin(), o.passed_free.end());
     if (time_share) {
-      if (*time_share < 10) fail("--minutes ", o.minutes, ": no time left for ", run.mode, " seed ", run.seed);
+      if (*time_share < 10) fail("--minutes ", o.minutes, ": no time left for ", what);
       args.insert(args.end(), {"--time-budget", cat(static_cast<int64_t>(*time_share))});
     }
-    std::printf("compare: %s %s seed %lld (%lld steps of %lld tokens; log in %s/train.out)\n",
-                resume ? "resuming" : "training", run.mode.c_str(), static_cast<long long>(run.seed),
-                static_cast<long long>(steps), static_cast<long long>(o.B * o.T), run.dir.c_str());
+    std::printf("compare: %s %s (%lld steps of %lld tokens; log in %s/train.out)\n", resume ? "resuming" : "training",
+                what.c_str(), static_cast<long long>(steps), static_cast<long long>(o.B * o.T), run.dir.c_str());
     std::fflush(stdout);
     fs::create_directories(run.dir);
     child = run_self(args, run.dir + "/train.out", run.dir + "/train.err", o.launcher);
-    if (child.exit_code != 0)
-      fail(run.mode, " seed ", run.seed, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir,
-           "/train.err");
+    // A rate of the sweep may diverge: that is its result, not the comparison's failure.
+    const bool diverged = child.exit_code != 0 && run.sweep &&
+                          read_file(run.dir + "/train.err").find("training diverged") != std::string::npos;
+    if (child.exit_code != 0 && !diverged)
+      fail(what, ": attnres train failed (exit ", child.exit_code, "); see ", run.dir, "/train.err");
+    if (diverged) {
+      const RunLog log = fs::exists(run.dir + "/log.jsonl") ? read_run_log(run.dir + "/log.jsonl") : RunLog{};
+      const nlohmann::json r = sweep_record(o, run, log, true);
+      write_file_atomic(run.dir + "/done.json", r.dump() + "\n");
+      std::printf("compare: %s: diverged at step %lld (never chosen)\n", what.c_str(),
+                  static_cast<long long>(log.steps));
+      return r;
+    }
   }
   std::fflush(stdout);
   const RunLog log = read_run_log(run.dir + "/log.jsonl");
+  if (run.sweep) {  // its record is its tuning loss: no routing analysis
+    const nlohmann::json r = sweep_record(o, run, log, false);
+    write_file_atomic(run.dir + "/done.json", r.dump() + "\n");
+    std::printf("compare: %s: tuning loss %s%s\n", what.c_str(), fmt(log.val_loss, 4).c_str(),
+                log.steps < steps ? cat(" (cut at step ", log.steps, " of ", steps, " by --minutes)").c_str() : "");
+    std::fflush(stdout);
+    return r;
+  }
   nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", o.precision},
                       {"steps", log.steps},
                       {"planned_steps", steps}, {"cut", log.steps < steps},
@@ -339,6 +529,10 @@ nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, s
                       {"peak_rss_bytes", log.peak_rss_bytes > 0 ? log.peak_rss_bytes : child.peak_rss_bytes},
                       {"seconds", now_seconds() - t0}, {"val_curve", log.val_curve}, {"loss_curve", log.loss_curve},
                       {"routing_curve", log.routing_curve}};
+  const Rates rates = run.rates ? *run.rates : Rates{o.t.lr, std::nullopt};
+  r["lr"] = rates.lr;
+  if (rates.lr_routing) r["lr_routing"] = *rates.lr_routing;
+  else if (o.t.lr_routing >= 0) r["lr_routing"] = o.t.lr_routing;
   const Config c = Config::load(resolve_model_dir(run.dir) + "/config.json");
   r["params"] = ParamLayout(c).total();
   r["routing_heads"] = mode_spec(c.mode).routed() ? c.routing_heads : 0;
@@ -362,11 +556,42 @@ nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, s
 }
 
 // The table, its notes, results.md and results.json; then the report.
-void write_results(const Comparison& o, const nlohmann::json& results) {
+// sweep: the sweep runs' records (marked "chosen" where a mode's rate came
+// from them); chosen: each swept mode's choice.
+void write_results(const Comparison& o, const nlohmann::json& results, const nlohmann::json& sweep,
+                   const std::map<std::string, RateChoice>& chosen) {
   const int64_t steps = o.steps, B = o.B, T = o.T;
   const Matched match = match_runs(results, steps);
-  const ModeTable mt = mode_table(o.modes, results, match, o.seeds, steps);
+  ModeTable mt = mode_table(o.modes, results, match, o.seeds, steps);
   std::vector<std::string> notes = mt.notes;
+  if (o.sweeping()) {
+    std::string list;
+    for (const std::string& m : o.modes) {
+      const auto it = chosen.find(m);
+      if (it == chosen.end()) {
+        list += cat(list.empty() ? "" : "; ", m, " ", Rates{o.t.lr, std::nullopt}.text(), " (not swept)");
+        continue;
+      }
+      const RateChoice& c = it->second;
+      mt.summary[m]["chosen_lr"] = c.rates.lr;
+      if (c.rates.lr_routing) mt.summary[m]["chosen_lr_routing"] = *c.rates.lr_routing;
+      mt.summary[m]["tuning_loss"] = c.tuning_loss;
+      list += cat(list.empty() ? "" : "; ", m, " ", c.rates.text(), " (tuning loss ", fmt(c.tuning_loss, 4),
+                  c.at_matched_step ? cat(" at step ", c.step) : std::string(), ")");
+    }
+    std::string grid;
+    if (!o.lrs.empty()) grid += "--lrs " + o.lrs_flag;
+    if (!o.lrs_routing.empty()) grid += cat(grid.empty() ? "" : " × ", "--lrs-routing ", o.lrs_routing_flag,
+                                            " (modes with routing)");
+    notes.insert(notes.begin(),
+                 cat("Learning rates: each mode trained its seeds at the best rate of a sweep over ", grid, ", ",
+                     sweep.size(), " runs of ", o.sweep_steps, " steps each (", fmt(100 * o.sweep_fraction, 0),
+                     "% of a run's, seed ", o.seed, ", each decaying to ",
+                     given(o, "--lr-min=") ? "--lr-min" : "a tenth of its rate", "), chosen by the loss on "
+                     "the tuning split (the last ", o.tuning_tokens, " of the ", o.val_file_tokens, " tokens of ",
+                     o.val_data, ", which the reported validation — its first ", o.t.val_tokens + 1,
+                     " tokens — never reads): ", list, "."));
+  }
   std::string text = mt.table + "\n";
   text += cat("Each run: ", steps, " steps of ", B * T, " tokens (", steps * B * T, " tokens), ", o.seeds,
               " seed(s) per mode, ",
@@ -395,7 +620,7 @@ void write_results(const Comparison& o, const nlohmann::json& results) {
   write_file_atomic(out + "/results.md", text);
   write_file_atomic(out + "/results.json",
                     nlohmann::json({{"settings", o.settings}, {"runs", results}, {"summary", mt.summary},
-                                    {"notes", notes},
+                                    {"notes", notes}, {"sweep", sweep},
                                     {"matched", {{"comparable", match.comparable},
                                                  {"step", match.comparable ? nlohmann::json(match.step) : nlohmann::json(nullptr)},
                                                  {"cut_runs", match.cut_runs}}}})
@@ -414,6 +639,29 @@ void write_results(const Comparison& o, const nlohmann::json& results) {
   std::printf("report: %s/report.html\n", out.c_str());
 }
 
+// OUT/tuning.bin: the last --tuning-tokens of the validation file, which the
+// sweep validates on.  Written once; a rerun finds the same tokens there, or
+// the validation file changed under the comparison (an Error).
+void write_tuning_split(const Comparison& o) {
+  const TokenFile val(o.val_data);
+  if (static_cast<int64_t>(val.size()) != o.val_file_tokens)
+    fail(o.val_data, ": holds ", val.size(), " tokens, not the ", o.val_file_tokens, " it held when the comparison "
+         "was set up");
+  std::vector<int32_t> tail(static_cast<size_t>(o.tuning_tokens));
+  val.read(val.size() - tail.size(), tail);
+  const std::string path = o.out + "/tuning.bin";
+  if (fs::exists(path)) {
+    const TokenFile was(path);
+    std::vector<int32_t> held(was.size());
+    was.read(0, held);
+    if (held != tail)
+      fail(path, ": is not the last ", o.tuning_tokens, " tokens of ", o.val_data, " (the validation file changed "
+           "since the comparison began; use another --out)");
+    return;
+  }
+  write_token_file(path, std::vector<uint32_t>(tail.begin(), tail.end()));
+}
+
 }  // namespace
 
 void run_comparison(const Comparison& o) {
@@ -427,24 +675,46 @@ void run_comparison(const Comparison& o) {
   const DirLock lock(o.out);
   check_or_write_settings(o);
 
-  std::vector<ComparisonRun> runs;
-  for (const std::string& m : o.modes)
-    for (int64_t k = 0; k < o.seeds; ++k)
-      runs.push_back({m, cat(o.out, "/", m, "-seed", o.seed + k), static_cast<int64_t>(o.seed + k)});
+  if (o.sweeping()) write_tuning_split(o);
+
+  // The sweep's runs, then the seeds'; with --minutes, each run's share of
+  // the time left is in proportion to its steps.
+  std::vector<ComparisonRun> sweep = sweep_runs(o), seeds = seed_runs(o);
+  int64_t steps_left = 0;
+  for (const auto* list : {&sweep, &seeds})
+    for (const ComparisonRun& r : *list) steps_left += r.steps;
   const double t_start = now_seconds(), limit_s = o.minutes * 60;
-  nlohmann::json results = nlohmann::json::array();
-  for (size_t i = 0; i < runs.size(); ++i) {
-    const ComparisonRun& run = runs[i];
-    if (nlohmann::json r = finished_record(o, run); !r.is_null()) {
-      results.push_back(std::move(r));
-      continue;
+  auto run_all = [&](const std::vector<ComparisonRun>& runs) {
+    nlohmann::json records = nlohmann::json::array();
+    for (const ComparisonRun& run : runs) {
+      nlohmann::json r = finished_record(o, run);
+      if (r.is_null()) {
+        std::optional<double> share;  // the analysis after a run takes a few seconds
+        if (limit_s > 0)
+          share = (limit_s - (now_seconds() - t_start)) * static_cast<double>(run.steps) /
+                      static_cast<double>(steps_left) - 10;
+        r = train_and_record(o, run, share);
+      }
+      steps_left -= run.steps;
+      records.push_back(std::move(r));
     }
-    // With --minutes, this run's share of what is left (the analysis after it takes a few seconds).
-    std::optional<double> share;
-    if (limit_s > 0) share = (limit_s - (now_seconds() - t_start)) / static_cast<double>(runs.size() - i) - 10;
-    results.push_back(train_and_record(o, run, share));
-  }
-  write_results(o, results);
+    return records;
+  };
+  nlohmann::json sweep_records = run_all(sweep);
+  std::map<std::string, RateChoice> chosen;
+  for (const std::string& m : o.modes)
+    if (sweep_points(o, m).size() > 1) {
+      const RateChoice c = chosen[m] = choose_rate(m, sweep_records, o.sweep_steps);
+      std::printf("compare: %s trains at %s (tuning loss %s)\n", m.c_str(), c.rates.text().c_str(),
+                  fmt(c.tuning_loss, 4).c_str());
+      for (auto& r : sweep_records)
+        if (r["mode"] == m) r["chosen"] = rates_of(r) == c.rates;
+      for (ComparisonRun& run : seeds)
+        if (run.mode == m) run.rates = c.rates;
+    }
+  std::fflush(stdout);
+  const nlohmann::json results = run_all(seeds);
+  write_results(o, results, sweep_records, chosen);
 }
 
 }  // namespace attnres

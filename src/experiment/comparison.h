@@ -10,6 +10,13 @@
 // process of its own (its peak RSS is its own), writing OUT/<mode>-seed<k>/;
 // a finished run leaves done.json and is not rerun, an interrupted one
 // resumes.  After each run its routing is measured on the validation tokens.
+//
+// With --lrs (and --lrs-routing), each mode first sweeps its learning rate:
+// a short run per rate (--sweep-fraction of the steps, the first seed) in
+// OUT/sweep/, validated on the tuning split — the last --tuning-tokens of
+// the validation file, copied to OUT/tuning.bin, which the reported
+// validation never reads — and the mode's seeds then train at the rate of
+// the lowest tuning loss (choose_rate).
 // The results go to OUT/results.json and, as a Markdown table, to stdout and
 // OUT/results.md, and the report to OUT/report.html.
 #pragma once
@@ -18,6 +25,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -40,6 +48,10 @@ struct Comparison {
   int64_t ranks = 0, routing_tokens = 0, interventions = 0;
   std::string out, vega_dir;
   TrainOptions t;  // the runs' training options (those compare sets per run aside)
+  // The learning-rate sweep (empty lists: none).
+  std::string lrs_flag, lrs_routing_flag;
+  double sweep_fraction = 0;
+  int64_t tuning_tokens = 0;
   // What they resolve to (cli/compare.cpp: resolve_comparison).
   std::vector<std::string> modes;
   int64_t steps = 0, B = 0, T = 0;
@@ -48,13 +60,66 @@ struct Comparison {
   std::map<std::string, std::string> computed;   // the options each run gets by compare's rules
   std::vector<std::string> passed_fixed, passed_free;  // "--flag=value" of each given option
   nlohmann::json settings;                       // compare.json: a rerun must ask for the same comparison
+  // The sweep, resolved: its rates, each sweep run's steps and options, and
+  // the split of the validation file (reported: its first val_tokens + 1
+  // tokens, which evaluation reads; tuning: its last tuning_tokens).
+  std::vector<double> lrs, lrs_routing;
+  int64_t sweep_steps = 0, val_file_tokens = 0;
+  std::map<std::string, std::string> sweep_computed;
+  bool sweeping() const { return !lrs.empty() || !lrs_routing.empty(); }
 };
 
-// One run of the comparison: a mode and a seed, in its own directory.
+// A point of the sweep: a peak learning rate, and the routing group's where
+// it is swept (otherwise the run's own rule: --lr-routing if given, else lr).
+struct Rates {
+  double lr = 0;
+  std::optional<double> lr_routing;
+  bool operator==(const Rates&) const = default;
+  // The flags that set them (each decays to a tenth of its peak, unless --lr-min was given).
+  std::vector<std::string> flags(const Comparison& o) const;
+  // "lr 0.003" or "lr 0.003, routing 0.01".
+  std::string text() const;
+};
+
+// One run of the comparison: a mode and a seed, in its own directory; its
+// length, validation and per-run options (the sweep's runs differ in these).
 struct ComparisonRun {
+  ComparisonRun(std::string mode_, std::string dir_, int64_t seed_)
+      : mode(std::move(mode_)), dir(std::move(dir_)), seed(seed_) {}
   std::string mode, dir;
   int64_t seed;
+  int64_t steps = 0;
+  std::string val_data;
+  std::map<std::string, std::string> computed;  // Comparison::computed, or sweep_computed
+  std::optional<Rates> rates;                    // set: trains at these (a swept or chosen point)
+  bool sweep = false;                            // a sweep run: its record is its tuning loss, no analysis
 };
+
+// The runs of the comparison, in order: the sweep's (rates of each mode),
+// then the seeds of each mode (their rates unknown until the sweep is read).
+std::vector<ComparisonRun> sweep_runs(const Comparison& o);
+std::vector<ComparisonRun> seed_runs(const Comparison& o);
+
+// The sweep's points for a mode: --lrs (or --lr alone) × --lrs-routing where
+// the mode has routing.  One point: the mode does not sweep.
+std::vector<Rates> sweep_points(const Comparison& o, const std::string& mode);
+
+// A comma-separated list of positive learning rates, none twice ("" = none);
+// an Error names `flag`.
+std::vector<double> parse_rates(const std::string& s, const char* flag);
+
+// Each mode's rate from its sweep runs' records (results.json's "sweep"):
+// the lowest tuning loss, at the end of the runs — or, where --minutes cut
+// one, at the last validation every run of the mode made before any
+// schedule was shortened (match_runs).  A diverged rate is never chosen;
+// ties go to the first rate listed.  An Error when no rate can be chosen.
+struct RateChoice {
+  Rates rates;
+  double tuning_loss = 0;
+  int64_t step = 0;  // the step compared
+  bool at_matched_step = false;
+};
+RateChoice choose_rate(const std::string& mode, const nlohmann::json& sweep_records, int64_t sweep_steps);
 
 // --modes: names between commas, none empty, none twice (an Error otherwise).
 std::vector<std::string> split_modes(const std::string& s);

@@ -154,5 +154,76 @@ TEST(Comparison, AFinishedRunIsReadBackOnlyWhenItsRecordHolds) {
   EXPECT_FALSE(std::filesystem::exists(run.dir + "/done.json"));
 }
 
+// A sweep run's record as compare writes it: its rates, its tuning loss at
+// the end, and its validations on the tuning split.
+nlohmann::json swept(const std::string& mode, double lr, double loss, bool diverged = false) {
+  return {{"mode", mode}, {"seed", 1}, {"dir", "d"}, {"lr", lr}, {"lr_routing", nullptr}, {"steps", 40},
+          {"planned_steps", 40}, {"cut", false}, {"schedule_cut_at", 0}, {"diverged", diverged},
+          {"val_loss", diverged ? nlohmann::json(nullptr) : nlohmann::json(loss)},
+          {"val_curve", {{{"step", 20}, {"val_loss", loss + 0.5}}, {{"step", 40}, {"val_loss", loss}}}}};
+}
+
+// Each mode's own rate: the lowest tuning loss of its sweep — baseline's
+// here is not delta's — never a diverged one, the first on a tie.
+TEST(Comparison, EachModeTakesTheRateOfItsLowestTuningLoss) {
+  const nlohmann::json sweep = {swept("baseline", 1e-3, 5.0), swept("baseline", 3e-3, 5.2),
+                                swept("baseline", 1e-2, 5.9), swept("delta", 1e-3, 5.1),
+                                swept("delta", 3e-3, 4.8),    swept("delta", 1e-2, 0, true)};
+  const RateChoice base = choose_rate("baseline", sweep, 40), delta = choose_rate("delta", sweep, 40);
+  EXPECT_EQ(base.rates.lr, 1e-3);
+  EXPECT_EQ(base.tuning_loss, 5.0);
+  EXPECT_EQ(delta.rates.lr, 3e-3);
+  EXPECT_EQ(delta.tuning_loss, 4.8);
+  EXPECT_FALSE(delta.at_matched_step);
+  const nlohmann::json tie = {swept("block", 3e-3, 5.0), swept("block", 1e-3, 5.0)};
+  EXPECT_EQ(choose_rate("block", tie, 40).rates.lr, 3e-3);
+  // Where --minutes cut a run, the rates are compared at the last validation
+  // every run made before the cut: 1e-3 ends lower, but was cut (5.5 at step 20).
+  nlohmann::json cut = {swept("block", 1e-3, 4.0), swept("block", 3e-3, 4.9)};
+  cut[0]["cut"] = true;
+  cut[0]["steps"] = 30;
+  cut[0]["schedule_cut_at"] = 25;
+  cut[0]["val_curve"][0]["val_loss"] = 5.5;
+  const RateChoice c = choose_rate("block", cut, 40);
+  EXPECT_EQ(c.rates.lr, 3e-3);
+  EXPECT_EQ(c.step, 20);
+  EXPECT_TRUE(c.at_matched_step);
+  EXPECT_EQ(c.tuning_loss, 5.4);
+  // Nothing to choose: an Error naming the mode.
+  EXPECT_THROW_MSG(choose_rate("delta", nlohmann::json::array({swept("delta", 1e-2, 0, true)}), 40),
+                   "delta: every rate of its sweep diverged (lr 0.01): sweep lower --lrs");
+  cut[1]["cut"] = true;
+  cut[1]["steps"] = 10;
+  cut[1]["schedule_cut_at"] = 5;
+  EXPECT_THROW_MSG(choose_rate("block", cut, 40), "block: --minutes cut its sweep before its runs shared a validation");
+}
+
+// --lrs: positive rates between commas, each once; the sweep's points per
+// mode (the routing rate only where the mode has routing).
+TEST(Comparison, TheSweepsRatesAndPoints) {
+  EXPECT_EQ(parse_rates("3e-4,1e-3,0.003", "--lrs"), (std::vector<double>{3e-4, 1e-3, 3e-3}));
+  EXPECT_TRUE(parse_rates("", "--lrs").empty());
+  EXPECT_THROW_MSG(parse_rates("1e-3,,3e-3", "--lrs"), "--lrs '1e-3,,3e-3': '' is not a positive learning rate");
+  EXPECT_THROW_MSG(parse_rates("1e-3,fast", "--lrs"), "'fast' is not a positive learning rate");
+  EXPECT_THROW_MSG(parse_rates("-1e-3", "--lrs"), "'-1e-3' is not a positive learning rate");
+  EXPECT_THROW_MSG(parse_rates("nan", "--lrs-routing"), "--lrs-routing 'nan': 'nan' is not a positive");
+  EXPECT_THROW_MSG(parse_rates("1e-3,0.001", "--lrs"), "names 0.001 twice");
+  Comparison o;
+  o.t.lr = 3e-3;
+  o.lrs_routing = {1e-3, 1e-2};
+  EXPECT_EQ(sweep_points(o, "baseline").size(), 1u);  // no routing: nothing to sweep
+  const std::vector<Rates> delta = sweep_points(o, "delta_block");
+  ASSERT_EQ(delta.size(), 2u);
+  EXPECT_EQ(delta[1], (Rates{3e-3, 1e-2}));
+  EXPECT_EQ(delta[1].text(), "lr 0.003, routing 0.01");
+  // Only the swept rate is set by flags (the peak lr comes from --lr as given), each decaying to a tenth.
+  EXPECT_EQ(delta[1].flags(o), (std::vector<std::string>{"--lr-routing=0.01", "--lr-min-routing=0.001"}));
+  o.lrs = {1e-3, 3e-3};
+  EXPECT_EQ(sweep_points(o, "block").size(), 4u);
+  EXPECT_EQ(sweep_points(o, "baseline").size(), 2u);
+  o.passed_fixed = {"--lr-min=0"};  // a given --lr-min holds for every rate
+  EXPECT_EQ((Rates{1e-3, std::nullopt}).flags(o), (std::vector<std::string>{"--lr=0.001"}));
+}
+
 }  // namespace
 }  // namespace attnres

@@ -196,6 +196,25 @@ specs['chart-maxdist'] = {
   encoding: {x: {field: 'max_weight', type: 'quantitative', scale: {domain: [0, 1]}, title: 'largest weight of a token'},
              y: {field: 'share', type: 'quantitative', title: 'share of tokens'},
              color: modeColor, detail: {field: 'run'}}};
+// compare --lrs: each mode's loss on the tuning split against the peak rate
+// (log scale); a ring marks the rate its seeds trained at.  A line per
+// routing rate where that was swept too; a diverged rate is left out.
+const sweepLine = p => p.mode + (p.lr_routing != null ? ', routing ' + p.lr_routing : '') + ' (' + p.comparison + ')';
+const sweepPoints = DATA.sweeps.filter(p => !p.diverged).map(p => ({mode: p.mode, lr: p.lr, line: sweepLine(p), loss: p.tuning_loss, chosen: p.chosen ? 'chosen' : 'swept'}));
+specs['chart-sweep'] = {
+  title: 'Learning-rate sweep: loss on the tuning split against the peak rate', width: W, height: H,
+  data: {values: sweepPoints},
+  layer: [
+    {mark: {type: 'line', point: true}, encoding: {x: {field: 'lr', type: 'quantitative', scale: {type: 'log'}, title: 'peak learning rate'},
+      y: {field: 'loss', type: 'quantitative', scale: {zero: false}, title: 'tuning loss'}, color: modeColor, detail: {field: 'line'},
+      tooltip: [{field: 'line'}, {field: 'lr'}, {field: 'loss'}]}},
+    {transform: [{filter: "datum.chosen === 'chosen'"}], mark: {type: 'point', size: 220, strokeWidth: 2},
+     encoding: {x: {field: 'lr', type: 'quantitative', scale: {type: 'log'}}, y: {field: 'loss', type: 'quantitative'}, color: modeColor}}]};
+if (!sweepPoints.length) {
+  delete specs['chart-sweep'];
+  document.getElementById('chart-sweep').textContent = 'No learning-rate sweep (attnres compare --lrs): every run at the rate it was given.';
+  document.getElementById('chart-sweep').className = 'chart empty';
+}
 // A chart element of its own, appended to `parent` (the charts drawn one per run).
 function chartDiv(parent, id) {
   const div = document.createElement('div');
@@ -334,7 +353,8 @@ std::string find_vega_dir(const std::string& flag) {
 json read_report_data(const std::vector<std::string>& dirs) {
   if (dirs.empty()) fail("name at least one run or comparison directory (attnres report DIR... --out FILE)");
   json data = {{"runs", json::array()}, {"comparisons", json::array()}, {"machine", machine()}, {"commit", commit()},
-               {"tables", json::array()}, {"warnings", json::array()}};
+               {"tables", json::array()}, {"warnings", json::array()},
+               {"sweeps", json::array()}};
   for (const std::string& dir : dirs) {
     if (fs::exists(dir + "/results.json")) {
       const std::string path = dir + "/results.json";
@@ -348,6 +368,16 @@ json read_report_data(const std::vector<std::string>& dirs) {
       for (const char* k : {"settings", "notes"})
         if (!r.contains(k)) fail(path, ": '", k, "' is missing");
       data["comparisons"].push_back({{"dir", dir}, {"settings", r["settings"]}, {"notes", r["notes"]}});
+      if (r.contains("sweep")) {  // compare --lrs: each rate's loss on the tuning split
+        if (!r["sweep"].is_array()) fail(path, ": 'sweep' is not a list");
+        for (size_t i = 0; i < r["sweep"].size(); ++i) {
+          const json& w = r["sweep"][i];
+          check_sweep_record(w, cat(path, ": sweep[", i, "]"));
+          data["sweeps"].push_back({{"mode", w["mode"]}, {"lr", w["lr"]}, {"lr_routing", w["lr_routing"]},
+                                    {"tuning_loss", w["val_loss"]}, {"diverged", w["diverged"]},
+                                    {"chosen", w.value("chosen", false)}, {"comparison", dir}});
+        }
+      }
       if (fs::exists(dir + "/results.md")) data["tables"].push_back({{"dir", dir}, {"md", read_file(dir + "/results.md")}});
     } else if (fs::exists(dir + "/log.jsonl")) {
       data["runs"].push_back(single_run(dir, data["warnings"]));
@@ -404,6 +434,7 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
   page += "<h2>Results</h2>\n" + table + "\n";
   page += "<h2>Validation</h2><div id=\"chart-val\" class=\"chart\"></div><div id=\"chart-ppl\" class=\"chart\"></div>\n";
   page += "<h2>First steps</h2><div id=\"chart-first\" class=\"chart\"></div>\n";
+  page += "<h2>Learning rates</h2><div id=\"chart-sweep\" class=\"chart\"></div>\n";
   page += "<h2>Routing</h2><p>Per router: the per-token largest routing weight (mean over tokens), the entropy of the "
           "routing distribution, and the mean weight on each source; from each run's final model on validation "
           "tokens (attnres compare) or from the last training batches logged with --routing-every.</p>"

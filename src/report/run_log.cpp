@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -84,14 +85,48 @@ RunLog read_run_log(const std::string& path) {
   return r;
 }
 
+namespace {
+
+enum Kind { kString, kInteger, kNumber, kBool, kList, kObject, kNumberOrNull };
+struct Field {
+  const char* key;
+  Kind kind;
+  bool required;
+};
+
+// Every field of `fields` in r with its type (the required ones present), and
+// the validation curve's points: an Error naming `where` and the first that is not.
+void check_fields(const nlohmann::json& r, const std::string& where, std::span<const Field> fields) {
+  static const char* kNames[] = {"a string",      "an integer", "a number",       "true or false",
+                                 "a list",        "an object",  "a number or null"};
+  for (const Field& f : fields) {
+    if (!r.contains(f.key)) {
+      if (f.required) fail(where, ": '", f.key, "' is missing");
+      continue;
+    }
+    const nlohmann::json& v = r[f.key];
+    const bool finite = v.is_number() && std::isfinite(v.get<double>());
+    const bool ok = f.kind == kString          ? v.is_string()
+                    : f.kind == kInteger       ? v.is_number_integer()
+                    : f.kind == kNumber        ? finite
+                    : f.kind == kNumberOrNull  ? finite || v.is_null()
+                    : f.kind == kBool          ? v.is_boolean()
+                    : f.kind == kList          ? v.is_array()
+                                               : v.is_object();
+    if (!ok)
+      fail(where, ": '", f.key, "' is ", v.is_null() ? std::string("null") : v.dump().substr(0, 40), ", not ",
+           kNames[f.kind], f.kind == kNumber || f.kind == kNumberOrNull ? " (finite)" : "");
+  }
+  for (const auto& w : r["val_curve"])  // compare matches runs by these
+    if (!w.is_object() || !w.contains("step") || !w["step"].is_number_integer() || !w.contains("val_loss") ||
+        !w["val_loss"].is_number())
+      fail(where, ": 'val_curve' holds ", w.dump().substr(0, 40), ", not {\"step\": integer, \"val_loss\": number}");
+}
+
+}  // namespace
+
 void check_run_record(const nlohmann::json& r, const std::string& where) {
   if (!r.is_object()) fail(where, ": is not a JSON object (a run's record)");
-  enum Kind { kString, kInteger, kNumber, kBool, kList, kObject };
-  struct Field {
-    const char* key;
-    Kind kind;
-    bool required;
-  };
   static const Field kFields[] = {
       {"mode", kString, true},         {"seed", kInteger, true},      {"dir", kString, true},
       {"steps", kInteger, true},       {"val_loss", kNumber, true},   {"val_ppl", kNumber, true},
@@ -99,30 +134,23 @@ void check_run_record(const nlohmann::json& r, const std::string& where) {
       {"cut", kBool, true},            {"val_curve", kList, true},    {"loss_curve", kList, true},
       {"routing_curve", kList, false}, {"routing", kObject, false},   {"planned_steps", kInteger, false},
       {"schedule_cut_at", kInteger, false}, {"routing_heads", kInteger, false},
-      {"interventions", kObject, false},
+      {"interventions", kObject, false}, {"lr", kNumber, false}, {"lr_routing", kNumberOrNull, false},
   };
-  static const char* kNames[] = {"a string", "an integer", "a number", "true or false", "a list", "an object"};
-  for (const Field& f : kFields) {
-    if (!r.contains(f.key)) {
-      if (f.required) fail(where, ": '", f.key, "' is missing");
-      continue;
-    }
-    const nlohmann::json& v = r[f.key];
-    const bool ok = f.kind == kString    ? v.is_string()
-                    : f.kind == kInteger ? v.is_number_integer()
-                    : f.kind == kNumber  ? v.is_number() && std::isfinite(v.get<double>())
-                    : f.kind == kBool    ? v.is_boolean()
-                    : f.kind == kList    ? v.is_array()
-                                         : v.is_object();
-    if (!ok)
-      fail(where, ": '", f.key, "' is ", v.is_null() ? std::string("null") : v.dump().substr(0, 40), ", not ",
-           kNames[f.kind], f.kind == kNumber ? " (finite)" : "");
-  }
-  for (const auto& w : r["val_curve"])  // compare matches runs by these
-    if (!w.is_object() || !w.contains("step") || !w["step"].is_number_integer() || !w.contains("val_loss") ||
-        !w["val_loss"].is_number())
-      fail(where, ": 'val_curve' holds ", w.dump().substr(0, 40), ", not {\"step\": integer, \"val_loss\": number}");
+  check_fields(r, where, kFields);
   if (r.contains("interventions")) check_interventions(r["interventions"], where + ": interventions");
+}
+
+void check_sweep_record(const nlohmann::json& r, const std::string& where) {
+  if (!r.is_object()) fail(where, ": is not a JSON object (a sweep run's record)");
+  static const Field kFields[] = {
+      {"mode", kString, true},  {"seed", kInteger, true}, {"dir", kString, true},
+      {"lr", kNumber, true},    {"lr_routing", kNumberOrNull, true}, {"steps", kInteger, true},
+      {"planned_steps", kInteger, true}, {"cut", kBool, true}, {"schedule_cut_at", kInteger, true},
+      {"diverged", kBool, true}, {"val_loss", kNumberOrNull, true}, {"val_curve", kList, true},
+  };
+  check_fields(r, where, kFields);
+  if (!r["diverged"].get<bool>() && r["val_loss"].is_null())
+    fail(where, ": 'val_loss' is null, yet the run did not diverge");
 }
 
 void check_interventions(const nlohmann::json& iv, const std::string& where) {

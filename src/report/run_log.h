@@ -33,10 +33,15 @@ RunLog read_run_log(const std::string& path);
 // Checks a run's record as compare writes it (done.json, and each entry of
 // results.json's "runs"): every field the table and the report read, with
 // its type; an Error "WHERE: 'field' is missing / is …, not …" otherwise.
+void check_run_record(const nlohmann::json& r, const std::string& where);
+
+// The same for a run of compare's learning-rate sweep (OUT/sweep/*/done.json,
+// results.json's "sweep"): its rates, its tuning loss (val_loss; null where
+// it diverged) and curve.
+void check_sweep_record(const nlohmann::json& r, const std::string& where);
+
 // The output of `attnres routing --interventions --json` (eval/interventions.h),
 // as the report reads it: an Error naming `where` and the first malformed part.
 void check_interventions(const nlohmann::json& iv, const std::string& where);
-
-void check_run_record(const nlohmann::json& r, const std::string& where);
 
 }  // namespace attnres

@@ -132,7 +132,7 @@ def main():
                  [a.attnres, "export", "--model", pre, "--out", hf, "--dtype", "bf16"],
                  [a.attnres, "compare", "--init", hf, "--modes", "baseline,block,delta_block"] + data +
                  ["--steps", "5", "--batch", "2", "--seq-len", "32", "--val-tokens", "2000", "--routing-tokens", "1024",
-                  "--threads", "2", "--out", conv, "--vega-dir", VEGA]]
+                  "--lrs", "1e-4,1e-3", "--tuning-tokens", "512", "--threads", "2", "--out", conv, "--vega-dir", VEGA]]
         for cmd in steps:
             p = subprocess.run(cmd, capture_output=True, text=True)
             if p.returncode != 0:
@@ -147,7 +147,7 @@ def main():
             if m != "baseline" and f"conversion baseline -> {m}:" not in log:
                 print(f"FAIL: the {m} run of compare --init does not report its conversion")
                 failures += 1
-        for page, want in ((os.path.join(conv, "report.html"), {"chart-val", "chart-first", "chart-depth"}),
+        for page, want in ((os.path.join(conv, "report.html"), {"chart-val", "chart-first", "chart-depth", "chart-sweep"}),
                            (os.path.join(out, "report.html"),
                             {"chart-val", "chart-ppl", "chart-first", "chart-depth", "chart-maxdist",
                              "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1", "chart-heat-2",
