@@ -16,9 +16,11 @@
 #include "core/error.h"
 #include "core/precision.h"
 #include "experiment/comparison.h"
+#include "experiment/depth_study.h"
 #include "io/token_file.h"
 #include "model/config.h"
 #include "model/modes.h"
+#include "model/presets.h"
 #include "ops/backend.h"
 #include "ops/context.h"
 #include "train/options.h"
@@ -88,6 +90,10 @@ void add_compare_options(OptionList& opts, Comparison& o) {
   opts.add(o.tuning_tokens, {"tuning-tokens", "65536",
                              "the tuning split the sweep is judged on: the validation file's last N tokens, which "
                              "the reported validation then never reads"});
+  opts.add(o.layers_flag, {"layers", "",
+                           "a depth study: the same comparison at each of these numbers of layers (--config's "
+                           "num_hidden_layers replaced; width and tokens fixed), each in OUT/layers-L/, and the "
+                           "difference to baseline against depth"});
   opts.add(o.out, {"out", "", "output directory (required); rerun with the same flags to resume"});
   opts.add(o.vega_dir, {"vega-dir", "",
                         "node_modules holding vega, vega-lite, vega-embed for the report (default: "
@@ -172,6 +178,12 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
       fail(out, ": is a file; --out names the comparison's directory (new, or one to resume)");
   }
   o.modes = split_modes(o.modes_flag);
+  if (!o.layers_flag.empty()) {
+    o.layers = parse_layers(o.layers_flag);
+    if (!o.init.empty())
+      fail("--layers trains each depth from scratch; --init converts a checkpoint of one depth (give one or the other)");
+    load_config(o.config);  // an Error names a bad one before any work
+  }
   if (!(o.minutes >= 0) || !std::isfinite(o.minutes))
     fail("--minutes must be 0 (no limit) or a positive number of minutes, got ", o.minutes);
   for (const std::string& m : o.modes) parse_mode_name(m);  // an Error names a bad one
@@ -242,6 +254,7 @@ void resolve_comparison(Comparison& o, const OptionList& opts) {
                 {"val_every", val_every}, {"val_tokens", t.val_tokens},
                 {"routing_every", routing_every}, {"precision", o.precision},
                 {"train_options", given_options}};
+  if (!o.layers.empty()) o.settings["layers"] = o.layers;
   if (o.sweeping()) {  // keys a comparison without a sweep does not have: its compare.json stays as it was
     if (!o.lrs.empty()) o.settings["lr"] = o.settings["lr_min"] = nullptr;
     o.settings["lrs"] = o.lrs;
@@ -270,7 +283,8 @@ struct CompareCommand {
     // The start-up table: every option as this comparison reads it (0 = compare's rule, as --help says).
     std::printf("attnres compare\n%s", opts.table().c_str());
     std::fflush(stdout);
-    run_comparison(o);
+    if (o.layers.empty()) run_comparison(o);
+    else run_depth_study(o);
     return true;
   }
 };

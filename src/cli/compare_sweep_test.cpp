@@ -19,6 +19,7 @@
 #include "core/file_util.h"
 #include "io/checkpoint.h"
 #include "io/token_file.h"
+#include "model/config.h"
 #include "report/run_log.h"
 
 namespace attnres {
@@ -218,6 +219,51 @@ TEST_F(Sweep, BadSweepFlagsAreOneLineEach) {
                      {"--tuning-tokens must hold a window of --seq-len 8"});
   expect_clear_error(run(base + "--modes baseline --lrs 1e-3,3e-3 --tuning-tokens 595"),
                      {dir_ + "/val.bin: holds 600 tokens: after the tuning split's 595"});
+  EXPECT_FALSE(fs::exists(dir_ + "/bad"));
+}
+
+// compare --layers: each depth a comparison of its own (from --config at
+// that depth, with its own sweep), and the depths side by side above them.
+TEST_F(Sweep, ADepthStudyRunsTheComparisonAtEachDepth) {
+  const std::string out = dir_ + "/depth";
+  const Result r = run("compare --config " + dir_ + "/cfg.json --modes baseline,delta --data " + dir_ +
+                       "/ok.bin --val-data " + dir_ + "/val.bin --seq-len 8 --batch 2 --threads 1 --precision fp32 "
+                       "--steps 8 --seeds 2 --lrs 1e-3,3e-3 --tuning-tokens 64 --layers 1,3 --out " + out);
+  ASSERT_EQ(r.status, 0) << r.err;
+  for (int L : {1, 3}) {
+    const std::string d = out + "/layers-" + std::to_string(L);
+    EXPECT_EQ(nlohmann::json::parse(read_file(out + "/config-L" + std::to_string(L) + ".json"))["num_hidden_layers"], L);
+    const Config c = Config::load(resolve_model_dir(d + "/delta-seed1338") + "/config.json");
+    EXPECT_EQ(c.L, L);
+    EXPECT_EQ(c.d, cfg_.d);  // the width is the same at every depth
+    EXPECT_TRUE(fs::exists(d + "/sweep/delta-lr0.003/done.json")) << d;  // each depth sweeps its own rates
+    EXPECT_TRUE(fs::exists(d + "/results.md"));
+  }
+  const nlohmann::json res = nlohmann::json::parse(read_file(out + "/results.json"));
+  ASSERT_EQ(res["depths"].size(), 2u);
+  EXPECT_EQ(res["settings"]["layers"], nlohmann::json::array({1, 3}));
+  ASSERT_EQ(res["deltas"].size(), 2u);
+  for (const auto& e : res["deltas"]) {
+    EXPECT_EQ(e["mode"], "delta");
+    EXPECT_TRUE(e["ci95"].is_array());
+    EXPECT_TRUE(e["p_adjusted"].is_number());
+  }
+  EXPECT_NE(r.out.find("| mode | 1 layers: val loss (lr) | vs baseline (95% CI; p) | 3 layers: val loss (lr) |"),
+            std::string::npos)
+      << r.out;
+  // A rerun trains nothing again; the report of the study names its depths' pages.
+  const Result again = run("compare --config " + dir_ + "/cfg.json --modes baseline,delta --data " + dir_ +
+                           "/ok.bin --val-data " + dir_ + "/val.bin --seq-len 8 --batch 2 --threads 1 --precision fp32 "
+                           "--steps 8 --seeds 2 --lrs 1e-3,3e-3 --tuning-tokens 64 --layers 1,3 --out " + out);
+  ASSERT_EQ(again.status, 0) << again.err;
+  EXPECT_EQ(again.out.find("compare: training"), std::string::npos) << again.out;
+  expect_clear_error(run("report " + out + " --out " + dir_ + "/x.html"), {"is a depth study (compare --layers)"});
+  expect_clear_error(run("compare --init " + dir_ + "/model --modes baseline,delta --data " + dir_ + "/ok.bin --val-data " +
+                         dir_ + "/val.bin --steps 2 --layers 1,2 --out " + dir_ + "/bad"),
+                     {"--layers trains each depth from scratch"});
+  expect_clear_error(run("compare --config " + dir_ + "/cfg.json --modes baseline --data " + dir_ + "/ok.bin --val-data " +
+                         dir_ + "/val.bin --steps 2 --layers 2 --out " + dir_ + "/bad"),
+                     {"a depth study needs two depths or more"});
   EXPECT_FALSE(fs::exists(dir_ + "/bad"));
 }
 

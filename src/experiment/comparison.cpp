@@ -25,19 +25,26 @@ namespace attnres {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> split_modes(const std::string& s) {
+std::vector<std::string> list_items(const std::string& s) {
   std::vector<std::string> out;
   size_t at = 0;
   for (;;) {
     const size_t end = std::min(s.find(',', at), s.size());
-    const std::string item = s.substr(at, end - at);
+    out.push_back(s.substr(at, end - at));
+    if (end == s.size()) return out;
+    at = end + 1;
+  }
+}
+
+std::vector<std::string> split_modes(const std::string& s) {
+  std::vector<std::string> out;
+  for (const std::string& item : list_items(s)) {
     if (item.empty()) fail("--modes '", s, "': an empty name (two commas, or one at an end)");
     if (std::find(out.begin(), out.end(), item) != out.end())
       fail("--modes '", s, "' names ", item, " twice (each mode runs once per seed; --seeds N runs more)");
     out.push_back(item);
-    if (end == s.size()) return out;
-    at = end + 1;
   }
+  return out;
 }
 
 std::string fmt(double x, int digits) {
@@ -50,10 +57,7 @@ std::string fmt(double x, int digits) {
 std::vector<double> parse_rates(const std::string& s, const char* flag) {
   std::vector<double> out;
   if (s.empty()) return out;
-  size_t at = 0;
-  for (;;) {
-    const size_t end = std::min(s.find(',', at), s.size());
-    const std::string item = s.substr(at, end - at);
+  for (const std::string& item : list_items(s)) {
     double x = 0;
     size_t used = 0;
     try {
@@ -66,19 +70,17 @@ std::vector<double> parse_rates(const std::string& s, const char* flag) {
     if (std::find(out.begin(), out.end(), x) != out.end())
       fail(flag, " '", s, "' names ", item, " twice (each rate is one run of the sweep)");
     out.push_back(x);
-    if (end == s.size()) return out;
-    at = end + 1;
   }
+  return out;
 }
 
-namespace {
-
-// A rate as the flags, the directories and the table write it: 0.003, 1e-05.
-std::string rate_text(double x) {
+std::string fmt_rate(double x) {
   char b[32];
   std::snprintf(b, sizeof b, "%g", x);
   return b;
 }
+
+namespace {
 
 bool given(const Comparison& o, const char* flag) {  // "--lr-min=": given to compare, passed to every run
   for (const std::string& a : o.passed_fixed)
@@ -91,19 +93,19 @@ bool given(const Comparison& o, const char* flag) {  // "--lr-min=": given to co
 std::vector<std::string> Rates::flags(const Comparison& o) const {
   std::vector<std::string> out;
   if (!o.lrs.empty()) {  // lr swept (else the run's --lr, passed as given)
-    out.push_back("--lr=" + rate_text(lr));
-    if (!given(o, "--lr-min=")) out.push_back("--lr-min=" + rate_text(TrainOptions::default_lr_min(lr)));
+    out.push_back("--lr=" + fmt_rate(lr));
+    if (!given(o, "--lr-min=")) out.push_back("--lr-min=" + fmt_rate(TrainOptions::default_lr_min(lr)));
   }
   if (lr_routing) {
-    out.push_back("--lr-routing=" + rate_text(*lr_routing));
+    out.push_back("--lr-routing=" + fmt_rate(*lr_routing));
     if (!given(o, "--lr-min-routing="))
-      out.push_back("--lr-min-routing=" + rate_text(TrainOptions::default_lr_min(*lr_routing)));
+      out.push_back("--lr-min-routing=" + fmt_rate(TrainOptions::default_lr_min(*lr_routing)));
   }
   return out;
 }
 
 std::string Rates::text() const {
-  return cat("lr ", rate_text(lr), lr_routing ? cat(", routing ", rate_text(*lr_routing)) : std::string());
+  return cat("lr ", fmt_rate(lr), lr_routing ? cat(", routing ", fmt_rate(*lr_routing)) : std::string());
 }
 
 std::vector<Rates> sweep_points(const Comparison& o, const std::string& mode) {
@@ -125,8 +127,8 @@ std::vector<ComparisonRun> sweep_runs(const Comparison& o) {
     const std::vector<Rates> points = sweep_points(o, m);
     if (points.size() < 2) continue;  // nothing to choose (baseline under --lrs-routing alone)
     for (const Rates& p : points) {
-      ComparisonRun r{m, cat(o.out, "/sweep/", m, "-lr", rate_text(p.lr),
-                             p.lr_routing ? "-routing" + rate_text(*p.lr_routing) : std::string()),
+      ComparisonRun r{m, cat(o.out, "/sweep/", m, "-lr", fmt_rate(p.lr),
+                             p.lr_routing ? "-routing" + fmt_rate(*p.lr_routing) : std::string()),
                       static_cast<int64_t>(o.seed)};
       r.steps = o.sweep_steps;
       r.val_data = o.out + "/tuning.bin";
@@ -263,9 +265,10 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     int64_t rss = 0, params = 0, steps_min = steps, heads = 0;
     bool cut = false;
     std::string lr = "-";  // the rate the mode's runs trained at (one for all its seeds)
+    double lr_value = NAN;
     for (const auto& r : results)
       if (r["mode"] == m) {
-        if (r.contains("lr") && r["lr"].is_number()) lr = rates_of(r).text().substr(3);
+        if (r.contains("lr") && r["lr"].is_number()) lr = rates_of(r).text().substr(3), lr_value = r["lr"].get<double>();
         losses.push_back(r["val_loss"].get<double>());
         matched.push_back(match.loss_of(r));
         speeds.push_back(r["tok_per_s"].get<double>());
@@ -288,7 +291,8 @@ ModeTable mode_table(const std::vector<std::string>& modes, const nlohmann::json
     summary[m] = {{"val_loss", mean}, {"val_loss_min", lo}, {"val_loss_max", hi}, {"val_ppl", std::exp(mean)},
                   {"tok_per_s", speed}, {"peak_rss_bytes", rss}, {"params", params}, {"seeds", losses.size()},
                   {"deep_max_weight", deep.empty() ? nlohmann::json(nullptr) : nlohmann::json(dmw)},
-                  {"steps", steps_min}, {"cut", cut}};
+                  {"steps", steps_min}, {"cut", cut},
+                  {"lr", std::isnan(lr_value) ? nlohmann::json(nullptr) : nlohmann::json(lr_value)}};
     if (!match.cut_runs.empty())
       summary[m]["val_loss_at_matched_step"] = comparable ? nlohmann::json(cmp) : nlohmann::json(nullptr);
     std::string vs = "-";

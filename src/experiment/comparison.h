@@ -52,6 +52,9 @@ struct Comparison {
   std::string lrs_flag, lrs_routing_flag;
   double sweep_fraction = 0;
   int64_t tuning_tokens = 0;
+  // The depth study (experiment/depth_study.h; empty: one depth, --config's).
+  std::string layers_flag;
+  std::vector<int64_t> layers;
   // What they resolve to (cli/compare.cpp: resolve_comparison).
   std::vector<std::string> modes;
   int64_t steps = 0, B = 0, T = 0;
@@ -121,6 +124,10 @@ struct RateChoice {
 };
 RateChoice choose_rate(const std::string& mode, const nlohmann::json& sweep_records, int64_t sweep_steps);
 
+// The items between commas, the empty ones kept ("a,,b": a, "", b) for the
+// flags that refuse them (data/corpus.h's split_commas drops them).
+std::vector<std::string> list_items(const std::string& s);
+
 // --modes: names between commas, none empty, none twice (an Error otherwise).
 std::vector<std::string> split_modes(const std::string& s);
 
@@ -134,6 +141,8 @@ std::vector<std::string> routing_only_flags(const std::vector<std::string>& pass
 
 // x with `digits` decimals; "-" for NaN.
 std::string fmt(double x, int digits);
+// A learning rate as the flags, the directories and the tables write it: 0.003, 1e-05.
+std::string fmt_rate(double x);
 
 // The mean of the per-token max weight over the deepest third of a run's
 // routers (`attnres routing --json`'s token_max); NaN without routing.

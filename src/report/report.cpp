@@ -318,7 +318,73 @@ Promise.all(Object.entries(specs).map(([id, spec]) =>
   .then(() => { document.body.dataset.rendered = 'yes'; });
 )JS";
 
+// The page's head: its style and the Vega scripts, inlined (the page opens offline).
+std::string page_head(const std::string& vega_dir) {
+  std::string page = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>attnres report</title>\n<style>"
+                     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
+                     "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
+                     "pre{background:#f6f6f6;padding:8px;overflow-x:auto}#errors{color:#b00;white-space:pre}"
+                     ".chart{margin:1.5em 0}</style>\n";
+  for (const char* s : kScripts) page += "<script>" + script_safe(read_file((fs::path(vega_dir) / s).string())) + "</script>\n";
+  return page + "</head><body>\n";
+}
+
+// The depth study's charts: per mode, the paired difference to baseline
+// (mean, its 95% interval as a bar) and the mean validation loss against the
+// number of layers.
+const char* kDepthScript = R"JS(
+const errors = document.getElementById('errors');
+function fail(what) { errors.textContent += what + '\n'; }
+window.addEventListener('error', e => fail('script error: ' + e.message));
+const palette = ['#4c78a8', '#f58518', '#54a24b', '#e45756', '#b279a2', '#72b7b2', '#eeca3b', '#ff9da6', '#9d755d', '#bab0ac'];
+const shown = STUDY.modes;
+const modeColor = {field: 'mode', type: 'nominal', scale: {domain: shown, range: shown.map(m => palette[ALL_MODES.indexOf(m) % palette.length])}};
+const layers = STUDY.depths.map(d => d.layers);
+const xDepth = {field: 'layers', type: 'quantitative', title: 'layers', scale: {domain: [Math.min(...layers) * 0.8, Math.max(...layers) * 1.1]}, axis: {values: layers, format: 'd'}};
+const deltas = STUDY.deltas.map(e => ({mode: e.mode, layers: e.layers, d: e.vs_baseline,
+  lo: e.ci95 ? e.ci95[0] : e.vs_baseline, hi: e.ci95 ? e.ci95[1] : e.vs_baseline, p: e.p_adjusted}));
+const specs = {};
+specs['chart-delta'] = {
+  title: 'Validation loss minus baseline\'s, paired by seed (bars: 95% interval), against depth', width: 560, height: 300,
+  layer: [
+    {data: {values: [{y: 0}]}, mark: {type: 'rule', color: '#888', strokeDash: [4, 4]}, encoding: {y: {field: 'y', type: 'quantitative'}}},
+    {data: {values: deltas}, mark: {type: 'rule', strokeWidth: 2}, encoding: {x: xDepth, y: {field: 'lo', type: 'quantitative', title: 'Δ val loss (nats)'}, y2: {field: 'hi'}, color: modeColor}},
+    {data: {values: deltas}, mark: {type: 'line', point: true}, encoding: {x: xDepth, y: {field: 'd', type: 'quantitative'}, color: modeColor,
+      tooltip: [{field: 'mode'}, {field: 'layers'}, {field: 'd', title: 'Δ'}, {field: 'lo'}, {field: 'hi'}, {field: 'p', title: 'p (Holm)'}]}}]};
+const losses = STUDY.depths.flatMap(d => shown.filter(m => d.summary[m]).map(m => ({mode: m, layers: d.layers, loss: d.summary[m].val_loss})));
+specs['chart-loss'] = {
+  title: 'Validation loss (mean over seeds) against depth', width: 560, height: 300,
+  data: {values: losses}, mark: {type: 'line', point: true},
+  encoding: {x: xDepth, y: {field: 'loss', type: 'quantitative', scale: {zero: false}, title: 'val loss'}, color: modeColor}};
+Promise.all(Object.entries(specs).map(([id, spec]) =>
+  vegaEmbed('#' + id, spec, {renderer: 'svg', actions: false}).catch(e => fail(id + ': ' + e))))
+  .then(() => { document.body.dataset.rendered = 'yes'; });
+)JS";
+
 }  // namespace
+
+void write_depth_report(const json& study, const std::string& out_html, const std::string& vega_dir) {
+  std::string page = page_head(vega_dir) + "<h1>attnres: routing modes against depth</h1>\n<div id=\"errors\"></div>\n";
+  page += "<p>" + html_escape(cat("made by attnres at commit ", commit(), " on ", machine())) + "</p>\n";
+  page += "<div id=\"chart-delta\" class=\"chart\"></div><div id=\"chart-loss\" class=\"chart\"></div>\n";
+  page += "<h2>Results</h2><pre>" + html_escape(study.value("table", "")) + "</pre><ul class=\"notes\">";
+  for (const auto& n : study["notes"])
+    if (n.is_string()) page += "<li>" + html_escape(n.get<std::string>()) + "</li>";
+  page += "</ul>\n<h2>Each depth</h2><ul>";
+  const fs::path here = fs::path(out_html).parent_path();
+  for (const auto& d : study["depths"]) {
+    const std::string dir = d["dir"].get<std::string>();
+    const std::string rel = fs::relative(fs::path(dir) / "report.html", here.empty() ? fs::path(".") : here).string();
+    page += cat("<li><a href=\"", html_escape(rel), "\">", d["layers"].get<int64_t>(), " layers</a>: ",
+                html_escape(dir), "</li>");
+  }
+  page += "</ul>\n<h2>Settings</h2><pre>" + html_escape(study["settings"].dump(2)) + "</pre>\n";
+  json all_modes = json::array();
+  for (const ModeName& m : mode_names()) all_modes.push_back(m.name);
+  page += "<script>\nconst STUDY = " + json_safe(study.dump()) + ";\nconst ALL_MODES = " + json_safe(all_modes.dump()) +
+          ";\n" + kDepthScript + "</script>\n</body></html>\n";
+  write_file_atomic(out_html, page);
+}
 
 std::string find_vega_dir(const std::string& flag) {
   std::vector<std::string> tried;
@@ -359,6 +425,9 @@ json read_report_data(const std::vector<std::string>& dirs) {
     if (fs::exists(dir + "/results.json")) {
       const std::string path = dir + "/results.json";
       const json r = parse_json(read_file(path), path);
+      if (r.is_object() && r.contains("depths"))
+        fail(dir, ": is a depth study (compare --layers): its page is ", dir, "/report.html, and each depth's "
+             "comparison (", dir, "/layers-L) is one attnres report takes");
       if (!r.is_object() || !r.contains("runs") || !r["runs"].is_array())
         fail(path, ": has no 'runs' list (not the results of attnres compare)");
       for (size_t i = 0; i < r["runs"].size(); ++i) {
@@ -422,13 +491,7 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
   table += "</table>";
   if (!notes.empty()) table += "<ul class=\"notes\">" + notes + "</ul>";
 
-  std::string page = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>attnres report</title>\n<style>"
-                     "body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
-                     "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-                     "pre{background:#f6f6f6;padding:8px;overflow-x:auto}#errors{color:#b00;white-space:pre}"
-                     ".chart{margin:1.5em 0}</style>\n";
-  for (const char* s : kScripts) page += "<script>" + script_safe(read_file((fs::path(vega_dir) / s).string())) + "</script>\n";
-  page += "</head><body>\n<h1>attnres: routing modes compared</h1>\n<div id=\"errors\"></div>\n";
+  std::string page = page_head(vega_dir) + "<h1>attnres: routing modes compared</h1>\n<div id=\"errors\"></div>\n";
   page += "<p>" + html_escape(cat(data["runs"].size(), " run(s); made by attnres at commit ", data["commit"].get<std::string>(),
                                   " on ", data["machine"].get<std::string>())) + "</p>\n";
   page += "<h2>Results</h2>\n" + table + "\n";

@@ -47,4 +47,9 @@ nlohmann::json read_report_data(const std::vector<std::string>& dirs);
 // Writes the page of that data to `out_html` (atomically), Vega from vega_dir.
 void write_report(const nlohmann::json& data, const std::string& out_html, const std::string& vega_dir);
 
+// The page of a depth study (compare --layers; experiment/depth_study.h): its
+// results.json as `study`; the difference to baseline and the loss against
+// depth per mode, the table, and links to each depth's own report.
+void write_depth_report(const nlohmann::json& study, const std::string& out_html, const std::string& vega_dir);
+
 }  // namespace attnres

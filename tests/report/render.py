@@ -17,7 +17,9 @@ heads, a few steps each) on random tokens, then:
   directory in BF16, HF names, written by `attnres export` from a short
   baseline run): each mode's run starts from it (the conversion and its
   step-0 change are printed), and its page draws the first steps' loss of
-  every mode (the conversion plot).
+  every mode (the conversion plot), with a learning-rate sweep (--lrs) drawn;
+- a depth study (`compare --layers 1,2`, 2 seeds): its page draws the
+  difference to baseline and the loss against depth.
 
 Exit status 1 on a failure, 77 when Chromium or the Vega builds are absent.
 """
@@ -138,6 +140,15 @@ def main():
             if p.returncode != 0:
                 print("FAIL", cmd[1], p.stdout[-2000:], p.stderr[-2000:])
                 return 1
+        # A depth study (compare --layers): its own page, Δ loss against depth.
+        depth = os.path.join(tmp, "depth")
+        p = subprocess.run([a.attnres, "compare", "--modes", "baseline,delta_block", "--config", "tiny", "--layers", "1,2",
+                            "--seeds", "2"] + data + ["--steps", "4", "--batch", "2", "--seq-len", "32", "--val-tokens",
+                            "1000", "--routing-tokens", "512", "--threads", "2", "--out", depth, "--vega-dir", VEGA],
+                           capture_output=True, text=True)
+        if p.returncode != 0:
+            print("FAIL compare --layers", p.stdout[-2000:], p.stderr[-2000:])
+            return 1
         for m in ("baseline", "block", "delta_block"):
             with open(os.path.join(conv, f"{m}-seed1337", "train.out")) as f:
                 log = f.read()
@@ -153,7 +164,8 @@ def main():
                              "chart-entropy", "chart-evolution", "chart-heat-0", "chart-heat-1", "chart-heat-2",
                              "chart-disagree", "chart-heads-0", "chart-iv-scatter", "chart-iv-depth",
                              "chart-iv-heat-0", "chart-iv-heat-1", "chart-iv-heat-2"}),
-                           (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"})):
+                           (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"}),
+                           (os.path.join(depth, "report.html"), {"chart-delta", "chart-loss"})):
             dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                   "--virtual-time-budget=20000", "--dump-dom", "file://" + page],
                                  capture_output=True, text=True, timeout=180)
