@@ -399,8 +399,7 @@ class Run {
   int64_t comm_bytes_ = 0, comm_steps_ = 0;  // the steps' weight and gradient collectives (Comm::take_bytes)
   int stopped_by_ = 0;  // the signal that ended the run early, if one did
   bool stopped_by_callback_ = false;  // the step callback ended it
-  int64_t last_val_step_ = -1;        // the step of the last validation, and its result
-  EvalResult last_val_;
+  int64_t last_val_step_ = -1;        // the step of the last validation (its result: result_.val_loss, val_ppl)
 
   void next_batch(int32_t* in, int32_t* tg);
   void open_log();
@@ -813,7 +812,6 @@ void Run::validate(int64_t step_done) {
   result_.val_ppl = r.ppl;
   result_.val_tokens = r.tokens;
   last_val_step_ = step_done;
-  last_val_ = r;
   if (!quiet_)
     std::printf("step %5lld | val loss %.4f | val ppl %.2f | %lld tokens | %.1f s\n", static_cast<long long>(step_done),
                 r.loss, r.ppl, static_cast<long long>(r.tokens), r.seconds);
@@ -927,8 +925,8 @@ void Run::step_loop() {
     if (cadence.checkpoint(done, ending)) save(done);
     if (on_step_) {
       if (last_val_step_ == done) {
-        record["val_loss"] = last_val_.loss;
-        record["val_ppl"] = last_val_.ppl;
+        record["val_loss"] = result_.val_loss;
+        record["val_ppl"] = result_.val_ppl;
       }
       if (!on_step_(record)) {  // as a stop signal: the checkpoint of this step (finish), no more steps
         stopped_by_callback_ = true;
