@@ -16,6 +16,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <deque>
@@ -23,6 +24,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,6 +36,7 @@
 #include "core/spawn.h"
 #include "core/timer.h"
 #include "eval/interventions.h"
+#include "eval/perplexity.h"
 #include "eval/routing_weights.h"
 #include "infer/generate.h"
 #include "infer/kv_cache.h"
@@ -144,26 +147,16 @@ nb::ndarray<nb::numpy, float> logits(PyModel& pm, const Ids& ids) {
 }
 
 // Σ loss and the count over windows (W, T+1) (inputs [:, :-1], targets
-// [:, 1:]), `batch` windows per forward, summed as evaluate() sums them.
+// [:, 1:]), `batch` windows per forward: evaluate()'s loop (eval/perplexity.h).
 std::pair<double, int64_t> loss_sums(PyModel& pm, const std::vector<int32_t>& ids, int64_t W, int64_t T1,
                                      int64_t batch) {
   const int64_t T = T1 - 1;
   Model& m = pm.at({.batch = batch, .seq_len = T});
-  std::vector<int32_t> in(static_cast<size_t>(batch * T)), tg(static_cast<size_t>(batch * T));
-  double sum = 0;
-  int64_t count = 0;
-  for (int64_t w0 = 0; w0 < W; w0 += batch) {
-    const int64_t nb = std::min(batch, W - w0);
-    for (int64_t b = 0; b < nb; ++b)
-      for (int64_t t = 0; t < T; ++t) {
-        in[static_cast<size_t>(b * T + t)] = ids[static_cast<size_t>((w0 + b) * T1 + t)];
-        tg[static_cast<size_t>(b * T + t)] = ids[static_cast<size_t>((w0 + b) * T1 + t + 1)];
-      }
-    const Model::LossSum r = m.loss_sum(in.data(), tg.data(), nb, T);
-    sum += r.sum;
-    count += r.count;
-  }
-  return {sum, count};
+  const EvalResult r = evaluate_windows(m, W, [&](int64_t w, std::span<int32_t> out) {
+    std::copy_n(ids.begin() + w * T1, T1, out.begin());
+    return T1;
+  }, {.batch = batch, .seq_len = T});
+  return {r.sum, r.tokens};
 }
 
 std::vector<int32_t> checked_windows(PyModel& pm, const Ids& ids, int64_t batch, const char* what) {
@@ -269,21 +262,12 @@ GenerateOptions generate_options(const PyModel& pm, const GenerateArgs& a) {
   GenerateOptions g;
   g.max_new_tokens = a.max_new_tokens;
   if (g.max_new_tokens < 1) fail("max_new_tokens must be at least 1, got ", g.max_new_tokens);
-  g.sampling = src.sampling;  // generation_config.json's, under what was given
-  if (a.temperature) g.sampling.temperature = *a.temperature;
-  if (a.top_p) g.sampling.top_p = *a.top_p;
-  if (a.top_k) g.sampling.top_k = *a.top_k;
-  g.sampling.validate();
+  g.sampling = sampling_over(src.sampling, a.temperature, a.top_k, a.top_p);  // over generation_config.json's
   g.seed = a.seed;
   g.stop = a.stop;
   g.tokenizer = src.tokenizer ? &*src.tokenizer : nullptr;
   if (!g.stop.empty() && !g.tokenizer) fail("stop strings need a tokenizer, and ", src.dir, " has none");
-  if (!a.ignore_eos) {
-    g.eos_ids = src.eos_ids;
-    const Tokenizer* tok = g.tokenizer;
-    if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
-      g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
-  }
+  if (!a.ignore_eos) g.eos_ids = end_of_sequence_ids(src.eos_ids, g.tokenizer);
   if (a.batch < 1) fail("batch must be at least 1, got ", a.batch);
   return g;
 }

@@ -237,11 +237,7 @@ int cmd_generate(int argc, char** argv) {
            o.json ? " or give ids with --prompt-ids" : " (or --prompt-ids with --json)");
   };
   if (!g.stop.empty()) need_tokenizer("--stop");
-  if (!o.ignore_eos) {
-    g.eos_ids = src.eos_ids;
-    if (g.eos_ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
-      g.eos_ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
-  }
+  if (!o.ignore_eos) g.eos_ids = end_of_sequence_ids(src.eos_ids, tok);
   const std::vector<Prompt> prompts = read_prompts(o, c, tok, need_tokenizer);
 
   // The model: an inference model with a KV cache sized for these prompts.

@@ -99,11 +99,7 @@ SamplingOptions SamplingFlags::apply(SamplingOptions s) const {
     fail("--temperature must be >= 0 (0 = greedy), got ", *temperature);
   if (top_k && *top_k < 0) fail("--top-k must be >= 0 (0 = all), got ", *top_k);
   if (top_p && !(*top_p > 0 && *top_p <= 1)) fail("--top-p must be in (0, 1], got ", *top_p);
-  if (temperature) s.temperature = *temperature;
-  if (top_k) s.top_k = *top_k;
-  if (top_p) s.top_p = *top_p;
-  s.validate();
-  return s;
+  return sampling_over(s, temperature, top_k, top_p);
 }
 
 void add_train_options(OptionList& opts, TrainOptions& o,

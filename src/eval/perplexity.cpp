@@ -12,14 +12,10 @@
 
 namespace attnres {
 
-EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
+EvalResult evaluate_windows(Model& model, int64_t windows, const WindowReader& read, const EvalOptions& o) {
   const double t0 = now_seconds();
   const int64_t B = o.batch > 0 ? o.batch : model.B(), T = o.seq_len > 0 ? o.seq_len : model.T();
   ATTNRES_CHECK(B <= model.B() && T <= model.T(), "evaluation windows larger than the model was built for");
-  int64_t n = static_cast<int64_t>(file.size());
-  if (o.max_tokens > 0) n = std::min(n, o.max_tokens + 1);
-  if (n < 2) fail(file.path(), ": ", n, " tokens; evaluation needs at least 2");
-  const int64_t windows = (n - 1 + T - 1) / T;
   std::vector<int32_t> inputs(static_cast<size_t>(B * T)), targets(static_cast<size_t>(B * T));
   std::vector<int32_t> window(static_cast<size_t>(T + 1));
   Progress progress(o.progress ? stderr : nullptr, "eval", static_cast<uint64_t>(windows));
@@ -35,8 +31,7 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
     std::fill(inputs.begin(), inputs.end(), 0);
     std::fill(targets.begin(), targets.end(), -1);
     for (int64_t b = 0; b < nb && w0 < windows; ++b) {
-      const int64_t begin = (w0 + b) * T, len = std::min(T + 1, n - begin);
-      file.read(static_cast<size_t>(begin), {window.data(), static_cast<size_t>(len)});
+      const int64_t len = read(w0 + b, window);
       for (int64_t t = 0; t + 1 < len; ++t) {
         inputs[b * T + t] = window[t];
         targets[b * T + t] = window[t + 1];
@@ -57,6 +52,19 @@ EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   r.ppl = std::exp(r.loss);
   r.seconds = now_seconds() - t0;
   return r;
+}
+
+EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
+  const int64_t T = o.seq_len > 0 ? o.seq_len : model.T();
+  int64_t n = static_cast<int64_t>(file.size());
+  if (o.max_tokens > 0) n = std::min(n, o.max_tokens + 1);
+  if (n < 2) fail(file.path(), ": ", n, " tokens; evaluation needs at least 2");
+  // Window w: tokens [w T, w T + T + 1) of the first n (the last may be shorter).
+  return evaluate_windows(model, (n - 1 + T - 1) / T, [&](int64_t w, std::span<int32_t> out) {
+    const int64_t begin = w * T, len = std::min(T + 1, n - begin);
+    file.read(static_cast<size_t>(begin), out.first(static_cast<size_t>(len)));
+    return len;
+  }, o);
 }
 
 std::string largest_weight(Model& model) {

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 
 #include "io/token_file.h"
 #include "model/model.h"
@@ -39,6 +41,13 @@ struct EvalOptions {
 };
 
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});
+
+// The loop under evaluate(), over windows from anywhere: read(w, out) puts
+// window w's tokens (T + 1 of them: the inputs, and one on, the targets) in
+// `out` and returns how many it put (fewer in a file's last window).  The
+// Python module's loss() reads its windows from an array through it.
+using WindowReader = std::function<int64_t(int64_t w, std::span<int32_t> out)>;
+EvalResult evaluate_windows(Model& model, int64_t windows, const WindowReader& read, const EvalOptions& o = {});
 // The weight tensor with the largest magnitude and that magnitude: what to
 // name when finite weights overflow float32 arithmetic.
 std::string largest_weight(Model& model);

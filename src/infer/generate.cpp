@@ -13,6 +13,12 @@
 
 namespace attnres {
 
+std::vector<int32_t> end_of_sequence_ids(std::vector<int32_t> ids, const Tokenizer* tok) {
+  if (ids.empty() && tok && tok->token_id("<|endoftext|>") >= 0)
+    ids.push_back(static_cast<int32_t>(tok->token_id("<|endoftext|>")));
+  return ids;
+}
+
 namespace {
 
 // Bytes at the end of s that may be the start of an unfinished UTF-8 character.

@@ -40,6 +40,10 @@ struct GenerateOptions {
   const Tokenizer* tokenizer = nullptr;    // for text and stop strings; null: ids only
 };
 
+// The ids that end a sequence: the model's (generation_config.json,
+// config.json), or where it names none, the tokenizer's <|endoftext|> when it has one.
+std::vector<int32_t> end_of_sequence_ids(std::vector<int32_t> model_ids, const Tokenizer* tok);
+
 struct GenerateResult {
   std::vector<int32_t> ids;   // the generated ids (an end-of-sequence id included)
   std::string text;           // their text (without the end-of-sequence token or a stop string)

@@ -16,6 +16,15 @@ void SamplingOptions::validate() const {
   if (!(top_p > 0 && top_p <= 1)) fail("top-p sampling's p must be in (0, 1], got ", top_p);
 }
 
+SamplingOptions sampling_over(SamplingOptions s, std::optional<double> temperature, std::optional<int64_t> top_k,
+                              std::optional<double> top_p) {
+  if (temperature) s.temperature = *temperature;
+  if (top_k) s.top_k = *top_k;
+  if (top_p) s.top_p = *top_p;
+  s.validate();
+  return s;
+}
+
 int32_t argmax(std::span<const float> logits) {
   int32_t best = 0;
   for (size_t i = 1; i < logits.size(); ++i)

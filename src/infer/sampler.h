@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -27,6 +28,11 @@ struct SamplingOptions {
   // Throws Error naming the flag for a temperature < 0, top_k < 0 or top_p outside (0, 1].
   void validate() const;
 };
+
+// A model's sampling defaults (its generation_config.json's) with the values
+// given laid over them (an unset one keeps the default), checked (validate).
+SamplingOptions sampling_over(SamplingOptions defaults, std::optional<double> temperature,
+                              std::optional<int64_t> top_k, std::optional<double> top_p);
 
 class Sampler {
  public:
