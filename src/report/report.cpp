@@ -104,11 +104,26 @@ std::string script_safe(std::string s) {
   return s;
 }
 
-// JSON data safe inside <script>: "</" occurs only inside its strings, where "<\/" reads the same.
-std::string json_safe(std::string s) {
-  for (size_t i = 0; (i = s.find("</", i)) != std::string::npos; i += 3) s.replace(i, 2, "<\\/");
-  return s;
+// JSON data safe inside <script>: '<', '>' and '&' occur only inside its
+// strings, where \u003c, \u003e and \u0026 read the same — so no "</script"
+// ends the element and no "<!--<script" puts the parser in a state where it
+// never does (issue 48: a run directory named so broke every chart).
+std::string json_safe(const std::string& s) {
+  std::string o;
+  o.reserve(s.size());
+  for (char ch : s) {
+    switch (ch) {
+      case '<': o += "\\u003c"; break;
+      case '>': o += "\\u003e"; break;
+      case '&': o += "\\u0026"; break;
+      default: o += ch;
+    }
+  }
+  return o;
 }
+
+// JSON text of the page's data: bytes that are not UTF-8 (a path's) each become U+FFFD, never an exception.
+std::string json_text(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 std::string html_escape(const std::string& s) {
   std::string o;
@@ -117,6 +132,8 @@ std::string html_escape(const std::string& s) {
       case '<': o += "&lt;"; break;
       case '>': o += "&gt;"; break;
       case '&': o += "&amp;"; break;
+      case '"': o += "&quot;"; break;
+      case '\'': o += "&#39;"; break;
       default: o += ch;
     }
   }
@@ -378,10 +395,10 @@ void write_depth_report(const json& study, const std::string& out_html, const st
     page += cat("<li><a href=\"", html_escape(rel), "\">", d["layers"].get<int64_t>(), " layers</a>: ",
                 html_escape(dir), "</li>");
   }
-  page += "</ul>\n<h2>Settings</h2><pre>" + html_escape(study["settings"].dump(2)) + "</pre>\n";
+  page += "</ul>\n<h2>Settings</h2><pre>" + html_escape(study["settings"].dump(2, ' ', false, json::error_handler_t::replace)) + "</pre>\n";
   json all_modes = json::array();
   for (const ModeName& m : mode_names()) all_modes.push_back(m.name);
-  page += "<script>\nconst STUDY = " + json_safe(study.dump()) + ";\nconst ALL_MODES = " + json_safe(all_modes.dump()) +
+  page += "<script>\nconst STUDY = " + json_safe(json_text(study)) + ";\nconst ALL_MODES = " + json_safe(json_text(all_modes)) +
           ";\n" + kDepthScript + "</script>\n</body></html>\n";
   write_file_atomic(out_html, page);
 }
@@ -482,7 +499,7 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
     return b;
   };
   for (const auto& r : data["runs"])
-    table += cat("<tr><td>", html_escape(r.value("dir", "")), "</td><td>", r.value("mode", ""), "</td><td>",
+    table += cat("<tr><td>", html_escape(r.value("dir", "")), "</td><td>", html_escape(r.value("mode", "")), "</td><td>",
                  r.value("seed", int64_t{0}), "</td><td>", r.value("steps", int64_t{0}),
                  r.value("cut", false) ? " (cut)" : "", "</td><td>", num(r, "val_loss", 4), "</td><td>",
                  num(r, "val_ppl", 2), "</td><td>", num(r, "tok_per_s", 0), "</td><td>",
@@ -511,8 +528,8 @@ void write_report(const json& data_in, const std::string& out_html, const std::s
           "the tokens) and uniform routing (docs/routing.md, \"Interventions\").</p>"
           "<div id=\"chart-iv-scatter\" class=\"chart\"></div><div id=\"chart-iv-depth\" class=\"chart\"></div>"
           "<div id=\"iv-heatmaps\"></div>\n";
-  page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2)) + "</pre>\n";
-  page += "<script>\nconst DATA = " + json_safe(data.dump()) + ";\n" + kPageScript + "</script>\n</body></html>\n";
+  page += "<h2>Settings</h2><pre>" + html_escape(json({{"comparisons", data["comparisons"]}}).dump(2, ' ', false, json::error_handler_t::replace)) + "</pre>\n";
+  page += "<script>\nconst DATA = " + json_safe(json_text(data)) + ";\n" + kPageScript + "</script>\n</body></html>\n";
   write_file_atomic(out_html, page);
 }
 

@@ -44,6 +44,35 @@ TEST(Report, EveryModeHasOneColourOnEveryPage) {
   EXPECT_EQ(page.find("color: {field: 'mode'"), std::string::npos) << "a chart colours modes by its own scale";
 }
 
+// Issue 48: every string of the runs reaches the page as text — a mode, a
+// directory, a router, a note that is HTML (or "<!--<script", which would
+// leave the embedded data's script never closed) is escaped in the table and
+// \u003c-escaped in the data.  tests/report/render.py loads such a page in Chromium.
+TEST(Report, HostileStringsReachThePageAsText) {
+  testing::TempDir tmp("report");
+  const std::string cmp = tmp.path() + "/cmp", vega = tmp.path() + "/vega";
+  fs::create_directories(cmp);
+  for (const char* s : {"vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js"}) {
+    fs::create_directories(fs::path(vega + "/" + s).parent_path());
+    write_file_atomic(vega + "/" + s, "// stand-in\n");
+  }
+  const std::string img = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
+  nlohmann::json run = {{"mode", img}, {"seed", 1}, {"dir", cmp + "/a<!--<script>b"}, {"steps", 2},
+                        {"val_loss", 5.0}, {"val_ppl", 148.4}, {"tok_per_s", 1000.0}, {"peak_rss_bytes", 1 << 20},
+                        {"params", 100}, {"cut", false}, {"val_curve", nlohmann::json::array()},
+                        {"loss_curve", nlohmann::json::array()}};
+  write_file_atomic(cmp + "/results.json",
+                    nlohmann::json({{"runs", {run}}, {"settings", {{"config", img}}}, {"notes", {img + "</script>"}}}).dump());
+  write_report(read_report_data({cmp}), tmp.path() + "/r.html", vega);
+  const std::string page = read_file(tmp.path() + "/r.html");
+  EXPECT_EQ(page.find("<img"), std::string::npos) << "a mode, a setting or a note became an element";
+  EXPECT_EQ(page.find("<!--"), std::string::npos);
+  EXPECT_EQ(page.find("</script>\""), std::string::npos);
+  EXPECT_NE(page.find("&lt;img src=x onerror=&quot;document.body.dataset.pwned=1&quot;&gt;"), std::string::npos);
+  EXPECT_NE(page.find("\\u003cimg src=x onerror="), std::string::npos);  // in the data, as text
+  EXPECT_NE(page.find("a\\u003c!--\\u003cscript\\u003eb"), std::string::npos);
+}
+
 TEST(Report, TheRunsAreCheckedBeforeVegaIsLookedFor) {
   testing::TempDir tmp("report");
   try {

@@ -19,13 +19,17 @@ heads, a few steps each) on random tokens, then:
   step-0 change are printed), and its page draws the first steps' loss of
   every mode (the conversion plot), with a learning-rate sweep (--lrs) drawn;
 - a depth study (`compare --layers 1,2`, 2 seeds): its page draws the
-  difference to baseline and the loss against depth.
+  difference to baseline and the loss against depth;
+- the first comparison's results with HTML in a mode, the routers and a note
+  and "<!--<script" in the directories: the page draws them as text, runs
+  none of them, and draws its charts.
 
 Exit status 1 on a failure, 77 when Chromium or the Vega builds are absent.
 """
 
 import argparse
 import html.parser
+import json
 import os
 import shutil
 import struct
@@ -126,6 +130,27 @@ def main():
         if p.returncode != 0:
             print("FAIL report of a single run:", p.stderr)
             return 1
+        # Hostile strings (issue 48): the comparison's results with HTML in a
+        # mode, the routers and a note, and "<!--<script" in every run's
+        # directory — the page must draw them as text, run none, and chart on.
+        hostile = os.path.join(tmp, "hostile")
+        os.makedirs(hostile)
+        with open(os.path.join(out, "results.json")) as f:
+            res = json.load(f)
+        img = '<img src=x onerror="document.body.dataset.pwned=1">'
+        for r in res["runs"]:
+            r["dir"] += "/<!--<script>"
+            if r.get("routing"):
+                r["routing"]["routers"] = [img + x for x in r["routing"]["routers"]]
+        res["runs"][-1]["mode"] = img
+        res["notes"].append(img + "</script><!--<script>")
+        with open(os.path.join(hostile, "results.json"), "w") as f:
+            json.dump(res, f)
+        p = subprocess.run([a.attnres, "report", hostile, "--out", os.path.join(hostile, "report.html"),
+                            "--vega-dir", VEGA], capture_output=True, text=True)
+        if p.returncode != 0:
+            print("FAIL report of hostile strings:", p.stderr)
+            return 1
         # A conversion comparison: a "pretrained" plain Qwen3 (baseline run, exported as HF BF16) into each mode.
         data = ["--data", os.path.join(tmp, "train.bin"), "--val-data", os.path.join(tmp, "val.bin")]
         pre, hf, conv = (os.path.join(tmp, n) for n in ("pre", "hf", "conv"))
@@ -165,7 +190,8 @@ def main():
                              "chart-disagree", "chart-heads-0", "chart-iv-scatter", "chart-iv-depth",
                              "chart-iv-heat-0", "chart-iv-heat-1", "chart-iv-heat-2"}),
                            (single, {"chart-val", "chart-first", "chart-depth", "chart-heat-0"}),
-                           (os.path.join(depth, "report.html"), {"chart-delta", "chart-loss"})):
+                           (os.path.join(depth, "report.html"), {"chart-delta", "chart-loss"}),
+                           (os.path.join(hostile, "report.html"), {"chart-val", "chart-ppl", "chart-depth"})):
             dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
                                   "--virtual-time-budget=20000", "--dump-dom", "file://" + page],
                                  capture_output=True, text=True, timeout=180)
@@ -187,6 +213,9 @@ def main():
                 if extra or "delta_mh" not in legend:
                     print(f"FAIL: the validation chart's legend names modes not compared {extra}: {legend[:300]!r}")
                     failures += 1
+            if "data-pwned" in dom.stdout:
+                print(f"FAIL {page}: a string of the runs ran as HTML (its onerror set data-pwned)")
+                failures += 1
             if missing or blank or not c.rendered or c.errors.strip():
                 print(f"FAIL {os.path.basename(page)}: missing charts {missing}, charts without an svg {blank}, "
                       f"rendered {c.rendered}, errors {c.errors.strip()!r}")
