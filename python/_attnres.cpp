@@ -44,6 +44,7 @@
 #include "io/token_file.h"
 #include "model/model.h"
 #include "model/modes.h"
+#include "model/overflow.h"
 #include "ops/context.h"
 
 namespace nb = nanobind;
@@ -176,7 +177,8 @@ std::tuple<double, int64_t> loss(PyModel& pm, const Ids& ids, int64_t batch) {
   const auto [sum, count] = loss_sums(pm, v, W, static_cast<int64_t>(ids.shape(1)), std::min(batch, W));
   const double mean = sum / static_cast<double>(count);
   if (!std::isfinite(mean))
-    fail(pm.source().dir, ": the loss is ", mean, ": the weights are finite but overflow float32 arithmetic");
+    fail_overflow(pm.at({.batch = std::min(batch, W), .seq_len = static_cast<int64_t>(ids.shape(1)) - 1}),
+                  cat(pm.source().dir, ": the loss is ", mean));
   return {mean, count};
 }
 

@@ -12,6 +12,7 @@
 #include "eval/perplexity.h"
 #include "infer/load.h"
 #include "model/model.h"
+#include "model/overflow.h"
 
 namespace attnres {
 
@@ -36,14 +37,16 @@ int cmd_eval(int argc, char** argv) {
   TokenFile data(w.data);
   data.check_vocab(src.config.V);
   const std::unique_ptr<Context> ctx = open_context(co);
-  const std::unique_ptr<Model> model = load_model(src, *ctx, {.batch = w.batch, .seq_len = w.seq_len}, co.precision);
+  // Buffers for the windows there are, not for --batch (issue 48: --batch 20000 on 256 tokens took 3.9 GB).
+  const int64_t B = std::clamp<int64_t>(evaluation_windows(static_cast<int64_t>(data.size()), w.max_tokens, w.seq_len),
+                                        1, w.batch);
+  const std::unique_ptr<Model> model = load_model(src, *ctx, {.batch = B, .seq_len = w.seq_len}, co.precision);
   EvalOptions eo;
   eo.max_tokens = w.max_tokens;
   eo.progress = !o.quiet;
   EvalResult r = evaluate(*model, data, eo);
   if (!std::isfinite(r.loss))  // finite weights (checked on load) whose arithmetic overflows
-    fail(src.dir, ": the loss over ", w.data, " is ", r.loss, ": the weights are finite but overflow float32 "
-         "arithmetic; the largest is ", largest_weight(*model));
+    fail_overflow(*model, cat(src.dir, ": the loss over ", w.data, " is ", r.loss));
   if (o.json) {
     nlohmann::json j = {{"model", src.dir},       {"data", w.data},      {"mode", src.config.mode_label()},
                         {"seq_len", w.seq_len},   {"loss", r.loss},      {"ppl", r.ppl},

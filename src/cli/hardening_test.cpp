@@ -883,6 +883,49 @@ TEST_F(Round3, Round4MessagesSayWhatIsWrong) {
     expect_clear_error(run("eval --model " + big + " --data " + dir_ + "/ok.bin --seq-len 8 --quiet"),
                        {"the weights are finite but overflow float32 arithmetic",
                         "the largest is model.layers.0.mlp.down_proj.weight (|w| up to 1e+30)"});
+    // Issue 48.9: generate and routing follow the same rule — never ids drawn
+    // from NaN logits, nor -nan weights, with exit 0.
+    expect_clear_error(run("generate --model " + big + " --prompt-ids 1,2,3 --max-new-tokens 3 --json"),
+                       {"the logits are not finite", "the weights are finite but overflow float32 arithmetic",
+                        "the largest is model.layers.0.mlp.down_proj.weight"});
+    Config routed = cfg_;
+    routed.mode = Mode::kDelta;
+    const std::string big_routed = dir_ + "/big-routed";
+    fs::create_directories(big_routed);
+    ParamLayout rl(routed);
+    std::vector<float> q(rl.total(), 1e20f);
+    for (const TensorSpec& t : rl.specs())
+      if (t.name == "model.layers.0.mlp.down_proj.weight")
+        for (int64_t k = 0; k < t.numel; ++k) q[t.offset + k] = 1e30f;
+    write_model_files(big_routed, routed, rl, q.data());
+    expect_clear_error(run("routing --model " + big_routed + " --data " + dir_ + "/ok.bin --seq-len 8 --quiet --json"),
+                       {"the routing weights are not finite", "overflow float32 arithmetic",
+                        "the largest is model.layers.0.mlp.down_proj.weight"});
+  }
+}
+
+// Issue 48.5: eval and routing size their buffers by the windows they read,
+// not by --batch: --batch 10000000 over 25 windows (16 GB of logits as
+// asked) runs within a 3 GB address space.
+TEST_F(Cli, BuffersAreSizedByTheWorkNotByBatch) {
+  const std::string limit = "ulimit -v 3000000; ";
+  Result r = run("eval --model " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --batch 10000000 --quiet --json",
+                 limit);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(r.out)["tokens"], 199);
+  Config routed = cfg_;
+  routed.mode = Mode::kDelta;
+  ParamLayout layout(routed);
+  std::vector<float> p(layout.total());
+  Rng rng(7);
+  init_params(layout, routed, p.data(), rng);
+  fs::create_directories(dir_ + "/routed");
+  write_model_files(dir_ + "/routed", routed, layout, p.data());
+  for (const std::string& extra : {std::string(), std::string(" --interventions --intervention-tokens 16")}) {
+    r = run("routing --model " + dir_ + "/routed --data " + dir_ + "/ok.bin --seq-len 8 --batch 10000000 --quiet --json" +
+                extra,
+            limit);
+    EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
   }
 }
 

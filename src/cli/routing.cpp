@@ -13,6 +13,7 @@
 // removed from every router reading it), beside each source's routing mass.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "io/token_file.h"
 #include "model/model.h"
 #include "model/modes.h"
+#include "model/overflow.h"
 
 namespace attnres {
 
@@ -123,10 +125,13 @@ int cmd_routing(int argc, char** argv) {
     fail("--intervention-tokens ", o.intervention_tokens, ": at least one window of --seq-len ", T);
 
   const std::unique_ptr<Context> ctx = open_context(co);
-  const std::unique_ptr<Model> model_ptr = load_model(src, *ctx, {.batch = B, .seq_len = T}, co.precision);
+  // Buffers for the windows read, not for --batch (issue 48: --batch 100000 for 8 windows asked for 18 GiB).
+  const int64_t windows = o.interventions ? std::max<int64_t>(1, std::min(o.intervention_tokens, n - 1) / T) : n / T;
+  const std::unique_ptr<Model> model_ptr =
+      load_model(src, *ctx, {.batch = std::min(B, windows), .seq_len = T}, co.precision);
   Model& model = *model_ptr;
   if (o.interventions) {
-    InterventionOptions io{.batch = B, .seq_len = T, .tokens = o.intervention_tokens,
+    InterventionOptions io{.batch = model.B(), .seq_len = T, .tokens = o.intervention_tokens,
                            .routers = o.routers.empty() ? std::vector<std::string>{} : split_commas(o.routers),
                            .whole_sources = o.whole_sources};
     const InterventionResult r = measure_interventions(model, data, io, o.quiet ? nullptr : stderr);
@@ -135,10 +140,17 @@ int cmd_routing(int argc, char** argv) {
   }
   const double t0 = now_seconds();
   Progress progress(o.quiet ? nullptr : stderr, "routing", static_cast<uint64_t>(n / T));
-  const RoutingStats stats = measure_routing(model, data, T, B, max_tokens, &progress);
+  const RoutingStats stats = measure_routing(model, data, T, model.B(), max_tokens, &progress);
   const double seconds = now_seconds() - t0;
 
   nlohmann::json j = stats.to_json();
+  // Weights of NaN: the arithmetic overflowed, which no routing statistic may hide.
+  std::function<bool(const nlohmann::json&)> finite = [&](const nlohmann::json& v) {
+    if (v.is_array()) return std::all_of(v.begin(), v.end(), finite);
+    return !v.is_number() || std::isfinite(v.get<double>());
+  };
+  for (const char* key : {"mean_weight", "token_max", "max_weight", "entropy"})
+    if (!finite(j[key])) fail_overflow(model, cat(dir, ": the routing weights are not finite"));
   if (o.json) {
     j["model"] = dir;
     j["data"] = w.data;

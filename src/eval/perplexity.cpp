@@ -54,38 +54,24 @@ EvalResult evaluate_windows(Model& model, int64_t windows, const WindowReader& r
   return r;
 }
 
+int64_t evaluation_windows(int64_t file_tokens, int64_t max_tokens, int64_t T) {
+  const int64_t n = max_tokens > 0 ? std::min(file_tokens, max_tokens + 1) : file_tokens;
+  return n < 2 ? 0 : (n - 1 + T - 1) / T;
+}
+
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o) {
   const int64_t T = o.seq_len > 0 ? o.seq_len : model.T();
   int64_t n = static_cast<int64_t>(file.size());
   if (o.max_tokens > 0) n = std::min(n, o.max_tokens + 1);
   if (n < 2) fail(file.path(), ": ", n, " tokens; evaluation needs at least 2");
   // Window w: tokens [w T, w T + T + 1) of the first n (the last may be shorter).
-  return evaluate_windows(model, (n - 1 + T - 1) / T, [&](int64_t w, std::span<int32_t> out) {
+  return evaluate_windows(model, evaluation_windows(static_cast<int64_t>(file.size()), o.max_tokens, T),
+                          [&](int64_t w, std::span<int32_t> out) {
     const int64_t begin = w * T, len = std::min(T + 1, n - begin);
     file.read(static_cast<size_t>(begin), out.first(static_cast<size_t>(len)));
     return len;
   }, o);
 }
 
-std::string largest_weight(Model& model) {
-  const ParamLayout& layout = model.layout();
-  Backend& ops = model.context().ops();
-  const bf16* p16 = model.params_bf16();
-  std::string name;
-  double most = -1;
-  for (const TensorSpec& s : layout.specs()) {
-    std::vector<float> w(static_cast<size_t>(s.numel));
-    if (p16 && s.matrix) {
-      std::vector<bf16> h(w.size());
-      ops.download(h.data(), p16 + s.offset, h.size() * sizeof(bf16));
-      for (size_t i = 0; i < h.size(); ++i) w[i] = bf16_to_float(h[i]);
-    } else {
-      ops.download(w.data(), model.params() + s.offset, w.size() * sizeof(float));
-    }
-    for (float x : w)
-      if (std::fabs(x) > most) most = std::fabs(x), name = s.name;
-  }
-  return cat(name, " (|w| up to ", most, ")");
-}
 
 }  // namespace attnres

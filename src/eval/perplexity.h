@@ -42,14 +42,17 @@ struct EvalOptions {
 
 EvalResult evaluate(Model& model, const TokenFile& file, const EvalOptions& o = {});
 
+// The windows evaluate() reads from a file of `file_tokens` (its first
+// max_tokens + 1 when max_tokens > 0): what a model for it needs as its batch
+// at most (a larger --batch only costs memory).
+int64_t evaluation_windows(int64_t file_tokens, int64_t max_tokens, int64_t T);
+
 // The loop under evaluate(), over windows from anywhere: read(w, out) puts
 // window w's tokens (T + 1 of them: the inputs, and one on, the targets) in
 // `out` and returns how many it put (fewer in a file's last window).  The
 // Python module's loss() reads its windows from an array through it.
 using WindowReader = std::function<int64_t(int64_t w, std::span<int32_t> out)>;
 EvalResult evaluate_windows(Model& model, int64_t windows, const WindowReader& read, const EvalOptions& o = {});
-// The weight tensor with the largest magnitude and that magnitude: what to
-// name when finite weights overflow float32 arithmetic.
-std::string largest_weight(Model& model);
+
 
 }  // namespace attnres

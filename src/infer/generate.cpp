@@ -2,14 +2,16 @@
 #include "infer/generate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/file_util.h"
 #include "core/json_util.h"
 #include "core/timer.h"
-#include "core/file_util.h"
+#include "model/overflow.h"
 
 namespace attnres {
 
@@ -88,7 +90,7 @@ std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vect
   for (const std::string& s : opt.stop)
     if (s.empty()) fail("a stop string is empty");
   const int64_t n = static_cast<int64_t>(prompts.size());
-  const Model& model = cache.model();
+  Model& model = cache.model();
   if (n > cache.seqs()) fail(n, " prompts, but the KV cache holds ", cache.seqs(), " sequences");
   for (const auto& p : prompts) check_prompt(model.config(), cache.len(), p, opt.max_new_tokens);
   const int64_t V = model.config().V;
@@ -96,6 +98,13 @@ std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vect
   std::vector<GenerateResult> out(static_cast<size_t>(n));
   std::vector<float> logits(static_cast<size_t>(std::max(n, model.B()) * V));
   Sampler sampler(opt.sampling);
+  // The next id from a row of logits; a row not finite (finite weights whose
+  // arithmetic overflows) is an error naming the largest weight, never an id.
+  auto next_id = [&](const float* row, Rng& rng) {
+    for (int64_t v = 0; v < V; ++v)
+      if (!std::isfinite(row[v])) fail_overflow(model, cat("the logits are not finite (", row[v], ")"));
+    return sampler.next({row, static_cast<size_t>(V)}, rng);
+  };
 
   // Appends a token to sequence s; returns true when the sequence ends.
   auto push = [&](Live& s, int32_t id) {
@@ -158,7 +167,7 @@ std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vect
     tm.prefill_tokens += len;
     const uint64_t index = opt.first_index + static_cast<uint64_t>(i);  // the prompt's, among all of them
     Live s{static_cast<size_t>(i), p, Rng(opt.seed * 0x9E3779B97F4A7C15ull + index)};
-    if (!push(s, sampler.next({logits.data(), static_cast<size_t>(V)}, s.rng))) live.push_back(std::move(s));
+    if (!push(s, next_id(logits.data(), s.rng))) live.push_back(std::move(s));
   }
   tm.prefill_s = now_seconds() - t0;
 
@@ -181,7 +190,7 @@ std::vector<GenerateResult> generate(KvCache& cache, const std::vector<std::vect
       for (size_t j = j0; j < j0 + m; ++j) {
         Live& s = live[j];
         const float* row = logits.data() + (j - j0) * static_cast<size_t>(V);
-        if (!push(s, sampler.next({row, static_cast<size_t>(V)}, s.rng))) next.push_back(std::move(s));
+        if (!push(s, next_id(row, s.rng))) next.push_back(std::move(s));
       }
     }
     live = std::move(next);
