@@ -69,6 +69,9 @@ class StopSignals {
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
+    // A write to a blocked stdout (a slow reader) that the signal interrupts
+    // is restarted, not failed with EINTR: the stop stays clean (issue 48.2).
+    sa.sa_flags = SA_RESTART;
     for (size_t i = 0; i < kCount; ++i) ::sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~StopSignals() {
