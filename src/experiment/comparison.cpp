@@ -438,7 +438,7 @@ nlohmann::json sweep_record(const Comparison& o, const ComparisonRun& run, const
           {"lr_routing", run.rates->lr_routing ? nlohmann::json(*run.rates->lr_routing) : nlohmann::json(nullptr)},
           {"steps", log.steps},
           {"planned_steps", run.steps},
-          {"cut", !diverged && log.steps < run.steps},
+          {"cut", !diverged && (log.steps < run.steps || log.schedule_cut_at > 0)},
           {"schedule_cut_at", log.schedule_cut_at},
           {"tokens", log.steps * o.B * o.T},
           {"diverged", diverged},
@@ -526,7 +526,7 @@ nlohmann::json train_and_record(const Comparison& o, const ComparisonRun& run, s
   }
   nlohmann::json r = {{"mode", run.mode}, {"seed", run.seed}, {"dir", run.dir}, {"precision", o.precision},
                       {"steps", log.steps},
-                      {"planned_steps", steps}, {"cut", log.steps < steps},
+                      {"planned_steps", steps}, {"cut", log.steps < steps || log.schedule_cut_at > 0},
                       {"schedule_cut_at", log.schedule_cut_at},
                       {"tokens", log.steps * o.B * o.T}, {"val_loss", log.val_loss}, {"val_ppl", log.val_ppl},
                       {"tok_per_s", log.tok_per_s},

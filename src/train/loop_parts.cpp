@@ -21,15 +21,20 @@ double LrSchedule::routing(int64_t step) const {
   return lr_at(step, warmup, end, lr_routing, lr_min_routing < 0 ? lr_min : lr_min_routing);
 }
 
-TimeBudget::Decision TimeBudget::decide(int64_t done, int64_t start, int64_t end, double elapsed_s, double steps_s,
-                                        double val_s) {
+TimeBudget::Decision TimeBudget::decide(int64_t done, int64_t end, int64_t planned, double elapsed_s, double val_s) {
   if (budget_ <= 0) return {end, false};
   int64_t decision[2] = {end, 0};  // the schedule's end; out of time
   if (comm_.root()) {
-    if (done < end && done > start) {
-      const double left = budget_ - elapsed_s - val_s;
-      const int64_t can = done + static_cast<int64_t>(std::max(0.0, left) / (steps_s / static_cast<double>(done - start)));
-      if (can < end) decision[0] = std::max(done + 1, can);
+    if (first_done_ < 0) {  // the warm-up step: no pace from it
+      first_done_ = done;
+      first_elapsed_ = elapsed_s;
+    } else if (done < planned) {
+      const double pace = (elapsed_s - first_elapsed_) / static_cast<double>(done - first_done_);
+      const double left = budget_ - elapsed_s - val_s - (3 * pace + 0.01 * budget_);
+      const double more = std::max(0.0, left) / std::max(pace, 1e-9);
+      const int64_t can =
+          std::clamp(done + static_cast<int64_t>(std::min(more, static_cast<double>(planned))), done + 1, planned);
+      if (can < end || can >= end + std::max<int64_t>(2, planned / 50)) decision[0] = can;
     }
     decision[1] = elapsed_s > budget_;
   }

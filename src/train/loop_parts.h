@@ -36,12 +36,19 @@ struct LrSchedule {
   double routing(int64_t step) const;
 };
 
-// --time-budget: after each step rank 0 estimates, from the mean step time
-// so far and the last validation's time (which the final one will take
-// again), how many steps remain; if fewer than the schedule's end, the
-// schedule is shortened (never lengthened, never below the next step) so a
-// cut run still ends its decay at lr_min.  Once the budget is spent the run
-// stops.  Rank 0's decision is broadcast: every rank stops at the same step.
+// --time-budget: after each step rank 0 estimates how many steps remain from
+// the time left and the run's pace since its first step: wall-clock seconds
+// per step, validations and checkpoints included, the process's first step
+// (its warm-up: kernels built, pages touched, often 5× a steady one) left
+// out.  It keeps the last validation's time (the final one takes it again)
+// and a reserve of three steps and 1% of the budget.  The schedule's end
+// follows the estimate, never below the next step and never past the planned
+// end: shortened as soon as the steps left do not fit, lengthened back (by 2%
+// of the plan or more at a time) when the pace has become faster (issue 48:
+// judged by its first step, a run shrank to a fifth of what its budget
+// allowed).  A cut run so still ends its decay at lr_min.  Once the budget is
+// spent the run stops.  Rank 0's decision is broadcast: every rank stops at
+// the same step.
 class TimeBudget {
  public:
   TimeBudget(double budget_s, Comm& comm) : budget_(budget_s), comm_(comm) {}
@@ -49,14 +56,17 @@ class TimeBudget {
     int64_t end = 0;           // the schedule's end after this step
     bool out_of_time = false;  // stop after this step
   };
-  // After step `done` (1-based) of a run that started at step `start`:
-  // elapsed seconds since it started, of which steps_s in steps; val_s the
-  // last validation's seconds.  No budget: {end, false}, with no collective.
-  Decision decide(int64_t done, int64_t start, int64_t end, double elapsed_s, double steps_s, double val_s);
+  // After step `done` (1-based), with the schedule ending at `end` of the
+  // `planned`: elapsed seconds since the run (this process) started; val_s
+  // the last validation's seconds.  The first call is the warm-up step's.
+  // No budget: {end, false}, with no collective.
+  Decision decide(int64_t done, int64_t end, int64_t planned, double elapsed_s, double val_s);
 
  private:
   double budget_;
   Comm& comm_;
+  int64_t first_done_ = -1;  // the warm-up step, and the seconds elapsed at its end
+  double first_elapsed_ = 0;
 };
 
 // --on-nan skip: a step with a non-finite loss or gradient is skipped; ten in

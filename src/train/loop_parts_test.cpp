@@ -36,24 +36,56 @@ TEST(TimeBudget, ShortensTheScheduleToWhatTheBudgetAllowsAndStopsWhenSpent) {
   const std::unique_ptr<Comm> comm = Comm::single();
   // No budget: the schedule as it is, never out of time.
   TimeBudget none(0, *comm);
-  EXPECT_EQ(none.decide(10, 0, 100, 1e9, 1e9, 0).end, 100);
-  EXPECT_FALSE(none.decide(10, 0, 100, 1e9, 1e9, 0).out_of_time);
-  TimeBudget b(20, *comm);
-  // 10 steps of 1 s, 10 s left: 10 more steps, the schedule ends at 20.
-  TimeBudget::Decision d = b.decide(10, 0, 100, 10, 10, 0);
-  EXPECT_EQ(d.end, 20);
+  EXPECT_EQ(none.decide(10, 100, 100, 1e9, 0).end, 100);
+  EXPECT_FALSE(none.decide(10, 100, 100, 1e9, 0).out_of_time);
+  TimeBudget b(100, *comm);
+  EXPECT_EQ(b.decide(1, 100, 100, 1, 0).end, 100);  // the warm-up step: no pace yet
+  // 9 more steps in 9 s: 1 s a step; 90 s left less the reserve (3 steps
+  // and 1 s): 86 more steps, the schedule ends at 96.
+  EXPECT_EQ(b.decide(10, 100, 100, 10, 0).end, 96);
+  // At step 50 after 50 s: 50 s left, less the reserve: 46 more steps.
+  TimeBudget::Decision d = b.decide(50, 100, 100, 50, 0);
+  EXPECT_EQ(d.end, 96);
   EXPECT_FALSE(d.out_of_time);
-  // The final validation's time is kept: 4 s of it leave 6 steps.
-  EXPECT_EQ(b.decide(10, 0, 100, 10, 10, 4).end, 16);
-  // Steps of a resumed run count from its start.
-  EXPECT_EQ(b.decide(30, 20, 100, 10, 10, 0).end, 40);
-  // Never lengthened, and never below the next step.
-  EXPECT_EQ(b.decide(10, 0, 15, 10, 10, 0).end, 15);
-  EXPECT_EQ(b.decide(10, 0, 100, 19.99, 10, 0).end, 11);
+  // The final validation's time is kept: 4 s of it leave 42 steps.
+  EXPECT_EQ(b.decide(50, 100, 100, 50, 4).end, 92);
+  // Never below the next step.
+  EXPECT_EQ(b.decide(99, 100, 100, 99.99, 0).end, 100);
+  EXPECT_EQ(b.decide(60, 100, 100, 99.99, 0).end, 61);
   // Spent: out of time.
-  d = b.decide(10, 0, 100, 20.5, 20, 0);
+  d = b.decide(60, 100, 100, 100.5, 0);
   EXPECT_TRUE(d.out_of_time);
-  EXPECT_EQ(d.end, 11);
+  EXPECT_EQ(d.end, 61);
+}
+
+// Issue 48.7: the first step (kernels built, pages touched) is not the
+// run's pace — 95 ms against 15 ms later made a 2000-step run with 19 s
+// shrink to 403 steps after step 1.  No decision from the warm-up; the pace
+// since it; and an end shortened while the steps were slow grows back when
+// they are fast again.
+TEST(TimeBudget, JudgesTheRunByItsPaceAfterTheWarmUpAndLetsTheScheduleGrowBack) {
+  const std::unique_ptr<Comm> comm = Comm::single();
+  TimeBudget b(19, *comm);
+  EXPECT_EQ(b.decide(1, 2000, 2000, 0.095, 0).end, 2000);
+  // The end a pace since the warm-up gives: the time left, less the reserve
+  // (3 steps and 0.19 s), over the pace.
+  auto fits = [](int64_t done, double elapsed) {
+    const double pace = (elapsed - 0.095) / static_cast<double>(done - 1);
+    return done + static_cast<int64_t>((19 - elapsed - 3 * pace - 0.19) / pace);
+  };
+  // 10 steps of 15 ms after it: 1234 more.
+  EXPECT_EQ(b.decide(11, 2000, 2000, 0.245, 0).end, 11 + 1234);
+  EXPECT_EQ(fits(11, 0.245), 11 + 1234);
+  // The machine gets busy: 100 steps of 60 ms, the end comes in...
+  const int64_t busy = b.decide(111, 1245, 2000, 6.245, 0).end;
+  EXPECT_EQ(busy, fits(111, 6.245));
+  EXPECT_LT(busy, 400);
+  // ...and when it is quiet again (400 steps of 5 ms), it grows back.
+  const int64_t quiet = b.decide(511, busy, 2000, 8.245, 0).end;
+  EXPECT_EQ(quiet, fits(511, 8.245));
+  EXPECT_GT(quiet, busy + 100);
+  // A change of less than 2% of the plan is no change: the end does not jitter.
+  EXPECT_EQ(b.decide(512, quiet, 2000, 8.2466, 0).end, quiet);
 }
 
 TEST(NanPolicy, TenSkippedInARowEndTheRunNamingTheLastCheckpoint) {

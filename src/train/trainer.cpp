@@ -908,8 +908,8 @@ void Run::step_loop() {
     }
     std::fflush(stdout);
     const TimeBudget::Decision time =
-        budget.decide(done, start_, schedule.end, now_seconds() - run_start_, step_seconds_, last_val_seconds_);
-    if (time.end < schedule.end) {
+        budget.decide(done, schedule.end, opt_.steps, now_seconds() - run_start_, last_val_seconds_);
+    if (time.end != schedule.end) {
       schedule.end = time.end;
       if (!quiet_)
         std::printf("time budget: the learning-rate schedule now ends at step %lld of the %lld planned\n",
