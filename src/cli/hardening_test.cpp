@@ -823,6 +823,31 @@ TEST_F(Cli, AStopWhileStdoutIsBlockedIsClean) {
   EXPECT_TRUE(fs::exists(resolve_model_dir(out) + "/optimizer.safetensors"));
 }
 
+// Issue 48.1: a path that is not UTF-8 (JSON records hold UTF-8 only) is
+// refused when given, before any work — never a run lost at its first
+// checkpoint; a report of a directory so named writes U+FFFD for the byte.
+TEST_F(Cli, APathThatIsNotUtf8IsRefusedBeforeAnyWork) {
+  const std::string bad = dir_ + "/j/s\xff";
+  const std::string data = " --data " + dir_ + "/ok.bin";
+  for (const std::string& c : {"train --init " + dir_ + "/model" + data + " --steps 100 --seq-len 8 --out '" + bad + "'",
+                               "train --init '" + bad + "'" + data + " --steps 1 --seq-len 8 --out " + dir_ + "/t1",
+                               "eval --model " + dir_ + "/model --data '" + bad + "' --seq-len 8 --json",
+                               "routing --model " + dir_ + "/model --data '" + bad + "' --json",
+                               "prepare --input " + dir_ + "/ok.bin --out '" + bad + "'"})
+    expect_clear_error(run(c), {"s\\xFF' is not UTF-8 text", "rename it"});
+  EXPECT_FALSE(fs::exists(dir_ + "/j"));
+  EXPECT_FALSE(fs::exists(dir_ + "/t1"));
+  // A run whose directory was renamed so afterwards: its report stands, the byte as U+FFFD.
+  ASSERT_EQ(run("train --init " + dir_ + "/model" + data + " --steps 2 --seq-len 8 --out " + dir_ + "/r").status, 0);
+  fs::rename(dir_ + "/r", dir_ + "/r\xff");
+  const Result r = run("report '" + dir_ + "/r\xff' --out " + dir_ + "/r.html --vega-dir " + ATTNRES_SOURCE_DIR +
+                       "/third_party/npm/node_modules");
+  if (r.err.find("the report needs Vega") == std::string::npos) {  // without Vega fetched, the data part is tested elsewhere
+    ASSERT_EQ(r.status, 0) << r.err;
+    EXPECT_NE(read_file(dir_ + "/r.html").find("r\xef\xbf\xbd"), std::string::npos);
+  }
+}
+
 TEST_F(Cli, AStopIsHonouredBetweenMicroBatches) {
   const std::string base = "train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --seq-len 8 --batch 1 "
                            "--threads 1 --steps 3 --ckpt-every 1 --keep-checkpoints 0 --out ";
