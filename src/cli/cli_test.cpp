@@ -864,6 +864,7 @@ TEST_F(Generate, BadInputsAreClearErrors) {
   expect_clear_error(run(m + " --prompt-ids 1,2,3 --max-new-tokens 62"),
                      {"plus 62 new tokens", "beyond max_position_embeddings 64"});
   expect_clear_error(run(m + " --prompt-ids 1,x"), {"--prompt-ids", "'x' is not a token id"});
+  expect_clear_error(run(m + " --prompt-ids 1,2,"), {"--prompt-ids", "'' is not a token id"});  // issue 48: a trailing comma
   expect_clear_error(run("generate --model " + dir_ + "/model --prompt hello"),
                      {"a text prompt needs a tokenizer", dir_ + "/model has no tokenizer.json"});
   expect_clear_error(run("generate --model " + dir_ + "/model --prompt hello --tokenizer " + dir_ + "/tokenizer.json"),

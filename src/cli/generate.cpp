@@ -40,8 +40,7 @@ namespace {
 std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
   std::vector<int32_t> ids;
   if (s.find_first_not_of(" ") == std::string::npos) return ids;  // empty: reported as an empty prompt
-  size_t i = 0;
-  while (i < s.size()) {
+  for (size_t i = 0;;) {  // every item between commas, the one after a last comma too ("1,2," is refused)
     const size_t j = std::min(s.find(',', i), s.size());
     const std::string item = s.substr(i, j - i);
     char* end = nullptr;
@@ -49,9 +48,9 @@ std::vector<int32_t> parse_ids(const std::string& s, const std::string& what) {
     if (item.empty() || *end || v < INT32_MIN || v > INT32_MAX)
       fail(what, ": '", item, "' is not a token id (expected comma-separated integers)");
     ids.push_back(static_cast<int32_t>(v));
+    if (j == s.size()) return ids;
     i = j + 1;
   }
-  return ids;
 }
 
 // JSON text of j; bytes of generated text that are not UTF-8 (a token may end
