@@ -3,7 +3,6 @@
 // the file and the problem, and a non-zero exit.
 #include <gtest/gtest.h>
 
-#include <spawn.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,8 +29,6 @@
 #include "testing/check.h"
 #include "train/options.h"
 #include "cli/cli_test_util.h"
-
-extern char** environ;
 
 namespace attnres {
 namespace {
@@ -247,34 +244,22 @@ TEST_F(Cli, HugeBatchIsAClearError) {
 // run says where and exits 0.
 TEST_F(Cli, SigtermCheckpointsAndExitsZero) {
   const std::string out = dir_ + "/sig";
-  std::vector<std::string> args = {"attnres", "train", "--init", dir_ + "/model", "--data", dir_ + "/ok.bin",
-                                   "--out", out, "--steps", "100000000", "--batch", "1", "--seq-len", "16",
-                                   "--threads", "1"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  pid_t pid;
-  ASSERT_EQ(::posix_spawn(&pid, ATTNRES_BINARY, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
+  const Spawned child = spawn_attnres({"train", "--init", dir_ + "/model", "--data", dir_ + "/ok.bin", "--out", out,
+                                       "--steps", "100000000", "--batch", "1", "--seq-len", "16", "--threads", "1"});
+  ASSERT_GT(child.pid, 0);
+  const pid_t pid = child.pid;
   std::string text;
   char buf[4096];
   ssize_t k;
   bool sent = false;
-  while ((k = ::read(fds[0], buf, sizeof buf)) > 0) {
+  while ((k = ::read(child.out, buf, sizeof buf)) > 0) {
     text.append(buf, static_cast<size_t>(k));
     if (!sent && text.find("step     2/") != std::string::npos) {
       ::kill(pid, SIGTERM);
       sent = true;
     }
   }
-  ::close(fds[0]);
+  ::close(child.out);
   int status = 0;
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(sent) << text;

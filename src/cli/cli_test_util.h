@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -25,6 +27,8 @@
 #include "model/config.h"
 #include "model/params.h"
 #include "testing/check.h"
+
+extern char** environ;
 
 namespace attnres::cli_testing {
 
@@ -57,6 +61,36 @@ inline void expect_clear_error(const Result& r, std::initializer_list<std::strin
   ASSERT_FALSE(r.err.empty());
   EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
   for (const auto& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "'" << f << "' not in: " << r.err;
+}
+
+// Starts `attnres ARGS...` with its stdout into a pipe: {pid, the pipe's
+// read end}; its stderr into `stderr_path` when given.  (-1, -1) on failure.
+struct Spawned {
+  pid_t pid = -1;
+  int out = -1;
+};
+inline Spawned spawn_attnres(std::vector<std::string> args, const std::string& stderr_path = "") {
+  args.insert(args.begin(), "attnres");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fds[2];
+  if (::pipe(fds) != 0) return {};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
+  posix_spawn_file_actions_addclose(&actions, fds[0]);
+  if (!stderr_path.empty())
+    posix_spawn_file_actions_addopen(&actions, 2, stderr_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  const int rc = ::posix_spawn(&pid, ATTNRES_BINARY, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (rc != 0) {
+    ::close(fds[0]);
+    return {};
+  }
+  return {pid, fds[0]};
 }
 
 // The pid a file holds (a lock's, or one `echo $!` wrote); 0 while it is not there.

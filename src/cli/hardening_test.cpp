@@ -4,9 +4,7 @@
 // semantics, and messages that name the file.  Each test failed before its fix.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -30,8 +28,6 @@
 #include "io/safetensors.h"
 #include "model/config.h"
 #include "model/params.h"
-
-extern char** environ;
 
 namespace attnres {
 namespace {
@@ -784,28 +780,16 @@ TEST_F(Cli, NumbersReadBackFromACheckpointAreChecked) {
 // "writing stdout: an earlier write failed", exit 1.
 TEST_F(Cli, AStopWhileStdoutIsBlockedIsClean) {
   const std::string out = dir_ + "/blocked", err = dir_ + "/blocked.err";
-  std::vector<std::string> args = {"attnres", "train", "--init", dir_ + "/model", "--data", dir_ + "/ok.bin",
-                                   "--out", out, "--steps", "100000000", "--batch", "1", "--seq-len", "8",
-                                   "--threads", "1"};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
-  posix_spawn_file_actions_addclose(&actions, fds[0]);
-  posix_spawn_file_actions_addopen(&actions, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  ASSERT_EQ(::posix_spawn(&pid, ATTNRES_BINARY, &actions, nullptr, argv.data(), environ), 0);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
+  const Spawned child = spawn_attnres({"train", "--init", dir_ + "/model", "--data", dir_ + "/ok.bin", "--out", out,
+                                       "--steps", "100000000", "--batch", "1", "--seq-len", "8", "--threads", "1"},
+                                      err);
+  ASSERT_GT(child.pid, 0);
+  const pid_t pid = child.pid;
   // Nothing read until the pipe is full: the run is then blocked writing a step line.
   int queued = 0;
   for (int i = 0; i < 3000 && queued < 60000; ++i) {
     ::usleep(10000);
-    ASSERT_EQ(::ioctl(fds[0], FIONREAD, &queued), 0);
+    ASSERT_EQ(::ioctl(child.out, FIONREAD, &queued), 0);
   }
   ASSERT_GE(queued, 60000) << "the run never filled the pipe";
   ::usleep(200000);
@@ -813,8 +797,8 @@ TEST_F(Cli, AStopWhileStdoutIsBlockedIsClean) {
   ::usleep(200000);
   std::string text;
   char buf[65536];
-  for (ssize_t k; (k = ::read(fds[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(k));
-  ::close(fds[0]);
+  for (ssize_t k; (k = ::read(child.out, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(k));
+  ::close(child.out);
   int status = 0;
   ::waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << ": " << read_file(err);

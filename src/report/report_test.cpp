@@ -16,14 +16,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(Report, EveryModeHasOneColourOnEveryPage) {
-  testing::TempDir tmp("report");
-  const std::string cmp = tmp.path() + "/cmp", vega = tmp.path() + "/vega";
-  fs::create_directories(cmp);
+// Empty stand-ins for the three Vega builds the page inlines (the page's data is what is tested).
+void stand_in_vega(const std::string& vega) {
   for (const char* s : {"vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js"}) {
     fs::create_directories(fs::path(vega + "/" + s).parent_path());
     write_file_atomic(vega + "/" + s, "// stand-in\n");
   }
+}
+
+TEST(Report, EveryModeHasOneColourOnEveryPage) {
+  testing::TempDir tmp("report");
+  const std::string cmp = tmp.path() + "/cmp", vega = tmp.path() + "/vega";
+  fs::create_directories(cmp);
+  stand_in_vega(vega);
   // A comparison of two routed modes only: the colours are still those of
   // the whole table (block keeps its place after baseline).
   // (Each run's record has every field compare writes: check_run_record.)
@@ -52,10 +57,7 @@ TEST(Report, HostileStringsReachThePageAsText) {
   testing::TempDir tmp("report");
   const std::string cmp = tmp.path() + "/cmp", vega = tmp.path() + "/vega";
   fs::create_directories(cmp);
-  for (const char* s : {"vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js", "vega-embed/build/vega-embed.min.js"}) {
-    fs::create_directories(fs::path(vega + "/" + s).parent_path());
-    write_file_atomic(vega + "/" + s, "// stand-in\n");
-  }
+  stand_in_vega(vega);
   const std::string img = "<img src=x onerror=\"document.body.dataset.pwned=1\">";
   nlohmann::json run = {{"mode", img}, {"seed", 1}, {"dir", cmp + "/a<!--<script>b"}, {"steps", 2},
                         {"val_loss", 5.0}, {"val_ppl", 148.4}, {"tok_per_s", 1000.0}, {"peak_rss_bytes", 1 << 20},
