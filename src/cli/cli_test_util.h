@@ -115,7 +115,7 @@ class Cli : public ::testing::Test {
     fs::create_directories(dir_ + "/model");
     cfg_ = Config::from_json({{"hidden_size", 16}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
                               {"num_key_value_heads", 1}, {"head_dim", 8}, {"intermediate_size", 24},
-                              {"vocab_size", 50}},
+                              {"vocab_size", 50}, {"tie_word_embeddings", true}, {"rope_theta", 1e6}},
                              "test");
     ParamLayout layout(cfg_);
     std::vector<float> p(layout.total());

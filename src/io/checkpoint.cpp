@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "core/error.h"
 #include "core/file_util.h"
@@ -35,6 +37,10 @@ void add_arena(SafeTensorsWriter& w, const ParamLayout& layout, const float* bas
 // 0-dim scalar (the reference's gates) is also accepted as [1].
 std::span<const int64_t> file_shape(const WeightFiles& files, const std::string& name, const TensorSpec& s) {
   static const std::vector<int64_t> one = {1};
+  if (name == "lm_head.weight" && !files.has(name))
+    fail(files.file_of("model.embed_tokens.weight").path(), ": missing tensor lm_head.weight, which config.json asks ",
+         "for: its tie_word_embeddings is false or absent, and transformers' Qwen3 reads an absent one as false (an ",
+         "untied head); a model whose head is its embedding says \"tie_word_embeddings\": true");
   const TensorInfo& t = files.info(name);
   const bool scalar_as_1 = s.shape.empty() && t.shape == one;
   const std::span<const int64_t> shape = scalar_as_1 ? std::span<const int64_t>(one) : s.shape;
@@ -86,6 +92,61 @@ int64_t read_arena(const WeightFiles& files, const ParamLayout& layout, float* b
            " holds negative values, which a second moment (a mean of squares) cannot: the file is damaged");
   }
   return kept;
+}
+
+// Whether two tensors of `files` hold the same values (read as float32, a
+// million at a time).
+bool same_values(const WeightFiles& files, const std::string& a, const std::string& b,
+                 std::span<const int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t s : shape) n *= s;
+  std::vector<float> x(static_cast<size_t>(std::min<int64_t>(n, 1 << 20))), y(x.size());
+  for (int64_t at = 0; at < n; at += static_cast<int64_t>(x.size())) {
+    const size_t k = static_cast<size_t>(std::min<int64_t>(n - at, static_cast<int64_t>(x.size())));
+    files.read_float(a, shape, static_cast<size_t>(at), {x.data(), k});
+    files.read_float(b, shape, static_cast<size_t>(at), {y.data(), k});
+    if (std::memcmp(x.data(), y.data(), k * sizeof(float)) != 0) return false;
+  }
+  return true;
+}
+
+// The tensors of `files` the layout does not read are an error naming them
+// (transformers loads such a file and lists them as "unexpected"; a model
+// read without them is not the model the file holds): biases, layers past
+// num_hidden_layers, another model's tensors.  Two exceptions: a conversion
+// (another mode's routing tensors, which the new mode does not have) and, for
+// a tied model, an lm_head.weight equal to the embedding (some writers save
+// both).  A different lm_head.weight under tie_word_embeddings true is the
+// head transformers 5 would use: refused, with the fix.
+void check_leftovers(const WeightFiles& files, const ParamLayout& layout, bool conversion) {
+  std::set<std::string> used;
+  for (const TensorSpec& s : layout.specs()) used.insert(s.name);
+  std::vector<std::string> left;
+  for (const std::string& name : files.names())
+    if (!used.count(name) && !(conversion && is_routing_param(name))) left.push_back(name);
+  if (left.empty()) return;
+  const std::string embed = "model.embed_tokens.weight";
+  if (std::find(left.begin(), left.end(), "lm_head.weight") != left.end() && used.count(embed) &&
+      !used.count("lm_head.weight")) {
+    const TensorInfo& head = files.info("lm_head.weight");
+    const std::vector<int64_t>& shape =
+        std::find_if(layout.specs().begin(), layout.specs().end(), [&](const TensorSpec& s) { return s.name == embed; })
+            ->shape;
+    if (head.shape != shape || !same_values(files, "lm_head.weight", embed, shape))
+      fail(files.file_of("lm_head.weight").path(), ": holds lm_head.weight ", shape_str(head.shape),
+           ", a head of its own, but config.json says \"tie_word_embeddings\": true (the head is the embedding); ",
+           "transformers 5 would use the file's head: set tie_word_embeddings to false to load it, or remove the ",
+           "tensor to tie");
+    left.erase(std::find(left.begin(), left.end(), "lm_head.weight"));
+    if (left.empty()) return;
+  }
+  std::string shown;
+  for (size_t i = 0; i < left.size() && i < 6; ++i) shown += cat(i ? ", " : "", left[i]);
+  if (left.size() > 6) shown += cat(" and ", left.size() - 6, " more");
+  fail(files.file_of(left[0]).path(), ": holds ", left.size(), left.size() == 1 ? " tensor" : " tensors",
+       " that the model of config.json does not have: ", shown,
+       " (config.json and the weights disagree: biases, layers past num_hidden_layers or another model's tensors; "
+       "this engine refuses rather than load a different model)");
 }
 
 int g_fault_at = -1;
@@ -193,6 +254,7 @@ std::vector<std::string> list_checkpoints(const std::string& out_dir) {
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params, bf16* params16,
                     bool keep_missing_routing, int threads) {
   WeightFiles files(path, threads);
+  check_leftovers(files, layout, keep_missing_routing);
   return read_arena(files, layout, params, "", params16, keep_missing_routing);
 }
 
@@ -213,11 +275,13 @@ int64_t read_ranges(const WeightFiles& files, const ParamLayout& layout, float* 
 int64_t load_params(const std::string& path, const ParamLayout& layout, float* params,
                     std::span<const ArenaRange> ranges, bool keep_missing_routing, int threads) {
   WeightFiles files(path, threads);
+  check_leftovers(files, layout, keep_missing_routing);
   return read_ranges(files, layout, params, "", ranges, keep_missing_routing, nullptr, false);
 }
 
 ArenaFetch weight_reader(const WeightFiles& files, const ParamLayout& layout) {
   for (const TensorSpec& s : layout.specs()) file_shape(files, s.name, s);  // every tensor there, in its shape
+  check_leftovers(files, layout, false);                                     // and none left over
   return [&files, &layout](int64_t at, std::span<float> out) {
     const auto& specs = layout.specs();
     const auto it = std::upper_bound(specs.begin(), specs.end(), at,

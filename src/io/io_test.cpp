@@ -154,6 +154,101 @@ TEST(Checkpoint, LoadParamsChecksEveryTensor) {
                {"missing.safetensors", "missing tensor model.layers.0.mlp.up_proj.weight"});
 }
 
+// Hugging Face fields read as transformers 5 reads them (issue 48.4; the
+// same configs go through transformers itself in
+// tests/peers/transformers_interop.py): an absent tie_word_embeddings is an
+// untied head, an absent rope_theta 10000, and the booleans are booleans.
+TEST(Config, HuggingFaceFieldsAreReadAsTransformers5ReadsThem) {
+  const nlohmann::json base = {{"model_type", "qwen3"},    {"hidden_size", 8},       {"num_hidden_layers", 1},
+                               {"num_attention_heads", 2}, {"intermediate_size", 12}, {"vocab_size", 11}};
+  auto with = [&](const char* key, nlohmann::json v) {
+    auto j = base;
+    j[key] = std::move(v);
+    return j;
+  };
+  const Config plain = Config::from_json(base, "c");
+  EXPECT_FALSE(plain.tied);
+  EXPECT_EQ(plain.rope_theta, 10000.0);
+  EXPECT_EQ(Config::from_json(with("rope_parameters", nlohmann::json::object()), "c").rope_theta, 10000.0);
+  EXPECT_TRUE(Config::from_json(with("tie_word_embeddings", true), "c").tied);
+  for (const char* key : {"tie_word_embeddings", "attention_bias", "use_sliding_window"})
+    for (const nlohmann::json& bad : {nlohmann::json(1), nlohmann::json(0), nlohmann::json(nullptr),
+                                      nlohmann::json("false")})
+      expect_error([&] { Config::from_json(with(key, bad), "cfg.json"); },
+                   {"cfg.json", cat("field \"", key, "\""), "not true or false", "transformers 5 refuses it too"});
+  expect_error([&] { Config::from_json(with("attention_bias", true), "cfg.json"); },
+               {"field \"attention_bias\" is true", "biases on q/k/v/o projections is not implemented"});
+  expect_error([&] { Config::from_json(with("rope_theta", nullptr), "cfg.json"); },
+               {"field \"rope_theta\" is null, not a number"});
+  expect_error([&] { Config::from_json(with("rope_parameters", {{"rope_theta", nullptr}}), "cfg.json"); },
+               {"\"rope_parameters\".rope_theta is null, not a number"});
+}
+
+// The tensors a file holds and the model of its config.json does not use are
+// an error naming them, as transformers lists them "unexpected"; a tied
+// model's lm_head.weight passes only where it equals the embedding.
+TEST(Checkpoint, TensorsTheModelDoesNotUseAreNamed) {
+  TempDir tmp;
+  const nlohmann::json cfg = {{"hidden_size", 8},      {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                              {"num_key_value_heads", 1}, {"head_dim", 4},        {"intermediate_size", 12},
+                              {"vocab_size", 11},         {"tie_word_embeddings", true}};
+  const Config tied = Config::from_json(cfg, "tied");
+  const ParamLayout layout(tied);
+  std::vector<float> p(layout.total()), q(layout.total());
+  for (const auto& s : layout.specs())  // the padding between tensors stays 0, as a load leaves it
+    for (int64_t i = s.offset; i < s.offset + s.numel; ++i) p[i] = 0.01f * static_cast<float>(i % 97);
+  auto write = [&](const std::string& name, const std::function<void(SafeTensorsWriter&)>& more) {
+    SafeTensorsWriter w;
+    for (const auto& s : layout.specs()) w.add_f32(s.name, s.shape, {p.data() + s.offset, (size_t)s.numel});
+    more(w);
+    w.write(tmp / name);
+    return tmp / name;
+  };
+  const std::vector<float> bias(8, 0.f), head(11 * 8, 0.5f);
+  const std::vector<int64_t> bias_shape = {8}, head_shape = {11, 8};
+  const std::string biased = write("biased.safetensors", [&](SafeTensorsWriter& w) {
+    w.add_f32("model.layers.0.self_attn.q_proj.bias", bias_shape, bias);
+    w.add_f32("model.layers.1.mlp.up_proj.weight", bias_shape, bias);
+  });
+  expect_error([&] { load_params(biased, layout, q.data()); },
+               {"biased.safetensors: holds 2 tensors that the model of config.json does not have",
+                "model.layers.0.self_attn.q_proj.bias, model.layers.1.mlp.up_proj.weight"});
+  // A conversion keeps its leniency for another mode's routers only.
+  expect_error([&] { load_params(biased, layout, q.data(), nullptr, /*keep_missing_routing=*/true); },
+               {"model.layers.0.self_attn.q_proj.bias"});
+  const std::string routed = write("routed.safetensors", [&](SafeTensorsWriter& w) {
+    w.add_f32("model.layers.0.attn_res_proj.weight", bias_shape, bias);
+  });
+  EXPECT_EQ(load_params(routed, layout, q.data(), nullptr, true), 0);
+  expect_error([&] { load_params(routed, layout, q.data()); }, {"model.layers.0.attn_res_proj.weight"});
+  // Tied, with a head of its own: transformers would use the head.
+  const std::string headed = write("headed.safetensors", [&](SafeTensorsWriter& w) {
+    w.add_f32("lm_head.weight", head_shape, head);
+  });
+  expect_error([&] { load_params(headed, layout, q.data()); },
+               {"headed.safetensors: holds lm_head.weight [11, 8]", "\"tie_word_embeddings\": true",
+                "set tie_word_embeddings to false"});
+  // ... the same head loads untied.
+  auto untied_json = cfg;
+  untied_json["tie_word_embeddings"] = false;
+  const ParamLayout untied(Config::from_json(untied_json, "untied"));
+  std::vector<float> u(untied.total());
+  load_params(headed, untied, u.data());
+  // Tied, with a head equal to the embedding (some writers save both): loads.
+  const TensorSpec& embed = layout.specs().front();
+  ASSERT_EQ(embed.name, "model.embed_tokens.weight");
+  const std::string copied = write("copied.safetensors", [&](SafeTensorsWriter& w) {
+    w.add_f32("lm_head.weight", head_shape, {p.data() + embed.offset, (size_t)embed.numel});
+  });
+  load_params(copied, layout, q.data());
+  EXPECT_EQ(q, p);
+  // Untied (the default where config.json says nothing) without a head: the
+  // error says which field asked for it.
+  const std::string plain = write("plain.safetensors", [](SafeTensorsWriter&) {});
+  expect_error([&] { load_params(plain, untied, u.data()); },
+               {"plain.safetensors: missing tensor lm_head.weight", "tie_word_embeddings is false or absent"});
+}
+
 // A ZeRO run's checkpoint: the moments come piece by piece from a fetch
 // function (in arena order, exp_avg first) and make the same file as whole
 // arenas; ranges of it read back into range-sized buffers.
@@ -466,8 +561,8 @@ TEST(Config, Transformers5RopeParameters) {
   EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000.0}, {"rope_type", "default"}}), "c").rope_theta, 5000.0);
   EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000}}), "c").rope_theta, 5000.0);        // type defaults to default
   EXPECT_EQ(Config::from_json(with({{"rope_theta", 5000}, {"type", "default"}}), "c").rope_theta, 5000.0);
-  EXPECT_EQ(Config::from_json(with({{"rope_type", "default"}}), "c").rope_theta, 1e6);       // no theta: as before
-  EXPECT_EQ(Config::from_json(with(nullptr), "c").rope_theta, 1e6);
+  EXPECT_EQ(Config::from_json(with({{"rope_type", "default"}}), "c").rope_theta, 10000.0);  // no theta: transformers' 10000
+  EXPECT_EQ(Config::from_json(with(nullptr), "c").rope_theta, 10000.0);
   EXPECT_EQ(Config::from_json(with({{"rope_theta", 7.0}, {"partial_rotary_factor", 1.0}}), "c").rope_theta, 7.0);
   // Both: rope_parameters wins, as in transformers (its top-level key is the legacy one).
   auto both = with({{"rope_theta", 5000.0}, {"rope_type", "default"}});
@@ -487,7 +582,7 @@ TEST(Config, Transformers5RopeParameters) {
   expect_error([&] { Config::from_json(with("default"), "cfg.json"); },
                {"cfg.json", "\"rope_parameters\" must be an object"});
   expect_error([&] { Config::from_json(with({{"rope_theta", "big"}}), "cfg.json"); },
-               {"cfg.json rope_parameters", "\"rope_theta\" has the wrong type"});
+               {"cfg.json", "\"rope_parameters\".rope_theta is \"big\", not a number"});
   expect_error([&] { Config::from_json(with({{"rope_theta", -1.0}}), "cfg.json"); },
                {"cfg.json", "rope_theta must be positive"});
 }
@@ -591,7 +686,7 @@ TEST(Config, TheQwen3DenseFamilyLoads) {
   // The published 0.6B: 596,049,920 parameters (0.44B without the embedding).
   Config c06 = Config::from_json({{"hidden_size", 1024}, {"num_hidden_layers", 28}, {"num_attention_heads", 16},
                                   {"num_key_value_heads", 8}, {"head_dim", 128}, {"intermediate_size", 3072},
-                                  {"vocab_size", 151936}},
+                                  {"vocab_size", 151936}, {"tie_word_embeddings", true}},
                                  "0.6B");
   EXPECT_EQ(ParamLayout(c06).total(), 596049920);
 }

@@ -96,6 +96,12 @@ void WeightFiles::open_sharded(const std::string& dir, const std::string& index_
   }
 }
 
+std::vector<std::string> WeightFiles::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, file] : owner_) out.push_back(name);
+  return out;
+}
+
 const TensorInfo& WeightFiles::info(const std::string& name) const { return file_of(name).info(name); }
 
 const SafeTensorsReader& WeightFiles::file_of(const std::string& name) const {

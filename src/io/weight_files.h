@@ -30,6 +30,7 @@ class WeightFiles {
   explicit WeightFiles(const std::string& path, int threads = 1);
 
   bool has(const std::string& name) const { return owner_.count(name) > 0; }
+  std::vector<std::string> names() const;  // every tensor of the set, sorted
   const TensorInfo& info(const std::string& name) const;  // Error naming the files if missing
   const SafeTensorsReader& file_of(const std::string& name) const;
   size_t num_files() const { return files_.size(); }

@@ -131,10 +131,16 @@ static void refuse_unsupported(const nlohmann::json& j, const std::string& where
          " is not implemented");
   };
   if (!value("rope_scaling").is_null()) refuse("rope_scaling", "RoPE scaling (YaRN, dynamic, linear)");
-  if (value("use_sliding_window").is_boolean() && value("use_sliding_window").get<bool>())
-    refuse("use_sliding_window", "sliding-window attention");
-  if (value("attention_bias").is_boolean() && value("attention_bias").get<bool>())
-    refuse("attention_bias", "biases on q/k/v/o projections");
+  // Booleans are booleans, as transformers 5 reads them (its config classes
+  // refuse 1, "yes" and null alike): 1 read as false would hide a model this
+  // engine does not implement, and null as a default would guess.
+  for (const char* key : {"use_sliding_window", "attention_bias", "tie_word_embeddings"})
+    if (j.contains(key) && !j[key].is_boolean())
+      fail(where, ": field \"", key, "\" is ", brief(j[key], 80), ", not true or false (transformers 5 refuses it too)");
+  if (value("use_sliding_window") == true) refuse("use_sliding_window", "sliding-window attention");
+  if (value("attention_bias") == true) refuse("attention_bias", "biases on q/k/v/o projections");
+  if (j.contains("rope_theta") && !j["rope_theta"].is_number())
+    fail(where, ": field \"rope_theta\" is ", brief(j["rope_theta"], 80), ", not a number");
   if (!value("hidden_act").is_null() && value("hidden_act") != "silu")
     refuse("hidden_act", "an MLP activation other than silu");
   // transformers 5 writes RoPE as rope_parameters {rope_type, rope_theta}
@@ -148,6 +154,8 @@ static void refuse_unsupported(const nlohmann::json& j, const std::string& where
     if (type != "default") refuse("rope_parameters", "RoPE scaling (YaRN, dynamic, linear, llama3, ...)");
     for (auto it = rp.begin(); it != rp.end(); ++it) {
       const std::string& k = it.key();
+      if (k == "rope_theta" && !it.value().is_number())
+        fail(where, ": field \"rope_parameters\".rope_theta is ", brief(it.value(), 80), ", not a number");
       const bool plain = k == "rope_type" || k == "type" || k == "rope_theta" || it.value().is_null() ||
                          (k == "partial_rotary_factor" && it.value() == 1.0);
       if (!plain) refuse("rope_parameters", cat("RoPE with \"", k, "\"").c_str());
@@ -171,8 +179,8 @@ void Config::fields(C& c, const Defaults& dflt, Visit&& visit) {
   visit("intermediate_size", c.F, I{});
   visit("vocab_size", c.V, I{});
   visit("rms_norm_eps", c.rms_norm_eps, std::optional<double>{1e-6});
-  visit("rope_theta", c.rope_theta, std::optional<double>{1e6});
-  visit("tie_word_embeddings", c.tied, std::optional<bool>{true});
+  visit("rope_theta", c.rope_theta, std::optional<double>{10000});        // as transformers 5: default_theta
+  visit("tie_word_embeddings", c.tied, std::optional<bool>{false});      // as transformers' Qwen3: untied
   visit("max_position_embeddings", c.max_position_embeddings, I{4096});
   visit("attnres_num_heads", c.routing_heads, I{dflt.routing_heads});  // the mode name's heads (_mh: 8)
   visit("attnres_num_blocks", c.num_blocks, I{8});

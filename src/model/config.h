@@ -12,6 +12,17 @@
 // missing required field, a wrong type or an inconsistent value is an Error
 // naming the file and the field.  rope_theta is read where transformers 5
 // writes it, rope_parameters.rope_theta, before the top-level key of 4.x.
+//
+// The Hugging Face fields are read as transformers 5 reads them: no
+// tie_word_embeddings means an untied head (lm_head.weight), no rope_theta
+// anywhere means 10000, and the booleans (tie_word_embeddings,
+// attention_bias, use_sliding_window) must be true or false — 1 or null is
+// an error, as there.  Three defaults are this engine's own, for configs
+// written by hand: num_key_value_heads = num_attention_heads, head_dim =
+// hidden_size / num_attention_heads, max_position_embeddings 4096
+// (transformers' Qwen3Config would take 32, 128 and 32768); every config
+// this engine writes carries all three, and a published checkpoint whose
+// config omits one is caught by its tensors' shapes.
 #pragma once
 
 #include <cstdint>
@@ -50,8 +61,8 @@ struct Config {
   // KV = key/value heads, hd = head_dim, F = intermediate, V = vocab.
   int64_t d = 0, L = 0, H = 0, KV = 0, hd = 0, F = 0, V = 0;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 1e6;
-  bool tied = true;
+  double rope_theta = 10000;  // transformers 5's default_theta where a config names none
+  bool tied = false;          // transformers' Qwen3 default: an lm_head of its own
   int64_t max_position_embeddings = 4096;
 
   // Depth routing (docs/DESIGN.md §2).

@@ -85,15 +85,30 @@ identical everywhere (smallest top-2 gap 1.6e-4, no ties taken), and the BF16
 exports bit-identical to round-to-nearest-even of the F32 ones.  Runtime
 about 8 s (the import of transformers included).
 
-Bug found by this test and fixed: attnres read rope_theta only at the top
+(c) The fields, as transformers 5 reads them.  One untied float32 model
+    saved by save_pretrained, then edited one way at a time: without
+    tie_word_embeddings, without rope_theta anywhere, with "rope_parameters":
+    {} — transformers loads each, and attnres eval must give its loss; with
+    1 or null for tie_word_embeddings, attention_bias or use_sliding_window,
+    or a bias and a tensor of a layer past num_hidden_layers beside the
+    weights, transformers refuses (or lists the tensors as unexpected) and
+    attnres must refuse, naming the field or the tensors; tied with an
+    lm_head.weight of its own, transformers uses that head and attnres must
+    refuse with the fix; tied with a head equal to the embedding, both load
+    one model.
+
+Bugs found by this test and fixed: attnres read rope_theta only at the top
 level of config.json, where transformers up to 4.x writes it; transformers 5
 writes it as rope_parameters.rope_theta (and no top-level key), so attnres
 silently used the default 1e6 for every model saved by transformers 5.
 Config::from_json now reads rope_parameters (src/model/config.cpp; test
-Config.Transformers5RopeParameters in src/io/io_test.cpp).  A difference
-left as it is (documented, not exercised here): a config with no rope_theta
-anywhere is 1e6 in attnres (Qwen3's, docs/DESIGN.md §1) and 10000 in
-transformers (its default_theta); every config transformers writes has one.
+Config.Transformers5RopeParameters in src/io/io_test.cpp).  Issue 48: a
+config with no rope_theta anywhere was 1e6 here and 10000 there, a missing
+tie_word_embeddings tied here and untied there (the file's lm_head.weight
+ignored), 1 read as false, and tensors the model does not use were dropped
+unnamed; (c) checks each (src/model/config.cpp, src/io/checkpoint.cpp
+check_leftovers; tests Config.HuggingFaceFieldsAreReadAsTransformers5ReadsThem,
+Checkpoint.TensorsTheModelDoesNotUseAreNamed).
 
 Exit status 0 when everything agrees, 1 on any mismatch (a FAIL line says
 what and by how much).
@@ -433,6 +448,102 @@ def transformers_to_attnres(run, check, env):
         shutil.rmtree(out)
 
 
+def attempt(binary, *args):
+    """attnres ARGS: (exit status, stderr)."""
+    r = subprocess.run([binary, *args], capture_output=True, text=True)
+    return r.returncode, r.stderr.strip()
+
+
+def hf_load_outcome(d):
+    """What transformers makes of directory d: (model, unexpected tensors) or (None, the error)."""
+    try:
+        model, info = transformers.Qwen3ForCausalLM.from_pretrained(
+            d, dtype=torch.float32, attn_implementation="eager", output_loading_info=True, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 -- its refusal is the outcome compared
+        return None, f"{type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return model.eval(), sorted(info["unexpected_keys"])
+
+
+def hf_fields(run, check, env):
+    """(c) The fields of config.json and the tensors beside it, read as transformers 5 reads them.
+
+    One untied float32 model (rope_theta 10000) saved by save_pretrained, then
+    edited one way at a time.  Where transformers loads the edit, attnres eval
+    must give its loss (so attnres read the same model); where transformers
+    refuses it, attnres must refuse it too, naming the field or the tensors."""
+    tmp = env["tmp"]
+    from safetensors.torch import load_file, save_file
+    cfg = transformers.Qwen3Config(vocab_size=384, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+                                   num_key_value_heads=2, head_dim=12, intermediate_size=96, rope_theta=10000.0,
+                                   max_position_embeddings=128, tie_word_embeddings=False, initializer_range=0.1)
+    torch.manual_seed(300)
+    transformers.Qwen3ForCausalLM(cfg).save_pretrained(os.path.join(tmp, "fields_base"))
+    base_cfg = json.load(open(os.path.join(tmp, "fields_base", "config.json")))
+    tensors = load_file(os.path.join(tmp, "fields_base", "model.safetensors"))
+
+    def variant(name, edit_cfg=None, edit_tensors=None):
+        d = os.path.join(tmp, f"fields_{name}")
+        os.makedirs(d)
+        c, t = json.loads(json.dumps(base_cfg)), dict(tensors)
+        if edit_cfg:
+            edit_cfg(c)
+        if edit_tensors:
+            edit_tensors(t)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(c, f)
+        save_file(t, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+        return d
+
+    def same_model(label, d):
+        model, unexpected = hf_load_outcome(d)
+        if model is None or unexpected:
+            check.true(f"{label}: transformers loads it", False, f" ({unexpected})")
+            return
+        check_loss(run, check, label, d, model, env["val_path"], env["val"])
+
+    def both_refuse(label, d, want):
+        model, why = hf_load_outcome(d)
+        refused = model is None or bool(why)
+        status, err = attempt(run.binary, "eval", "--model", d, "--data", env["val_path"], "--seq-len", "32",
+                              "--threads", THREADS, "--quiet")
+        check.true(f"{label}: transformers refuses or lists it ({why}); attnres refuses it: \"{err[:160]}\"",
+                   refused and status != 0 and all(w in err for w in want))
+
+    def drop(*keys):
+        return lambda c: [c.pop(k, None) for k in keys]
+
+    def put(key, value):
+        return lambda c: c.__setitem__(key, value)
+
+    same_model("no tie_word_embeddings (transformers: untied)", variant("no_tie", drop("tie_word_embeddings")))
+    same_model("no rope_theta anywhere (transformers: 10000)", variant("no_theta", drop("rope_parameters", "rope_theta")))
+    same_model("\"rope_parameters\": {} (transformers: 10000)", variant("empty_rope", put("rope_parameters", {})))
+    for key, value in (("tie_word_embeddings", None), ("tie_word_embeddings", 1), ("attention_bias", 1),
+                       ("use_sliding_window", 1), ("attention_bias", None)):
+        both_refuse(f"{key}: {json.dumps(value)}", variant(f"{key}_{value}", put(key, value)),
+                    [f'"{key}"', "not true or false"])
+
+    def extra(t):
+        t["model.layers.0.self_attn.q_proj.bias"] = torch.zeros(48)
+        t["model.layers.2.mlp.up_proj.weight"] = torch.zeros(96, 48)
+    both_refuse("a bias and a third layer's tensor beside a 2-layer config", variant("extra", edit_tensors=extra),
+                ["holds 2 tensors", "model.layers.0.self_attn.q_proj.bias", "model.layers.2.mlp.up_proj.weight"])
+    # Tied, with a head of its own in the file: transformers 5 uses the file's
+    # head (measured here); attnres refuses and says how to load it.
+    tied = variant("tied_with_head", put("tie_word_embeddings", True))
+    model, unexpected = hf_load_outcome(tied)
+    uses_head = model is not None and torch.equal(model.lm_head.weight, tensors["lm_head.weight"])
+    status, err = attempt(run.binary, "eval", "--model", tied, "--data", env["val_path"], "--seq-len", "32",
+                          "--threads", THREADS, "--quiet")
+    check.true(f"tie_word_embeddings true with an lm_head.weight: transformers uses the file's head ({uses_head}); "
+               f"attnres refuses it: \"{err[:160]}\"",
+               uses_head and status != 0 and "set tie_word_embeddings to false" in err)
+    # ... and where that head equals the embedding, both read one tied model.
+    same_model("tie_word_embeddings true with lm_head.weight equal to the embedding",
+               variant("tied_equal", put("tie_word_embeddings", True),
+                       lambda t: t.__setitem__("lm_head.weight", t["model.embed_tokens.weight"].clone())))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--attnres", required=True, help="the attnres binary")
@@ -475,6 +586,7 @@ def main():
         print(f"     data: {len(train)} training and {len(val)} validation tokens, 320-token BPE, eos id {eos}")
         attnres_to_transformers(run, check, env)
         transformers_to_attnres(run, check, env)
+        hf_fields(run, check, env)
     print(f"transformers interop: {'all ok' if not check.failures else f'{check.failures} failure(s)'} "
           f"({time.time() - t0:.1f} s)")
     return 1 if check.failures else 0
