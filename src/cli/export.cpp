@@ -70,7 +70,10 @@ int cmd_export(int argc, char** argv) {
   if (o.model.empty() || o.out.empty()) fail("--model and --out are required");
   const bool bf16 = parse_save_dtype(o.dtype, "--dtype");
   const int64_t max_shard = parse_size(o.max_shard_size);
-  const std::string src = resolve_model_dir(o.model);
+  // Held against the run's rotation while it is read: a checkpoint of a run
+  // in progress is exported whole or not at all (io/checkpoint.h).
+  const HeldModelDir held(o.model);
+  const std::string& src = held.dir();
   const std::string& out = o.out;
   std::error_code ec;
   if (fs::exists(out) && !fs::is_directory(out, ec))

@@ -12,7 +12,8 @@ namespace attnres {
 ModelSource open_model(const std::string& path, const OpenOptions& o) {
   if (path.empty()) fail("no model given (a checkpoint, run or Hugging Face model directory)");
   ModelSource s;
-  s.dir = resolve_model_dir(path);
+  s.held = std::make_shared<const HeldModelDir>(path);
+  s.dir = s.held->dir();
   s.config = Config::load(s.dir + "/config.json");
   if (o.need != NeedTokenizer::kNo) {
     const std::string tok = o.tokenizer.empty() ? s.dir + "/tokenizer.json" : o.tokenizer;

@@ -27,7 +27,8 @@
 
 namespace attnres {
 
-class Context;  // where the model runs (ops/context.h)
+class Context;       // where the model runs (ops/context.h)
+class HeldModelDir;  // a model directory held for reading (io/checkpoint.h)
 
 // Whether a command needs the model's tokenizer.
 enum class NeedTokenizer {
@@ -54,6 +55,7 @@ struct ModelSource {
   // end-of-sequence ids (else config.json's; [] when neither has any).
   SamplingOptions sampling;
   std::vector<int32_t> eos_ids;
+  std::shared_ptr<const HeldModelDir> held;  // dir, held against its run's rotation while this lives
 };
 
 ModelSource open_model(const std::string& path, const OpenOptions& o = {});

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -357,6 +358,47 @@ std::string resolve_model_dir(const std::string& path) {
   fail(path, ": holds neither config.json nor a 'latest' checkpoint pointer");
 }
 
+HeldModelDir::HeldModelDir(const std::string& path) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    dir_ = resolve_model_dir(path);
+    fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd_ < 0) {
+      if (errno == ENOENT) continue;  // rotated away since it was resolved
+      fail(dir_, ": cannot open: ", errno_text());
+    }
+    // Shared: readers do not exclude each other.  A remover holds the lock
+    // only while it deletes, so waiting here is short.
+    while (::flock(fd_, LOCK_SH) != 0 && errno == EINTR) {
+    }
+    struct stat st;
+    if (::fstatat(fd_, "config.json", &st, 0) == 0) return;  // still whole: held from here on
+    ::close(fd_);  // removed (or being emptied) before the lock was ours
+    fd_ = -1;
+  }
+  fail(path, ": its checkpoint was removed by its run (rotation past --keep) five times while being opened; ",
+       "pass a checkpoint directory itself, or try again");
+}
+
+HeldModelDir::~HeldModelDir() {
+  if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+bool remove_checkpoint_unless_read(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return false;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {  // a reader holds it
+    ::close(fd);
+    return false;
+  }
+  // config.json first: a reader that was waiting for the lock sees the
+  // checkpoint gone (HeldModelDir checks it) rather than a half-emptied one.
+  std::error_code ec;
+  fs::remove(fs::path(dir) / "config.json", ec);
+  fs::remove_all(dir, ec);
+  ::close(fd);
+  return !ec;
+}
+
 namespace {
 
 std::string step_name(int64_t step) {
@@ -393,7 +435,7 @@ std::string move_into_place(const std::string& out_dir, const std::string& tmp_d
       fail(final_dir, ": cannot exchange with the new checkpoint: ", errno_text());
     fsync_dir(out_dir);
     fault_point(1);
-    fs::remove_all(tmp_dir, ec);  // now the previous copy
+    remove_checkpoint_unless_read(tmp_dir);  // now the previous copy (left for a later run's start if being read)
   } else {
     fs::rename(tmp_dir, final_dir, ec);
     if (ec) fail(final_dir, ": cannot rename into place: ", ec.message());
@@ -406,7 +448,7 @@ std::string move_into_place(const std::string& out_dir, const std::string& tmp_d
   if (so.keep > 0) {
     std::vector<std::string> all = list_checkpoints(out_dir);
     for (size_t i = 0; i + static_cast<size_t>(so.keep) < all.size(); ++i)
-      if (all[i] != final_dir) fs::remove_all(all[i], ec);
+      if (all[i] != final_dir) remove_checkpoint_unless_read(all[i]);  // one being read goes at the next save
   }
   return final_dir;
 }

@@ -79,6 +79,31 @@ int64_t load_weights(Model& model, const std::string& path, bool keep_missing_ro
 // `latest` names one; Error otherwise.
 std::string resolve_model_dir(const std::string& path);
 
+// A model directory held for reading: resolve_model_dir(path), then a shared
+// flock on the checkpoint directory itself, kept while the object lives.  A
+// run removes a checkpoint (rotation past --keep, or the previous copy of a
+// step saved again) only under an exclusive lock taken without waiting, so a
+// checkpoint being read (export, eval, generate, a --init) stays whole until
+// the run's next save after the reader is done.  One removed between the
+// resolving and the locking is resolved again (a run's `latest` has moved
+// on); five such losses in a row are an Error.
+class HeldModelDir {
+ public:
+  explicit HeldModelDir(const std::string& path);
+  ~HeldModelDir();
+  HeldModelDir(const HeldModelDir&) = delete;
+  HeldModelDir& operator=(const HeldModelDir&) = delete;
+  const std::string& dir() const { return dir_; }
+
+ private:
+  std::string dir_;
+  int fd_ = -1;
+};
+
+// Removes a checkpoint directory unless a reader holds it (HeldModelDir);
+// whether it was removed.
+bool remove_checkpoint_unless_read(const std::string& dir);
+
 struct TrainerState {
   int64_t step = 0;  // optimizer steps completed
   LoaderPosition data;

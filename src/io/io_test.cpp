@@ -26,6 +26,7 @@ namespace attnres {
 namespace {
 
 using testing::TempDir;
+namespace fs = std::filesystem;
 
 // Expects `fn` to throw an Error whose message contains every fragment.
 template <class Fn>
@@ -247,6 +248,54 @@ TEST(Checkpoint, TensorsTheModelDoesNotUseAreNamed) {
   const std::string plain = write("plain.safetensors", [](SafeTensorsWriter&) {});
   expect_error([&] { load_params(plain, untied, u.data()); },
                {"plain.safetensors: missing tensor lm_head.weight", "tie_word_embeddings is false or absent"});
+}
+
+// A checkpoint being read (export, eval, --init of a run in progress) is held
+// against the run's rotation (issue 48.6: export raced it and lost the
+// tokenizer): the rotation leaves a held checkpoint, and takes it at the
+// first save after the reader lets go; a rewritten step's previous copy too.
+TEST(Checkpoint, ACheckpointBeingReadOutlivesTheRotation) {
+  TempDir tmp;
+  const Config c = Config::from_json({{"hidden_size", 8}, {"num_hidden_layers", 1}, {"num_attention_heads", 2},
+                                      {"intermediate_size", 12}, {"vocab_size", 11}},
+                                     "test");
+  const ParamLayout layout(c);
+  std::vector<float> p(layout.total(), 0.25f);
+  write_file_atomic(tmp / "tokenizer.json", "{}");
+  SaveOptions so;
+  so.optimizer = false;
+  so.keep = 1;
+  so.copy_files = {tmp / "tokenizer.json"};
+  const std::string run = tmp / "run";
+  fs::create_directories(run);
+  auto save = [&](int64_t step) {
+    TrainerState st;
+    st.step = step;
+    return save_checkpoint(run, c, layout, p.data(), nullptr, nullptr, st, so);
+  };
+  const std::string first = save(1);
+  {
+    const HeldModelDir held(run);  // the run's latest: step 1
+    EXPECT_EQ(fs::canonical(held.dir()), fs::canonical(first));
+    save(2);  // past --keep 1, but held
+    EXPECT_TRUE(fs::exists(first + "/tokenizer.json"));
+    EXPECT_TRUE(fs::exists(first + "/model.safetensors"));
+    const HeldModelDir again(first);  // readers share it
+    save(2);  // the same step again: its previous copy is removed, as nobody reads it
+    EXPECT_EQ(list_checkpoints(run).size(), 2u);
+  }
+  save(3);  // released: the rotation takes every older one
+  EXPECT_EQ(list_checkpoints(run), std::vector<std::string>{run + "/step_00000003"});
+  // A reader of a rewritten step keeps the copy it opened.
+  {
+    const HeldModelDir held(run);
+    const std::string before = read_file(held.dir() + "/config.json");
+    save(3);
+    EXPECT_EQ(read_file(held.dir() + "/config.json"), before);
+  }
+  // Nothing left to hold: one clear line.
+  fs::remove_all(run + "/step_00000003");
+  expect_error([&] { HeldModelDir gone(run); }, {"latest names step_00000003", "holds no config.json"});
 }
 
 // A ZeRO run's checkpoint: the moments come piece by piece from a fetch

@@ -313,7 +313,8 @@ RunPlan plan_run(const TrainOptions& opt, int local_ranks) {
     const TrainerState st = read_trainer_state(plan.resume_dir);
     plan.resume_notes = check_resume(opt, plan.settings, st.settings, st.step, plan.resume_dir);
   } else if (!opt.init.empty()) {
-    plan.init_dir = resolve_model_dir(opt.init);
+    plan.init_held = std::make_shared<HeldModelDir>(opt.init);
+    plan.init_dir = plan.init_held->dir();
   }
   // --threads 0: the cores this process may run on — the ones mpirun bound it
   // to, or, unbound, the machine's shared by the ranks on it.

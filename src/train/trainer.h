@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "io/checkpoint.h"
 #include "model/config.h"
 #include "train/optimizer.h"
 #include "train/options.h"
@@ -62,6 +64,7 @@ struct RunPlan {
   nlohmann::json settings;                // a resume's run_settings (a new run's are made once its data is open)
   std::vector<std::string> resume_notes;  // one per allowed change of a resume
   std::string resume_dir, init_dir;       // resolved (a run: its latest checkpoint); "" when not given
+  std::shared_ptr<HeldModelDir> init_held;  // init_dir held against its run's rotation (io/checkpoint.h)
   int threads = 1;
   std::string threads_note;               // why that many, with several ranks on this machine
   std::string tokenizer;                  // "" when none was found
