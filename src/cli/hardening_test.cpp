@@ -21,6 +21,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <zlib.h>
 
 #include "cli/cli_test_util.h"
 #include "core/file_util.h"
@@ -989,6 +990,30 @@ TEST_F(Cli, BuffersAreSizedByTheWorkNotByBatch) {
             limit);
     EXPECT_EQ(r.status, 0) << extra << ": " << r.err;
   }
+}
+
+// A line with no place to cut (issue 48.8: a 200 MB one-line file peaked at
+// 1.45-1.74 GB in prepare and tokenizer-train): 64 MiB of one letter in a
+// 0.1 MB gzip, within 1 GB of address space (the run keeps ~80 MB resident:
+// docs/data.md).  Words with no newline cut at their spaces instead
+// (CorpusReader.ALineOfWordsIsCutBetweenWords).
+TEST_F(Cli, ALineWithNoCutPointIsReadInBoundedMemory) {
+#if defined(__SANITIZE_ADDRESS__)
+  GTEST_SKIP() << "AddressSanitizer reserves terabytes of address space: no ulimit -v can hold it";
+#endif
+  const std::string letters = dir_ + "/letters.txt.gz";
+  gzFile gz = gzopen(letters.c_str(), "wb9");
+  ASSERT_NE(gz, nullptr);
+  const std::string chunk(1 << 20, 'a');
+  for (int i = 0; i < 64; ++i) ASSERT_EQ(gzwrite(gz, chunk.data(), static_cast<unsigned>(chunk.size())), int(chunk.size()));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  const std::string limit = "ulimit -v 1000000; ";
+  Result r = run("tokenizer-train --input " + letters + " --output " + dir_ + "/tok.json --vocab-size 300", limit);
+  ASSERT_EQ(r.status, 0) << r.err;
+  r = run("prepare --input " + letters + " --out " + dir_ + "/prepared --tokenizer " + dir_ +
+              "/tok.json --val-fraction 0 --threads 2",
+          limit);
+  ASSERT_EQ(r.status, 0) << r.err;
 }
 
 // A second compare on a running comparison's --out is refused up front; the

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "core/json_util.h"
+#include "tokenizer/pretokenizer.h"
 
 namespace attnres {
 
@@ -54,12 +55,7 @@ bool printable_ascii(char c) {
 }  // namespace
 
 size_t line_cut(std::string_view text, size_t at) {
-  for (size_t p = at; p < text.size(); ++p) {
-    p = text.find('\n', p);
-    if (p == std::string_view::npos || p + 1 >= text.size()) break;
-    if (printable_ascii(text[p + 1])) return p + 1;
-  }
-  return text.size();
+  return pretoken_cut(text, at, nullptr, /*word_gaps=*/true);
 }
 
 namespace {
@@ -238,8 +234,9 @@ bool CorpusReader::next_part(DocPart& part) {
       }
       end = opt_.cut(view, opt_.part_bytes);
       if (end < view.size() || s.eof) break;
-      if (view.size() >= opt_.max_part_bytes) {  // no cut point: cut anyway
-        end = opt_.max_part_bytes;
+      if (view.size() >= opt_.max_text_part_bytes) {  // no cut point: cut anyway, between characters
+        end = opt_.max_text_part_bytes;
+        while (end > 1 && (static_cast<unsigned char>(view[end]) & 0xC0) == 0x80) --end;
         break;
       }
       want = view.size() * 2;

@@ -43,7 +43,8 @@ struct CorpusOptions {
   CorpusFormat format = CorpusFormat::kAuto;
   size_t split_bytes = 0;            // text files: cut into documents at blank lines after this many bytes (0: never)
   size_t part_bytes = 1 << 20;       // target size of one part of a long document
-  size_t max_part_bytes = 64 << 20;  // a part grows to this when `cut` finds no place; the longest JSONL line
+  size_t max_part_bytes = 64 << 20;  // the longest JSONL line (a JSONL document is read whole)
+  size_t max_text_part_bytes = 4 << 20;  // a text part grows to this when `cut` finds no place, then is cut there
   // First position >= at where `text` may be cut, or text.size().
   std::function<size_t(std::string_view, size_t)> cut;
 };

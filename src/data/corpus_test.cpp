@@ -115,6 +115,36 @@ TEST(CorpusReader, LongDocumentsStreamInPartsAtLineCuts) {
   EXPECT_EQ(r.consumed_file_bytes(), r.total_file_bytes());
 }
 
+// A document of one line of words (no newline anywhere) streams in parts
+// cut between words, just before a ' ' between two letters (issue 48.8: such
+// a 200 MB line was one 64 MiB part, encoded as one piece in 1.5 GB).
+TEST(CorpusReader, ALineOfWordsIsCutBetweenWords) {
+  TempDir d;
+  std::string text;
+  const char* words[] = {"the ", "quick ", "brown ", "fox, ", "1984 ", "jumps ", "over ", "a ", "lazy ", "dog "};
+  for (uint64_t i = 1; text.size() < (3u << 20); i = i * 6364136223846793005ULL + 1442695040888963407ULL)
+    text += words[(i >> 33) % 10];
+  CorpusOptions opt;
+  opt.inputs = {d.gz("line.txt.gz", text)};
+  CorpusReader r(opt);
+  std::vector<DocPart> parts;
+  while (r.next_batch(1 << 20, parts)) {
+  }
+  ASSERT_GE(parts.size(), 3u);
+  std::string joined;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_LE(parts[i].text.size(), (1u << 20) + 16);
+    if (i + 1 < parts.size()) {
+      EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(parts[i].text.back()))) << i;
+      EXPECT_EQ(parts[i + 1].text.substr(0, 1), " ");
+      EXPECT_TRUE(std::isalpha(static_cast<unsigned char>(parts[i + 1].text[1]))) << i;
+    }
+    joined += parts[i].text;
+  }
+  EXPECT_EQ(joined, text);
+  EXPECT_EQ(r.documents(), 1u);
+}
+
 TEST(CorpusReader, SplitsTextIntoDocumentsAtBlankLines) {
   TempDir d;
   std::string text;

@@ -35,19 +35,29 @@ int resolve_threads(int t) {
   return t > 0 ? t : std::max(1, omp_get_num_procs());
 }
 
-// A part cut into pieces of about `bytes` at token-preserving places.
+// A part cut into pieces of about `bytes` at token-preserving places; where
+// none comes within `most` bytes (a run of one class: megabytes of letters,
+// digits or punctuation with no space or newline between), at `most` anyway,
+// on a UTF-8 character boundary.  Such a forced cut is the one place where the
+// ids may differ from those of the whole document (HF tokenizers would merge
+// across it); it bounds the BPE's work arrays (~24 bytes per byte of a piece)
+// and so prepare's memory whatever the input.
 struct Piece {
   size_t part;
   std::string_view text;
 };
-void cut_pieces(const std::vector<DocPart>& parts, size_t bytes,
+void cut_pieces(const std::vector<DocPart>& parts, size_t bytes, size_t most,
                 const std::function<size_t(std::string_view, size_t)>& cut, std::vector<Piece>& out) {
   out.clear();
   for (size_t i = 0; i < parts.size(); ++i) {
     const std::string_view t = parts[i].text;
     size_t b = 0;
     while (b < t.size()) {
-      const size_t e = b + bytes >= t.size() ? t.size() : b + cut(t.substr(b), bytes);
+      size_t e = b + bytes >= t.size() ? t.size() : b + cut(t.substr(b, most + 1), bytes);
+      if (e - b > most) {
+        e = b + most;
+        while (e > b + 1 && (static_cast<unsigned char>(t[e]) & 0xC0) == 0x80) --e;  // not inside a character
+      }
       out.push_back({i, t.substr(b, e - b)});
       b = e;
     }
@@ -55,6 +65,7 @@ void cut_pieces(const std::vector<DocPart>& parts, size_t bytes,
 }
 
 constexpr size_t kPieceBytes = 256 << 10;
+constexpr size_t kMostPieceBytes = 4 * kPieceBytes;  // 1 MiB: 24 MiB of BPE work arrays per thread
 
 // Writes one split as one file or as shards of about shard_tokens.
 class SplitWriter {
@@ -216,7 +227,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
   while (true) {
     parts.clear();
     if (!reader.next_batch(opt.batch_bytes, parts)) break;
-    cut_pieces(parts, kPieceBytes, copt.cut, pieces);
+    cut_pieces(parts, kPieceBytes, kMostPieceBytes, copt.cut, pieces);
     if (ids.size() < pieces.size()) ids.resize(pieces.size());
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (size_t i = 0; i < pieces.size(); ++i) {
@@ -297,7 +308,7 @@ BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainer
   while (!max_bytes || reader.text_bytes() < max_bytes) {
     parts.clear();
     if (!reader.next_batch(4 << 20, parts)) break;
-    cut_pieces(parts, kPieceBytes, copt.cut, pieces);
+    cut_pieces(parts, kPieceBytes, kMostPieceBytes, copt.cut, pieces);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
     for (size_t i = 0; i < pieces.size(); ++i) counters[omp_get_thread_num()].add(pieces[i].text);
     count_progress.update(max_bytes ? reader.text_bytes() : reader.consumed_file_bytes(),

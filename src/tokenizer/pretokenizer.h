@@ -14,6 +14,8 @@
 // own Scratch.  This is not the BPE model: see tokenizer.h.
 #pragma once
 
+#include <algorithm>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -27,6 +29,29 @@ inline constexpr const char* kQwen2Pattern =
 // The regex of GPT-2's ByteLevel pre-tokenizer (use_regex = true).
 inline constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// The first p >= at where `text` may be cut so that [0, p) and [p, end)
+// pre-tokenize (the Qwen2 or the GPT-2 regex, with or without NFC) into the
+// pieces of the whole, or text.size() if there is none:
+//   - just after a '\n' followed by a printable ASCII byte b (no piece of
+//     either regex spans that, and NFC never joins across it), unless
+//     no_line_cut_before[b] (an added token with lstrip, which would take the '\n');
+//   - with word_gaps, just before a ' ' between two ASCII letters: the letter
+//     run before it ends there, and " word" is one piece under both regexes
+//     ([^\r\n\p{L}\p{N}]?\p{L}+ and ' ?\p{L}+'), so a line of words with no
+//     newline (a 200 MB one-line file) still cuts every few bytes.
+// Tokenizer::cut_point and, before a tokenizer exists, the corpus reader use it
+// to encode long documents in bounded pieces and in parallel.
+inline size_t pretoken_cut(std::string_view text, size_t at, const uint8_t* no_line_cut_before, bool word_gaps) {
+  auto letter = [](char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
+  for (size_t p = std::max<size_t>(at, 1); p < text.size(); ++p) {
+    const char c = text[p];
+    if (text[p - 1] == '\n' && c >= 0x21 && c <= 0x7e && !(no_line_cut_before && no_line_cut_before[uint8_t(c)]))
+      return p;
+    if (word_gaps && c == ' ' && p + 1 < text.size() && letter(text[p + 1]) && letter(text[p - 1])) return p;
+  }
+  return text.size();
+}
 
 class Regex;  // PCRE2 code, compiled once
 

@@ -204,6 +204,11 @@ Tokenizer Tokenizer::from_json(std::string_view text, const std::string& source)
     tok.cuttable_ = !prefix_space && !patterns.empty();
     for (const auto& p : patterns) tok.cuttable_ = tok.cuttable_ && (p == kQwen2Pattern || p == kGpt2Pattern);
     for (const auto& t : tok.added_) tok.cuttable_ = tok.cuttable_ && t.content.find('\n') == std::string::npos;
+    // A cut before " word" holds unless an added token could reach across it:
+    // one holding a space, or one that strips the white space to its right.
+    tok.word_gaps_cuttable_ = tok.cuttable_;
+    for (const auto& t : tok.added_)
+      tok.word_gaps_cuttable_ = tok.word_gaps_cuttable_ && !t.rstrip && t.content.find(' ') == std::string::npos;
     try {
       tok.pre_ = std::make_unique<PreTokenizer>(std::move(patterns), nfc, prefix_space);
     } catch (const Error& e) {
@@ -263,13 +268,7 @@ std::string_view Tokenizer::token_bytes(uint32_t id) const {
 
 size_t Tokenizer::cut_point(std::string_view text, size_t at) const {
   if (!cuttable_) return text.size();
-  for (size_t p = at; p < text.size(); ++p) {
-    p = text.find('\n', p);
-    if (p == std::string_view::npos || p + 1 >= text.size()) break;
-    const unsigned char next = static_cast<unsigned char>(text[p + 1]);
-    if (next >= 0x21 && next <= 0x7e && !lstrip_first_[next]) return p + 1;
-  }
-  return text.size();
+  return pretoken_cut(text, at, lstrip_first_, word_gaps_cuttable_);
 }
 
 uint32_t Tokenizer::eos_id() const {

@@ -92,13 +92,14 @@ class Tokenizer {
   size_t num_merges() const { return merges_.size(); }
 
   // The first p >= at where text can be cut into [0, p) and [p, end) that
-  // encode to the same ids as the whole: just after a '\n' that is followed by
-  // a printable ASCII byte (no piece of the Qwen2 or GPT-2 regex spans that,
-  // and NFC never joins across it) that does not start an added token with
-  // lstrip (which would take the '\n').  text.size() when there is none, or
-  // when the tokenizer's configuration gives no such guarantee (other regexes,
-  // add_prefix_space, added tokens containing '\n').  Used to encode long
-  // documents in bounded pieces and in parallel.
+  // encode to the same ids as the whole (pretoken_cut, pretokenizer.h): just
+  // after a '\n' that is followed by a printable ASCII byte that does not
+  // start an added token with lstrip (which would take the '\n'), or just
+  // before a ' ' between two ASCII letters unless an added token holds a
+  // space or strips white space to its right.  text.size() when there is
+  // none, or when the tokenizer's configuration gives no such guarantee
+  // (other regexes, add_prefix_space, added tokens containing '\n').  Used to
+  // encode long documents in bounded pieces and in parallel.
   size_t cut_point(std::string_view text, size_t at) const;
 
  private:
@@ -114,7 +115,8 @@ class Tokenizer {
   AddedTokenSet norm_added_;         // "normalized": true, matched in the normalized text
   uint8_t lstrip_first_[256] = {};   // 1 where some added token with lstrip starts with that byte
   bool ignore_merges_ = false;
-  bool cuttable_ = false;  // see cut_point
+  bool cuttable_ = false;             // see cut_point
+  bool word_gaps_cuttable_ = false;  // cut_point may cut before " word" too
 
   Tokenizer() = default;
   void encode_piece(std::string_view piece, std::vector<uint32_t>& out, EncodeState& st) const;

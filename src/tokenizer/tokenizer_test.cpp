@@ -69,6 +69,38 @@ TEST(TokenizerQwen3, GoldenParity) {
   EXPECT_GE(cases, 20);
 }
 
+// Every place cut_point allows keeps the ids: the text cut there encodes to
+// the ids of the whole, at line starts and between words (" word" after a
+// letter, what lets a one-line file of words stream in bounded pieces,
+// issue 48.8), over the golden texts and texts made to sit at the edges
+// (contractions, combining marks, two spaces, non-ASCII letters, added
+// tokens, invalid UTF-8).
+TEST(TokenizerQwen3, EveryCutPointKeepsTheIds) {
+  if (!have_qwen3()) GTEST_SKIP() << "no Qwen3 tokenizer.json";
+  const Tokenizer& tok = qwen3();
+  const auto golden =
+      nlohmann::json::parse(read_file(std::string(ATTNRES_SOURCE_DIR) + "/src/tokenizer/testdata/qwen3_golden.json"));
+  std::vector<std::string> texts = {
+      "it's a test of words\nOK then  two  spaces and a tab\there",
+      "cafe\xcc\x81 a\xcc\x81" "b Zo\xc3\xab's na\xc3\xafve x y z\n\nDONE it'S you'LL",
+      "<|im_start|>user hello there<|im_end|>\nassistant ok fine",
+      "ab \xff\xfe cd ef \xc3 gh ij\n\xe2\x80\x83kl mn",
+      "A B C d e f GHI jkl MNO pqr stu vwx yz",
+  };
+  for (const auto& c : golden["cases"]) texts.push_back(unhex(c["text_hex"]));
+  int word_gaps = 0;
+  for (const std::string& text : texts) {
+    const std::vector<uint32_t> whole = tok.encode(text);
+    for (size_t at = 0, p; (p = tok.cut_point(text, at)) < text.size(); at = p + 1) {
+      word_gaps += text[p] == ' ';
+      std::vector<uint32_t> parts = tok.encode(text.substr(0, p));
+      for (uint32_t id : tok.encode(text.substr(p))) parts.push_back(id);
+      EXPECT_EQ(parts, whole) << "cut at " << p << " of '" << text << "'";
+    }
+  }
+  EXPECT_GE(word_gaps, 30);
+}
+
 // The committed fixture is what the reference writes today (so an edit to the
 // texts in make_qwen3_golden.mjs cannot go without regenerating the ids).
 TEST(TokenizerQwen3, GoldenFixtureIsCurrent) {
