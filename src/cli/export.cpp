@@ -53,6 +53,44 @@ int64_t parse_size(const std::string& s) {
   return static_cast<int64_t>(bytes);
 }
 
+// What the authors' released Delta Attention Residuals code
+// (wdlctc/delta-attention-residuals-code, Attention-Residuals/
+// modeling_qwen3_attnres.py) makes of this model, where it differs from what
+// attnres computes.  That code never checks attnres_mode: a name outside its
+// branches runs its full-mode layer code (replacement over every output),
+// with a final router only for block, block_v and full; it never reads
+// attnres_num_heads (a query is [1, d] whatever the heads, so the tensors
+// load) nor attnres_block_delta.  Each such model loads there without an
+// error and computes something else: said plainly, once per cause.
+std::vector<std::string> reference_notes(const Config& c) {
+  std::vector<std::string> notes;
+  const std::string mode = c.mode_label();
+  const char* release = "the released Delta Attention Residuals code (wdlctc/delta-attention-residuals-code)";
+  if (c.reference_mh)
+    notes.push_back(cat("attnres_mode ", mode, " is a multi-head mode of MHAR (Multi-Head Attention Residuals, ",
+                        "released apart by the same authors); ", release, " has no such mode and does not check the ",
+                        "name: it loads this model without an error and runs it as its full mode with one routing ",
+                        "head, which computes other outputs (load it with the MHAR code, or attnres)"));
+  else if (c.mode == Mode::kBlockAdd)
+    notes.push_back(cat("attnres_mode block_add is this project's own (block's sources added to a stream); ", release,
+                        " has no such mode and does not check the name: it loads this model without an error and ",
+                        "runs it as its full mode, which computes other outputs (attnres and the project's oracle ",
+                        "read it)"));
+  else if (c.routing_heads > 1)
+    notes.push_back(cat("attnres_num_heads is ", c.routing_heads, " in attnres_mode ", mode, ", which neither ",
+                        "reference release has a multi-head form of (MHAR's are block_mh, full_mh, delta_mh); ",
+                        release, " does not read attnres_num_heads: it loads this model without an error and routes ",
+                        "with one head, which computes other outputs (attnres and the project's oracle read it)",
+                        c.mode == Mode::kFull ? "; full with heads is MHAR's full_mh: train with --mode full_mh" : ""));
+  // The released code always computes the block delta as x − last source.
+  if (c.mode == Mode::kDeltaBlock && c.block_delta == BlockDelta::kTrue &&
+      (c.L + c.layers_per_block() - 1) / c.layers_per_block() > 2)
+    notes.push_back(cat("attnres_block_delta is \"true\" (the paper's block delta); ", release, " ignores this key ",
+                        "and computes x - last source, which differs from the third block on: it will not reproduce ",
+                        "this model's outputs (attnres and the project's oracle do)"));
+  return notes;
+}
+
 }  // namespace
 
 int cmd_export(int argc, char** argv) {
@@ -130,22 +168,7 @@ int cmd_export(int argc, char** argv) {
   std::printf("\n");
   if (copied.empty() || !fs::exists(out + "/tokenizer.json"))
     std::fprintf(stderr, "note: %s holds no tokenizer.json; the exported directory has none either\n", src.c_str());
-  // The released reference code always computes the block delta as x − last source.
-  if (c.mode == Mode::kDeltaBlock && c.block_delta == BlockDelta::kTrue &&
-      (c.L + c.layers_per_block() - 1) / c.layers_per_block() > 2)
-    std::fprintf(stderr,
-                 "note: attnres_block_delta is \"true\" (the paper's block delta); the released reference code "
-                 "ignores this key and computes x - last source, which differs from the third block on: it will "
-                 "not reproduce this model's outputs (attnres and the project's oracle do)\n");
-  // The reference's multi-head modes are block_mh, full_mh and delta_mh only.
-  if (c.routing_heads > 1 && !c.reference_mh)
-    std::fprintf(stderr,
-                 "note: attnres_num_heads is %lld in attnres_mode %s, which the reference code has no multi-head "
-                 "form of (its multi-head modes are block_mh, full_mh, delta_mh): it cannot load this model "
-                 "(attnres and the project's oracle can)%s\n",
-                 static_cast<long long>(c.routing_heads), c.mode_label(),
-                 c.mode == Mode::kFull ? "; full with heads is the reference's full_mh: train with --mode full_mh"
-                                       : "");
+  for (const std::string& note : reference_notes(c)) std::fprintf(stderr, "note: %s\n", note.c_str());
   return 0;
 }
 
