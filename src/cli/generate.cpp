@@ -80,6 +80,8 @@ std::vector<Prompt> read_prompt_file(const std::string& path, const Config& c, c
     const nlohmann::json j = parse_json(line, cat(path, ":", line_no));
     Prompt p;
     p.where = cat(path, ":", line_no, ": ");
+    if (j.is_object() && j.contains("prompt") && j.contains("prompt_ids"))
+      fail(p.where, "both \"prompt\" and \"prompt_ids\": give one (which would be meant is not for attnres to guess)");
     if (j.is_object() && j.contains("prompt_ids") && j["prompt_ids"].is_array()) {
       for (const auto& x : j["prompt_ids"]) {
         if (!x.is_number_integer()) fail(p.where, "prompt_ids must be integers");

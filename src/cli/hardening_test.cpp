@@ -347,6 +347,9 @@ TEST_F(Round3, PromptFileIdsAreCheckedWhole) {
   expect_clear_error(run(g), {file + ":1: prompt token id 18446744073709551615 is outside"});
   write_file_atomic(file, "{\"prompt_ids\": [-1]}\n");
   expect_clear_error(run(g), {file + ":1: prompt token id -1 is outside"});
+  // Both a text and ids on one line (issue 48, cosmetics): one is meant, and attnres does not guess which.
+  write_file_atomic(file, "{\"prompt\": \"the\", \"prompt_ids\": [1]}\n");
+  expect_clear_error(run(g), {file + ":1: both \"prompt\" and \"prompt_ids\": give one"});
   write_file_atomic(file, "{\"prompt_ids\": [1]}\n{\"prompt_ids\": [1, 2, 3]}\n");
   expect_clear_error(run("generate --model " + gen_ + " --max-new-tokens 62 --prompts " + file),
                      {file + ":2: the prompt (3 tokens) plus 62 new tokens"});
@@ -1014,6 +1017,42 @@ TEST_F(Cli, ALineWithNoCutPointIsReadInBoundedMemory) {
               "/tok.json --val-fraction 0 --threads 2",
           limit);
   ASSERT_EQ(r.status, 0) << r.err;
+}
+
+// Round 5's cosmetics (issue 48): routing options a mode has no use for and
+// block counts a model cannot have are refused, not stored; a routed -> routed
+// conversion says its queries are the checkpoint's; the input walk says what
+// it skipped.
+TEST_F(Cli, Round5OptionsAModeCannotUseAreRefused) {
+  const std::string common = "train --init " + dir_ + "/model --data " + dir_ + "/ok.bin --steps 1 --batch 1 " +
+                             "--seq-len 8 --threads 1 --out " + dir_ + "/r ";
+  expect_clear_error(run(common + "--mode block --null-source true"),
+                     {"--null-source true: attnres_mode block has no null source (", "delta_block"});
+  expect_clear_error(run(common + "--mode delta --block-delta reference"),
+                     {"--block-delta: attnres_mode delta routes no block deltas (delta_block"});
+  expect_clear_error(run(common + "--mode delta --num-blocks 2"), {"--num-blocks: attnres_mode delta has no blocks"});
+  expect_clear_error(run(common + "--mode block --num-blocks 2"),
+                     {"--num-blocks 2: more blocks than the model's 1 layers", "at most --num-blocks 1"});
+  EXPECT_FALSE(fs::exists(dir_ + "/r/log.jsonl"));
+  // routed -> routed: the queries come from the checkpoint, not from a zero init.
+  ASSERT_EQ(run(common + "--mode delta").status, 0);
+  Result r = run("train --init " + dir_ + "/r --data " + dir_ + "/ok.bin --steps 1 --batch 1 --seq-len 8 --threads 1 "
+                 "--mode delta_block --num-blocks 1 --out " + dir_ + "/r2");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("conversion delta -> delta_block: the checkpoint's routing kept"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("zero-initialised queries"), std::string::npos) << r.out;
+  // A FIFO and a link to a directory in an input directory: said, not silently passed over.
+  const std::string in = dir_ + "/corpus";
+  fs::create_directories(in + "/sub");
+  write_file_atomic(in + "/a.txt", "the quick brown fox jumps over the lazy dog\n");
+  write_file_atomic(in + "/sub/b.txt", "a second file of text\n");
+  ASSERT_EQ(::mkfifo((in + "/pipe").c_str(), 0644), 0);
+  fs::create_directory_symlink(in + "/sub", in + "/linked");
+  r = run("tokenizer-train --input " + in + " --output " + dir_ + "/t.json --vocab-size 270");
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.err.find("note: skipped 2 input entries that are not regular files: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/linked (a link to a directory, not followed)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("/pipe (a FIFO)"), std::string::npos) << r.err;
 }
 
 // A second compare on a running comparison's --out is refused up front; the

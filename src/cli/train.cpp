@@ -166,6 +166,30 @@ TrainResult run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& o
   if (o.model.name_row().fixes_delta_keys && m.null_source && !*m.null_source)
     fail("--null-source false: delta_mh always has the null source (without one: --mode delta_block "
          "--block-delta reference --routing-heads H)");
+  // A routing option the mode has no use for is refused, not stored in a
+  // config where it means nothing; so is a block count the model cannot have.
+  auto has_blocks = [](const ModeSpec& s) {
+    return s.sources == Sources::kPartialSums || s.sources == Sources::kBlockDeltas;
+  };
+  auto modes_where = [](const std::function<bool(const ModeSpec&)>& f) {
+    std::string names;
+    for (const ModeSpec& s : kModeSpecs)
+      if (f(s)) names += cat(names.empty() ? "" : ", ", s.name);
+    return names;
+  };
+  const ModeSpec& spec = mode_spec(o.model.mode);
+  const std::string mode_said = cat("attnres_mode ", o.model.mode_label());
+  if (m.null_source && *m.null_source && !spec.null_source)
+    fail("--null-source true: ", mode_said, " has no null source (",
+         modes_where([](const ModeSpec& s) { return s.null_source; }), " have one)");
+  if (m.block_delta && spec.sources != Sources::kBlockDeltas)
+    fail("--block-delta: ", mode_said, " routes no block deltas (",
+         modes_where([](const ModeSpec& s) { return s.sources == Sources::kBlockDeltas; }), " does)");
+  if (m.num_blocks && !has_blocks(spec))
+    fail("--num-blocks: ", mode_said, " has no blocks (", modes_where(has_blocks), " have them)");
+  if (m.num_blocks && *m.num_blocks > o.model.L)
+    fail("--num-blocks ", *m.num_blocks, ": more blocks than the model's ", o.model.L, " layers (a block holds at ",
+         "least one layer: at most --num-blocks ", o.model.L, ")");
   o.validate();
   if (!plan_ranks.empty()) {  // --plan-ranks: the memory plans, nothing trained
     if (comm.root())

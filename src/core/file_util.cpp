@@ -101,7 +101,12 @@ std::string space_note(const std::string& dir, uint64_t need_bytes) {
   };
   std::error_code ec;
   const auto sp = std::filesystem::space(dir.empty() ? "." : dir, ec);
-  return cat("it needs about ", mib(need_bytes), ec ? std::string() : cat("; ", dir, " has ", mib(sp.available), " free"));
+  if (ec) return cat("it needs about ", mib(need_bytes));
+  // Two sizes that round alike ("needs about 3.5 MiB; has 3.5 MiB free") are
+  // given in bytes, where they differ.
+  const bool alike = mib(need_bytes) == mib(sp.available);
+  auto shown = [&](uint64_t b) { return alike ? cat(b, " bytes") : mib(b); };
+  return cat("it needs about ", shown(need_bytes), "; ", dir, " has ", shown(sp.available), " free");
 }
 
 bool same_file(const std::string& a, const std::string& b) {

@@ -138,7 +138,16 @@ CorpusReader::CorpusReader(CorpusOptions opt) : opt_(std::move(opt)) {
           if (it->is_directory()) it.disable_recursion_pending();
           continue;
         }
-        if (it->is_regular_file()) found.push_back(it->path().string());
+        if (it->is_regular_file(ec)) {
+          found.push_back(it->path().string());
+        } else if (!it->is_directory(ec) || it->is_symlink(ec)) {  // a walked directory is no skip
+          const char* what = it->is_symlink(ec) && it->is_directory(ec) ? "a link to a directory, not followed"
+                             : it->is_fifo(ec)                           ? "a FIFO"
+                             : it->is_socket(ec)                         ? "a socket"
+                             : it->is_symlink(ec)                        ? "a dangling link"
+                                                                         : "not a regular file";
+          skipped_.push_back(cat(it->path().string(), " (", what, ")"));
+        }
       }
       std::sort(found.begin(), found.end());
       files_.insert(files_.end(), found.begin(), found.end());

@@ -65,6 +65,10 @@ class CorpusReader {
   bool next_batch(size_t bytes, std::vector<DocPart>& out);
 
   const std::vector<std::string>& files() const { return files_; }
+  // Entries of the input directories that were not read, each "PATH (why)":
+  // FIFOs, sockets, links to directories (the walk does not follow them),
+  // dangling links.  Names starting with '.' are skipped without a word.
+  const std::vector<std::string>& skipped() const { return skipped_; }
   uint64_t total_file_bytes() const { return total_bytes_; }  // on disk (compressed size for gzip)
   uint64_t consumed_file_bytes() const;                       // read so far, same units
   uint64_t documents() const { return doc_count_; }
@@ -73,7 +77,7 @@ class CorpusReader {
  private:
   struct Source;
   CorpusOptions opt_;
-  std::vector<std::string> files_;
+  std::vector<std::string> files_, skipped_;
   std::vector<uint64_t> file_bytes_;
   uint64_t total_bytes_ = 0, done_bytes_ = 0;
   size_t next_file_ = 0;

@@ -65,6 +65,17 @@ void cut_pieces(const std::vector<DocPart>& parts, size_t bytes, size_t most,
 }
 
 constexpr size_t kPieceBytes = 256 << 10;
+
+// What the walk of the input directories left unread, said once on stderr.
+void note_skipped(const CorpusReader& reader) {
+  const std::vector<std::string>& s = reader.skipped();
+  if (s.empty()) return;
+  std::string shown;
+  for (size_t i = 0; i < s.size() && i < 5; ++i) shown += cat(i ? ", " : "", s[i]);
+  if (s.size() > 5) shown += cat(" and ", s.size() - 5, " more");
+  std::fprintf(stderr, "note: skipped %zu input entr%s that %s not regular files: %s\n", s.size(),
+               s.size() == 1 ? "y" : "ies", s.size() == 1 ? "is" : "are", shown.c_str());
+}
 constexpr size_t kMostPieceBytes = 4 * kPieceBytes;  // 1 MiB: 24 MiB of BPE work arrays per thread
 
 // Writes one split as one file or as shards of about shard_tokens.
@@ -207,6 +218,7 @@ PrepareSummary prepare_corpus(const PrepareOptions& opt) {
   CorpusOptions copt = opt.corpus;
   copt.cut = [&tok](std::string_view t, size_t at) { return tok.cut_point(t, at); };
   CorpusReader reader(copt);
+  note_skipped(reader);
   check_inputs_outside_outputs(opt);
   clear_previous_prepare(opt.out_dir, /*remove=*/true);
   remove_dead_prepare_temporaries(opt.out_dir);
@@ -297,6 +309,7 @@ BpeModel train_tokenizer_on_corpus(const CorpusOptions& corpus, const BpeTrainer
   CorpusOptions copt = corpus;
   copt.cut = line_cut;
   CorpusReader reader(copt);
+  note_skipped(reader);
   const PreTokenizer pre({opt.pattern}, opt.nfc);
   std::vector<WordCounter> counters;
   for (int i = 0; i < threads; ++i) counters.emplace_back(pre);

@@ -354,10 +354,16 @@ void check_or_write_settings(const Comparison& o) {
     return m;
   };
   if (was.contains("modes") && sorted(was["modes"]) == sorted(o.settings["modes"])) was["modes"] = o.settings["modes"];
-  for (auto it = o.settings.begin(); it != o.settings.end(); ++it)
-    if (!was.contains(it.key()) || was[it.key()] != it.value())
-      fail(o.out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
-           ", not ", brief(it.value()), " (resume it with its own flags, or use another --out)");
+  // The settings asked for are named before those derived from them
+  // (val_every and routing_every follow --steps unless given): a rerun with
+  // another --steps is refused naming steps.
+  for (const bool derived : {false, true})
+    for (auto it = o.settings.begin(); it != o.settings.end(); ++it) {
+      if ((it.key() == "val_every" || it.key() == "routing_every") != derived) continue;
+      if (!was.contains(it.key()) || was[it.key()] != it.value())
+        fail(o.out, ": holds a comparison with ", it.key(), " ", was.contains(it.key()) ? brief(was[it.key()]) : "unset",
+             ", not ", brief(it.value()), " (resume it with its own flags, or use another --out)");
+    }
 }
 
 // With --interventions, a routed run's record gets its routing interventions

@@ -139,6 +139,13 @@ TEST(Comparison, ARerunMustAskForTheSameComparison) {
   EXPECT_NO_THROW(check_or_write_settings(o));
   o.settings["lr"] = 3e-3;
   EXPECT_THROW_MSG(check_or_write_settings(o), "holds a comparison with lr 0.001, not 0.003");
+  // Another --steps moves the settings derived from it too: the refusal names steps.
+  o.settings = {{"modes", {"baseline"}}, {"routing_every", 5}, {"steps", 100}, {"val_every", 25}};
+  o.out = dir.path() + "/derived";
+  std::filesystem::create_directories(o.out);
+  check_or_write_settings(o);
+  o.settings = {{"modes", {"baseline"}}, {"routing_every", 10}, {"steps", 200}, {"val_every", 50}};
+  EXPECT_THROW_MSG(check_or_write_settings(o), "holds a comparison with steps 100, not 200");
 }
 
 TEST(Comparison, AFinishedRunIsReadBackOnlyWhenItsRecordHolds) {

@@ -298,6 +298,20 @@ TEST(Checkpoint, ACheckpointBeingReadOutlivesTheRotation) {
   expect_error([&] { HeldModelDir gone(run); }, {"latest names step_00000003", "holds no config.json"});
 }
 
+// A save that runs out of space says what it needs and what is free: two
+// numbers that differ are never shown alike ("needs about 3.5 MiB; has 3.5
+// MiB free", issue 48): sizes that round alike are given in bytes.
+TEST(Checkpoint, TheSpaceNoteNeverShowsTwoEqualSizes) {
+  TempDir tmp;
+  const uint64_t free_now = fs::space(tmp.path()).available;
+  const std::string note = space_note(tmp.path(), free_now + 1);
+  const size_t a = note.find("needs about "), b = note.find("; "), c = note.find(" has "), e = note.rfind(" free");
+  ASSERT_TRUE(a != std::string::npos && b != std::string::npos && c != std::string::npos && e != std::string::npos)
+      << note;
+  EXPECT_NE(note.substr(a + 12, b - a - 12), note.substr(c + 5, e - c - 5)) << note;
+  EXPECT_NE(space_note(tmp.path(), 1).find("needs about 1 KiB"), std::string::npos);
+}
+
 // A ZeRO run's checkpoint: the moments come piece by piece from a fetch
 // function (in arena order, exp_avg first) and make the same file as whole
 // arenas; ranges of it read back into range-sized buffers.

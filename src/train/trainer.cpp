@@ -122,10 +122,11 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
   std::vector<float> conv(static_cast<size_t>(P * V)), base(conv.size());
   std::vector<int32_t> in(static_cast<size_t>(opt.batch * opt.seq_len)), tg(in.size());
   double loss_conv = 0, loss_base = 0;
+  int64_t kept = 0;  // routing tensors of the new mode the checkpoint lacks
   {
     Model m(ctx, c, mo);
     m.init(rng);  // the draws the trained model's init makes
-    load_weights(m, dir, /*keep_missing_routing=*/true);
+    kept = load_weights(m, dir, /*keep_missing_routing=*/true);
     DataLoader first(opt.data, opt.batch, opt.seq_len, c.V, parse_data_order(opt.data_order), &data_rng);
     first.next(in.data(), tg.data());  // the run's first batch
     m.forward_logits(in.data(), conv.data());
@@ -152,8 +153,12 @@ void report_conversion(Context& ctx, const TrainOptions& opt, const Config& save
                          : c.gate == Gate::kSigmoidVector
                          ? "sigmoid_vector gate at sigmoid(-2) = 0.12 (W = 0, b = -2) — not an identity: the routed "
                            "input is mixed in at 12% in every channel from the start, as the reference initialises it"
-                         : "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
-                           "from the start)";
+                         : !mode_spec(saved.mode).routed()
+                         ? "the reference's conversion (bias gate, zero-initialised queries: uniform routing "
+                           "from the start)"
+                         : kept == 0 ? "the checkpoint's routing kept (its queries and norms, read by the new mode)"
+                                     : "the checkpoint's routing kept where the new mode has the same tensors; the "
+                                       "others start from their init";
   std::printf("conversion %s -> %s%s: %s\n", saved.mode_label(), c.mode_label(),
               c.routing_heads > 1 ? cat(" (", c.routing_heads, " routing heads)").c_str() : "", kind);
   std::printf("  first %lld tokens of the first batch: loss %.6f -> %.6f (%+.3e), max |logit change| %.3e%s\n",
