@@ -1030,7 +1030,6 @@ TEST_F(Cli, Round5OptionsAModeCannotUseAreRefused) {
                      {"--null-source true: attnres_mode block has no null source (", "delta_block"});
   expect_clear_error(run(common + "--mode delta --block-delta reference"),
                      {"--block-delta: attnres_mode delta routes no block deltas (delta_block"});
-  expect_clear_error(run(common + "--mode delta --num-blocks 2"), {"--num-blocks: attnres_mode delta has no blocks"});
   expect_clear_error(run(common + "--mode block --num-blocks 2"),
                      {"--num-blocks 2: more blocks than the model's 1 layers", "at most --num-blocks 1"});
   EXPECT_FALSE(fs::exists(dir_ + "/r/log.jsonl"));

@@ -168,9 +168,6 @@ TrainResult run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& o
          "--block-delta reference --routing-heads H)");
   // A routing option the mode has no use for is refused, not stored in a
   // config where it means nothing; so is a block count the model cannot have.
-  auto has_blocks = [](const ModeSpec& s) {
-    return s.sources == Sources::kPartialSums || s.sources == Sources::kBlockDeltas;
-  };
   auto modes_where = [](const std::function<bool(const ModeSpec&)>& f) {
     std::string names;
     for (const ModeSpec& s : kModeSpecs)
@@ -185,8 +182,6 @@ TrainResult run_train(TrainOptions& o, const ConfigFlags& m, const OptionList& o
   if (m.block_delta && spec.sources != Sources::kBlockDeltas)
     fail("--block-delta: ", mode_said, " routes no block deltas (",
          modes_where([](const ModeSpec& s) { return s.sources == Sources::kBlockDeltas; }), " does)");
-  if (m.num_blocks && !has_blocks(spec))
-    fail("--num-blocks: ", mode_said, " has no blocks (", modes_where(has_blocks), " have them)");
   if (m.num_blocks && *m.num_blocks > o.model.L)
     fail("--num-blocks ", *m.num_blocks, ": more blocks than the model's ", o.model.L, " layers (a block holds at ",
          "least one layer: at most --num-blocks ", o.model.L, ")");

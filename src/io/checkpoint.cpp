@@ -117,14 +117,21 @@ bool same_values(const WeightFiles& files, const std::string& a, const std::stri
 // num_hidden_layers, another model's tensors.  Two exceptions: a conversion
 // (another mode's routing tensors, which the new mode does not have) and, for
 // a tied model, an lm_head.weight equal to the embedding (some writers save
-// both).  A different lm_head.weight under tie_word_embeddings true is the
+// both); and null sources where the config asks for them in a mode that
+// routes none (the reference code creates them whenever
+// attnres_use_null_source is set, and its block and full modes never read
+// them).  A different lm_head.weight under tie_word_embeddings true is the
 // head transformers 5 would use: refused, with the fix.
 void check_leftovers(const WeightFiles& files, const ParamLayout& layout, bool conversion) {
   std::set<std::string> used;
   for (const TensorSpec& s : layout.specs()) used.insert(s.name);
+  auto unread_null_source = [&](const std::string& name) {
+    return layout.config().null_source && name.size() > 12 && name.compare(name.size() - 12, 12, "_null_source") == 0;
+  };
   std::vector<std::string> left;
   for (const std::string& name : files.names())
-    if (!used.count(name) && !(conversion && is_routing_param(name))) left.push_back(name);
+    if (!used.count(name) && !(conversion && is_routing_param(name)) && !unread_null_source(name))
+      left.push_back(name);
   if (left.empty()) return;
   const std::string embed = "model.embed_tokens.weight";
   if (std::find(left.begin(), left.end(), "lm_head.weight") != left.end() && used.count(embed) &&

@@ -243,6 +243,24 @@ TEST(Checkpoint, TensorsTheModelDoesNotUseAreNamed) {
   });
   load_params(copied, layout, q.data());
   EXPECT_EQ(q, p);
+  // The reference's null sources in a mode that reads none (it creates them
+  // whenever attnres_use_null_source is set): loaded past, not refused.
+  auto block_json = cfg;
+  block_json["attnres_mode"] = "block";
+  block_json["attnres_num_blocks"] = 1;
+  block_json["attnres_use_null_source"] = true;
+  const ParamLayout block(Config::from_json(block_json, "block"));
+  std::vector<float> b(block.total(), 0.5f);
+  SafeTensorsWriter bw;
+  for (const auto& s : block.specs()) bw.add_f32(s.name, s.shape, {b.data() + s.offset, (size_t)s.numel});
+  bw.add_f32("model.layers.0.attn_null_source", bias_shape, bias);
+  bw.add_f32("model.layers.0.mlp_null_source", bias_shape, bias);
+  bw.write(tmp / "block.safetensors");
+  load_params(tmp / "block.safetensors", block, b.data());
+  block_json["attnres_use_null_source"] = false;  // ... but not where the config does not ask for them
+  const ParamLayout block_plain(Config::from_json(block_json, "block"));
+  expect_error([&] { load_params(tmp / "block.safetensors", block_plain, b.data()); },
+               {"holds 2 tensors", "model.layers.0.attn_null_source"});
   // Untied (the default where config.json says nothing) without a head: the
   // error says which field asked for it.
   const std::string plain = write("plain.safetensors", [](SafeTensorsWriter&) {});

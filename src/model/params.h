@@ -96,6 +96,7 @@ class ParamLayout {
   int64_t total() const { return total_; }
   // The units of TensorSpec::unit: L + 2.
   int units() const { return static_cast<int>(cfg_.L) + 2; }
+  const Config& config() const { return cfg_; }
   Weights bind(float* base) const;  // typed views of an arena with this layout
 
  private:
