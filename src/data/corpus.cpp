@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/json_util.h"
 #include "tokenizer/pretokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace attnres {
 
@@ -244,8 +245,7 @@ bool CorpusReader::next_part(DocPart& part) {
       end = opt_.cut(view, opt_.part_bytes);
       if (end < view.size() || s.eof) break;
       if (view.size() >= opt_.max_text_part_bytes) {  // no cut point: cut anyway, between characters
-        end = opt_.max_text_part_bytes;
-        while (end > 1 && (static_cast<unsigned char>(view[end]) & 0xC0) == 0x80) --end;
+        end = utf8_char_start(view, opt_.max_text_part_bytes, 1);
         break;
       }
       want = view.size() * 2;

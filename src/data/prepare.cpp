@@ -18,6 +18,7 @@
 #include "io/token_file.h"
 #include "tokenizer/hash_map.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace attnres {
 
@@ -54,10 +55,7 @@ void cut_pieces(const std::vector<DocPart>& parts, size_t bytes, size_t most,
     size_t b = 0;
     while (b < t.size()) {
       size_t e = b + bytes >= t.size() ? t.size() : b + cut(t.substr(b, most + 1), bytes);
-      if (e - b > most) {
-        e = b + most;
-        while (e > b + 1 && (static_cast<unsigned char>(t[e]) & 0xC0) == 0x80) --e;  // not inside a character
-      }
+      if (e - b > most) e = utf8_char_start(t, b + most, b + 1);  // not inside a character, one byte at least
       out.push_back({i, t.substr(b, e - b)});
       b = e;
     }

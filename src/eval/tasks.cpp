@@ -38,8 +38,7 @@ std::string strip(const std::string& s, bool left, bool right) {
   size_t b = 0, e = s.size(), n = 0;
   while (left && b < e && py_space(code_point(s, b, &n))) b += n;
   while (right && e > b) {
-    size_t p = e - 1;
-    while (p > b && (static_cast<unsigned char>(s[p]) & 0xC0) == 0x80) --p;  // start of the last code point
+    const size_t p = utf8_char_start(s, e - 1, b);  // start of the last code point
     if (!py_space(code_point(s, p, &n))) break;
     e = p;
   }

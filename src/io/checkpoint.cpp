@@ -133,14 +133,11 @@ void check_leftovers(const WeightFiles& files, const ParamLayout& layout, bool c
     if (!used.count(name) && !(conversion && is_routing_param(name)) && !unread_null_source(name))
       left.push_back(name);
   if (left.empty()) return;
-  const std::string embed = "model.embed_tokens.weight";
-  if (std::find(left.begin(), left.end(), "lm_head.weight") != left.end() && used.count(embed) &&
-      !used.count("lm_head.weight")) {
+  const Config& c = layout.config();
+  if (c.tied && std::find(left.begin(), left.end(), "lm_head.weight") != left.end()) {
     const TensorInfo& head = files.info("lm_head.weight");
-    const std::vector<int64_t>& shape =
-        std::find_if(layout.specs().begin(), layout.specs().end(), [&](const TensorSpec& s) { return s.name == embed; })
-            ->shape;
-    if (head.shape != shape || !same_values(files, "lm_head.weight", embed, shape))
+    const std::vector<int64_t> shape = {c.V, c.d};  // the embedding's, which a tied head is
+    if (head.shape != shape || !same_values(files, "lm_head.weight", "model.embed_tokens.weight", shape))
       fail(files.file_of("lm_head.weight").path(), ": holds lm_head.weight ", shape_str(head.shape),
            ", a head of its own, but config.json says \"tie_word_embeddings\": true (the head is the embedding); ",
            "transformers 5 would use the file's head: set tie_word_embeddings to false to load it, or remove the ",

@@ -92,6 +92,14 @@ inline uint32_t utf8_decode(const unsigned char* s, size_t len) {
   }
 }
 
+// The largest p in [lo, at] where a UTF-8 character may start: `at` moved
+// back over continuation bytes (10xxxxxx), never below lo.  A cut there does
+// not split a character.
+inline size_t utf8_char_start(std::string_view s, size_t at, size_t lo) {
+  while (at > lo && (static_cast<unsigned char>(s[at]) & 0xC0) == 0x80) --at;
+  return at;
+}
+
 // Length of the longest prefix of s[0..n) that is all ASCII.
 inline size_t ascii_prefix(const char* s, size_t n) {
   size_t i = 0;
